@@ -3,9 +3,33 @@
 //! The core performs no I/O, never reads a clock and never uses a global random generator:
 //! every entry point takes `now`, and the caller moves datagrams between the core and the
 //! network (or the simulator). See `docs/architecture.md` for the map of modules.
+//!
+//! - [`session`]: the session over N paths (the public API),
+//! - [`path`]: per-path recovery, RTT, congestion control and pacing,
+//! - [`stream`]: stream buffers and reassembly,
+//! - [`sched`]: packet schedulers, [`cc`]: congestion controllers,
+//! - [`wire`]: the wire format, [`ranges`], [`rtt`], [`pacer`], [`rng`], [`time`]: helpers.
 
+pub mod cc;
+pub mod config;
+pub mod pacer;
+pub mod path;
+pub mod ranges;
 pub mod rng;
+pub mod rtt;
+pub mod sched;
+pub mod session;
+pub mod stream;
 pub mod time;
+pub mod wire;
 
+pub use cc::CcAlgorithm;
+pub use config::Config;
 pub use rng::Rng;
+pub use sched::{PathId, SchedulerKind};
+pub use session::{
+    DatagramError, Event, PathError, Session, SessionError, SessionStats, Side, Transmit,
+};
+pub use stream::{StreamError, StreamId};
 pub use time::Instant;
+pub use wire::PathState;

@@ -41,7 +41,10 @@ impl Instant {
 impl Add<Duration> for Instant {
     type Output = Instant;
     fn add(self, d: Duration) -> Instant {
-        Instant(self.0.saturating_add(u64::try_from(d.as_nanos()).unwrap_or(u64::MAX)))
+        Instant(
+            self.0
+                .saturating_add(u64::try_from(d.as_nanos()).unwrap_or(u64::MAX)),
+        )
     }
 }
 
@@ -61,7 +64,10 @@ impl Sub<Instant> for Instant {
 impl Sub<Duration> for Instant {
     type Output = Instant;
     fn sub(self, d: Duration) -> Instant {
-        Instant(self.0.saturating_sub(u64::try_from(d.as_nanos()).unwrap_or(u64::MAX)))
+        Instant(
+            self.0
+                .saturating_sub(u64::try_from(d.as_nanos()).unwrap_or(u64::MAX)),
+        )
     }
 }
 
@@ -73,8 +79,14 @@ mod tests {
     fn arithmetic_saturates() {
         let t = Instant(5);
         assert_eq!(t - Instant(10), Duration::ZERO);
-        assert_eq!(Instant::FAR_FUTURE + Duration::from_secs(1), Instant::FAR_FUTURE);
+        assert_eq!(
+            Instant::FAR_FUTURE + Duration::from_secs(1),
+            Instant::FAR_FUTURE
+        );
         assert_eq!(t - Duration::from_secs(1), Instant::ZERO);
-        assert_eq!((Instant(1_000) + Duration::from_micros(1)).as_nanos(), 2_000);
+        assert_eq!(
+            (Instant(1_000) + Duration::from_micros(1)).as_nanos(),
+            2_000
+        );
     }
 }

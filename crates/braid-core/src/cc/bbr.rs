@@ -1,0 +1,318 @@
+//! A BBR-style model-based controller (after BBR v1): it estimates the bottleneck bandwidth
+//! (windowed maximum of delivery-rate samples over ten round trips) and the propagation RTT
+//! (windowed minimum over ten seconds), paces at a gain times the bandwidth and caps the data
+//! in flight at a gain times the estimated bandwidth-delay product. Random loss does not
+//! shrink the window: a loss changes nothing in the model.
+
+use super::{AckEvent, CongestionController, LossEvent};
+use crate::rng::splitmix64;
+use crate::rtt::RttEstimator;
+use crate::time::Instant;
+use std::collections::VecDeque;
+use std::time::Duration;
+
+const STARTUP_GAIN: f64 = 2.885;
+const CYCLE: [f64; 8] = [1.25, 0.75, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0];
+const BW_WINDOW_ROUNDS: u64 = 10;
+const MIN_RTT_WINDOW: Duration = Duration::from_secs(10);
+const PROBE_RTT_TIME: Duration = Duration::from_millis(200);
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Mode {
+    Startup,
+    Drain,
+    ProbeBw,
+    ProbeRtt,
+}
+
+/// BBR state.
+#[derive(Debug, Clone)]
+pub struct Bbr {
+    mss: u64,
+    cwnd: u64,
+    initial_cwnd: u64,
+    mode: Mode,
+    bw_samples: VecDeque<(u64, f64)>, // (round, bytes/s), decreasing bw
+    btl_bw: f64,
+    min_rtt: Option<Duration>,
+    min_rtt_stamp: Instant,
+    round: u64,
+    next_round_delivered: u64,
+    full_bw: f64,
+    full_bw_rounds: u32,
+    filled_pipe: bool,
+    pacing_gain: f64,
+    cwnd_gain: f64,
+    cycle_index: usize,
+    cycle_stamp: Instant,
+    probe_rtt_done: Option<Instant>,
+    probe_rtt_round_done: bool,
+    prior_cwnd: u64,
+}
+
+impl Bbr {
+    /// A controller starting at `initial_window` bytes.
+    pub fn new(mss: u64, initial_window: u64, now: Instant) -> Self {
+        Bbr {
+            mss,
+            cwnd: initial_window,
+            initial_cwnd: initial_window,
+            mode: Mode::Startup,
+            bw_samples: VecDeque::new(),
+            btl_bw: 0.0,
+            min_rtt: None,
+            min_rtt_stamp: now,
+            round: 0,
+            next_round_delivered: 0,
+            full_bw: 0.0,
+            full_bw_rounds: 0,
+            filled_pipe: false,
+            pacing_gain: STARTUP_GAIN,
+            cwnd_gain: STARTUP_GAIN,
+            cycle_index: 0,
+            cycle_stamp: now,
+            probe_rtt_done: None,
+            probe_rtt_round_done: false,
+            prior_cwnd: initial_window,
+        }
+    }
+
+    fn bdp(&self, gain: f64) -> u64 {
+        match self.min_rtt {
+            Some(rtt) if self.btl_bw > 0.0 => (gain * self.btl_bw * rtt.as_secs_f64()) as u64,
+            _ => (gain * self.initial_cwnd as f64) as u64,
+        }
+    }
+
+    fn update_bw(&mut self, ev: &AckEvent<'_>, round_start: bool) {
+        let rate = ev.rate.delivery_rate;
+        if rate <= 0.0 {
+            return;
+        }
+        if ev.rate.is_app_limited && rate < self.btl_bw {
+            return;
+        }
+        // Monotonic deque: keep decreasing bandwidths, drop samples older than the window.
+        while matches!(self.bw_samples.back(), Some(&(_, b)) if b <= rate) {
+            self.bw_samples.pop_back();
+        }
+        self.bw_samples.push_back((self.round, rate));
+        while matches!(self.bw_samples.front(), Some(&(r, _)) if r + BW_WINDOW_ROUNDS <= self.round)
+        {
+            self.bw_samples.pop_front();
+        }
+        self.btl_bw = self.bw_samples.front().map_or(0.0, |&(_, b)| b);
+        if !self.filled_pipe && round_start && !ev.rate.is_app_limited {
+            if self.btl_bw >= self.full_bw * 1.25 {
+                self.full_bw = self.btl_bw;
+                self.full_bw_rounds = 0;
+            } else {
+                self.full_bw_rounds += 1;
+                if self.full_bw_rounds >= 3 {
+                    self.filled_pipe = true;
+                }
+            }
+        }
+    }
+
+    fn enter_probe_bw(&mut self, now: Instant) {
+        self.mode = Mode::ProbeBw;
+        self.cwnd_gain = 2.0;
+        // Start anywhere but the draining phase, chosen deterministically.
+        let i = (splitmix64(now.as_nanos()) % 7) as usize;
+        self.cycle_index = if i == 0 { 0 } else { i + 1 };
+        self.pacing_gain = CYCLE[self.cycle_index];
+        self.cycle_stamp = now;
+    }
+
+    fn update_cycle(&mut self, ev: &AckEvent<'_>) {
+        let Some(min_rtt) = self.min_rtt else { return };
+        let elapsed = ev.now - self.cycle_stamp > min_rtt;
+        let advance = match self.pacing_gain {
+            g if g > 1.0 => elapsed && ev.prior_in_flight >= self.bdp(g),
+            g if g < 1.0 => elapsed || ev.in_flight <= self.bdp(1.0),
+            _ => elapsed,
+        };
+        if advance {
+            self.cycle_index = (self.cycle_index + 1) % CYCLE.len();
+            self.pacing_gain = CYCLE[self.cycle_index];
+            self.cycle_stamp = ev.now;
+        }
+    }
+}
+
+impl CongestionController for Bbr {
+    fn name(&self) -> &'static str {
+        "bbr"
+    }
+
+    fn on_ack(&mut self, ev: &AckEvent<'_>) {
+        let mut round_start = false;
+        if ev.rate.prior_delivered >= self.next_round_delivered {
+            self.next_round_delivered = ev.rate.delivered;
+            self.round += 1;
+            round_start = true;
+        }
+        self.update_bw(ev, round_start);
+
+        // Propagation RTT.
+        let expired = ev.now > self.min_rtt_stamp + MIN_RTT_WINDOW;
+        if let Some(s) = ev.rtt_sample {
+            if self.min_rtt.map_or(true, |m| s <= m) || (expired && self.mode != Mode::ProbeRtt) {
+                self.min_rtt = Some(s);
+                self.min_rtt_stamp = ev.now;
+            }
+        }
+
+        match self.mode {
+            Mode::Startup if self.filled_pipe => {
+                self.mode = Mode::Drain;
+                self.pacing_gain = 1.0 / STARTUP_GAIN;
+                self.cwnd_gain = STARTUP_GAIN;
+            }
+            Mode::Drain if ev.in_flight <= self.bdp(1.0) => self.enter_probe_bw(ev.now),
+            Mode::ProbeBw => self.update_cycle(ev),
+            _ => {}
+        }
+        if self.mode == Mode::Drain && ev.in_flight <= self.bdp(1.0) {
+            self.enter_probe_bw(ev.now);
+        }
+
+        // ProbeRTT: drain the queue briefly every ten seconds to refresh the minimum RTT.
+        if self.mode != Mode::ProbeRtt && expired && self.min_rtt.is_some() {
+            self.mode = Mode::ProbeRtt;
+            self.pacing_gain = 1.0;
+            self.prior_cwnd = self.cwnd;
+            self.probe_rtt_done = None;
+        }
+        if self.mode == Mode::ProbeRtt {
+            match self.probe_rtt_done {
+                None if ev.in_flight <= 4 * self.mss => {
+                    self.probe_rtt_done = Some(ev.now + PROBE_RTT_TIME);
+                    self.probe_rtt_round_done = false;
+                    self.next_round_delivered = ev.rate.delivered;
+                }
+                Some(done) => {
+                    if round_start {
+                        self.probe_rtt_round_done = true;
+                    }
+                    if self.probe_rtt_round_done && ev.now >= done {
+                        self.min_rtt_stamp = ev.now;
+                        self.cwnd = self.cwnd.max(self.prior_cwnd);
+                        if self.filled_pipe {
+                            self.enter_probe_bw(ev.now);
+                        } else {
+                            self.mode = Mode::Startup;
+                            self.pacing_gain = STARTUP_GAIN;
+                            self.cwnd_gain = STARTUP_GAIN;
+                        }
+                    }
+                }
+                None => {}
+            }
+        }
+
+        // Window.
+        let target = self.bdp(self.cwnd_gain) + 3 * self.mss;
+        if self.filled_pipe {
+            self.cwnd = (self.cwnd + ev.acked_bytes).min(target);
+        } else if self.cwnd < target || ev.rate.delivered < self.initial_cwnd {
+            self.cwnd += ev.acked_bytes;
+        }
+        self.cwnd = self.cwnd.max(4 * self.mss);
+        if self.mode == Mode::ProbeRtt {
+            self.cwnd = self.cwnd.min(4 * self.mss);
+        }
+    }
+
+    fn on_loss(&mut self, ev: &LossEvent) {
+        if ev.persistent {
+            // The path was dead for a long time: rebuild the model from scratch.
+            self.cwnd = 4 * self.mss;
+            self.bw_samples.clear();
+            self.btl_bw = 0.0;
+            self.filled_pipe = false;
+            self.full_bw = 0.0;
+            self.full_bw_rounds = 0;
+            self.mode = Mode::Startup;
+            self.pacing_gain = STARTUP_GAIN;
+            self.cwnd_gain = STARTUP_GAIN;
+        }
+    }
+
+    fn window(&self) -> u64 {
+        self.cwnd
+    }
+
+    fn pacing_rate(&self, rtt: &RttEstimator) -> u64 {
+        if self.btl_bw > 0.0 {
+            (self.pacing_gain * self.btl_bw) as u64
+        } else {
+            let srtt = rtt.smoothed().as_secs_f64().max(1e-6);
+            (STARTUP_GAIN * self.cwnd as f64 / srtt) as u64
+        }
+    }
+
+    fn in_slow_start(&self) -> bool {
+        self.mode == Mode::Startup
+    }
+
+    fn ssthresh(&self) -> u64 {
+        if self.filled_pipe {
+            self.bdp(1.0)
+        } else {
+            u64::MAX
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::cc::RateSample;
+
+    #[test]
+    fn converges_on_the_bottleneck_and_ignores_random_loss() {
+        // A 10 MB/s pipe with 50 ms RTT: BDP 500 kB.
+        let mss = 1200;
+        let mut b = Bbr::new(mss, 12_000, Instant(0));
+        let rtt = RttEstimator::new(Duration::from_millis(50));
+        let mut delivered = 0u64;
+        let mut now = Instant(0);
+        for _ in 0..400 {
+            now += Duration::from_millis(5);
+            let acked = 50_000; // 10 MB/s over 5 ms
+            let prior = delivered;
+            delivered += acked;
+            let cw = b.window();
+            b.on_ack(&AckEvent {
+                now,
+                acked_bytes: acked,
+                largest_acked_sent: now - Duration::from_millis(50),
+                prior_in_flight: cw,
+                // The pacer keeps the pipe at about one BDP.
+                in_flight: cw.min(450_000),
+                rtt: &rtt,
+                rtt_sample: Some(Duration::from_millis(50)),
+                rate: RateSample {
+                    delivery_rate: 10e6,
+                    is_app_limited: false,
+                    prior_delivered: prior.saturating_sub(500_000),
+                    delivered,
+                },
+            });
+            b.on_loss(&LossEvent {
+                now,
+                lost_bytes: mss,
+                largest_lost_sent: now,
+                persistent: false,
+                in_flight: 0,
+            });
+        }
+        let w = b.window();
+        assert!((900_000..=1_100_000).contains(&w), "window {w}");
+        let rate = b.pacing_rate(&rtt) as f64;
+        assert!((7.4e6..=12.6e6).contains(&rate), "pacing {rate}");
+        assert!(!b.in_slow_start());
+    }
+}

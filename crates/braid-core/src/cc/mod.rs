@@ -1,0 +1,163 @@
+//! Congestion control of one path behind a small trait.
+//!
+//! Owns: the congestion window and pacing rate of a path, and the algorithms that move them
+//! (`reno`, `cubic`, `bbr`). Must not touch: packet bookkeeping, loss detection or
+//! scheduling; a controller only reacts to the events the path hands it.
+
+mod bbr;
+mod cubic;
+mod reno;
+
+pub use bbr::Bbr;
+pub use cubic::Cubic;
+pub use reno::Reno;
+
+use crate::rtt::RttEstimator;
+use crate::time::Instant;
+use std::fmt;
+use std::str::FromStr;
+use std::time::Duration;
+
+/// A delivery-rate sample (draft-cheng-iccrg-delivery-rate-estimation), per ACK frame.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct RateSample {
+    /// Bytes per second delivered over the sampled interval (0 if no valid sample).
+    pub delivery_rate: f64,
+    /// True when the sender was application-limited while the sampled packets were sent.
+    pub is_app_limited: bool,
+    /// Total bytes delivered on the path when the newest acknowledged packet was sent.
+    pub prior_delivered: u64,
+    /// Total bytes delivered on the path now.
+    pub delivered: u64,
+}
+
+/// What a controller learns from one ACK frame.
+#[derive(Debug, Clone, Copy)]
+pub struct AckEvent<'a> {
+    /// Arrival time of the ACK.
+    pub now: Instant,
+    /// Bytes newly acknowledged by this frame.
+    pub acked_bytes: u64,
+    /// Send time of the newest packet this frame acknowledged.
+    pub largest_acked_sent: Instant,
+    /// Bytes in flight before these acknowledgements.
+    pub prior_in_flight: u64,
+    /// Bytes in flight after them.
+    pub in_flight: u64,
+    /// The path's RTT estimates, already updated with this frame's sample.
+    pub rtt: &'a RttEstimator,
+    /// RTT sample of this frame, if it produced one.
+    pub rtt_sample: Option<Duration>,
+    /// Delivery-rate sample.
+    pub rate: RateSample,
+}
+
+/// What a controller learns when loss detection declares packets lost.
+#[derive(Debug, Clone, Copy)]
+pub struct LossEvent {
+    /// When the loss was detected.
+    pub now: Instant,
+    /// Bytes declared lost.
+    pub lost_bytes: u64,
+    /// Send time of the newest lost packet.
+    pub largest_lost_sent: Instant,
+    /// The losses span more than the persistent-congestion period (RFC 9002 §7.6).
+    pub persistent: bool,
+    /// Bytes in flight after removing the lost packets.
+    pub in_flight: u64,
+}
+
+/// A per-path congestion controller.
+pub trait CongestionController: fmt::Debug + Send {
+    /// Algorithm name as used in scenarios.
+    fn name(&self) -> &'static str;
+    /// A packet of `bytes` was sent; `in_flight` includes it.
+    fn on_sent(&mut self, _now: Instant, _bytes: u64, _in_flight: u64) {}
+    /// An ACK frame acknowledged packets of this path.
+    fn on_ack(&mut self, ev: &AckEvent<'_>);
+    /// Loss detection declared packets lost.
+    fn on_loss(&mut self, ev: &LossEvent);
+    /// The congestion window in bytes.
+    fn window(&self) -> u64;
+    /// Pacing rate in bytes per second.
+    fn pacing_rate(&self, rtt: &RttEstimator) -> u64 {
+        default_pacing(self.window(), rtt, self.in_slow_start())
+    }
+    /// True while in slow start.
+    fn in_slow_start(&self) -> bool;
+    /// Slow-start threshold in bytes (`u64::MAX` before the first congestion event).
+    fn ssthresh(&self) -> u64;
+}
+
+/// Pacing at 2× (slow start) or 1.25× the window per smoothed RTT.
+pub fn default_pacing(cwnd: u64, rtt: &RttEstimator, slow_start: bool) -> u64 {
+    let srtt = rtt.smoothed().as_secs_f64().max(1e-6);
+    let gain = if slow_start { 2.0 } else { 1.25 };
+    (cwnd as f64 * gain / srtt) as u64
+}
+
+/// The congestion-control algorithms this build offers.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum CcAlgorithm {
+    /// NewReno (RFC 9002 §7).
+    Reno,
+    /// CUBIC (RFC 9438).
+    Cubic,
+    /// A BBR-style model-based controller (does not treat random loss as congestion).
+    Bbr,
+}
+
+impl CcAlgorithm {
+    /// Every algorithm and its name.
+    pub const ALL: &'static [(&'static str, CcAlgorithm)] = &[
+        ("reno", CcAlgorithm::Reno),
+        ("cubic", CcAlgorithm::Cubic),
+        ("bbr", CcAlgorithm::Bbr),
+    ];
+
+    /// Build a controller for a path with this maximum datagram size.
+    pub fn build(
+        self,
+        mss: u64,
+        initial_window: u64,
+        now: Instant,
+    ) -> Box<dyn CongestionController> {
+        match self {
+            CcAlgorithm::Reno => Box::new(Reno::new(mss, initial_window)),
+            CcAlgorithm::Cubic => Box::new(Cubic::new(mss, initial_window)),
+            CcAlgorithm::Bbr => Box::new(Bbr::new(mss, initial_window, now)),
+        }
+    }
+}
+
+impl FromStr for CcAlgorithm {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, String> {
+        CcAlgorithm::ALL
+            .iter()
+            .find(|(n, _)| *n == s)
+            .map(|(_, a)| *a)
+            .ok_or_else(|| {
+                let names: Vec<_> = CcAlgorithm::ALL.iter().map(|(n, _)| *n).collect();
+                format!(
+                    "unknown congestion controller {s:?}; expected one of {}",
+                    names.join(", ")
+                )
+            })
+    }
+}
+
+impl fmt::Display for CcAlgorithm {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let n = CcAlgorithm::ALL
+            .iter()
+            .find(|(_, a)| a == self)
+            .map_or("?", |(n, _)| n);
+        f.write_str(n)
+    }
+}
+
+/// Growth is allowed only when the window was actually in use (RFC 9002 §7.8).
+pub(crate) fn cwnd_limited(prior_in_flight: u64, cwnd: u64, mss: u64) -> bool {
+    prior_in_flight + 3 * mss >= cwnd || prior_in_flight >= cwnd / 2 + cwnd / 4
+}

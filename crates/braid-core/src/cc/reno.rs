@@ -1,0 +1,74 @@
+//! NewReno congestion control (RFC 9002 §7), counting bytes.
+
+use super::{cwnd_limited, AckEvent, CongestionController, LossEvent};
+use crate::time::Instant;
+
+/// NewReno state.
+#[derive(Debug, Clone)]
+pub struct Reno {
+    mss: u64,
+    cwnd: u64,
+    ssthresh: u64,
+    recovery_start: Option<Instant>,
+    acked_in_ca: u64,
+}
+
+impl Reno {
+    /// A controller starting at `initial_window` bytes.
+    pub fn new(mss: u64, initial_window: u64) -> Self {
+        Reno {
+            mss,
+            cwnd: initial_window,
+            ssthresh: u64::MAX,
+            recovery_start: None,
+            acked_in_ca: 0,
+        }
+    }
+}
+
+impl CongestionController for Reno {
+    fn name(&self) -> &'static str {
+        "reno"
+    }
+    fn on_ack(&mut self, ev: &AckEvent<'_>) {
+        if matches!(self.recovery_start, Some(t) if ev.largest_acked_sent <= t) {
+            return;
+        }
+        self.recovery_start = None;
+        if !cwnd_limited(ev.prior_in_flight, self.cwnd, self.mss) {
+            return;
+        }
+        if self.cwnd < self.ssthresh {
+            self.cwnd += ev.acked_bytes;
+        } else {
+            self.acked_in_ca += ev.acked_bytes;
+            while self.acked_in_ca >= self.cwnd {
+                self.acked_in_ca -= self.cwnd;
+                self.cwnd += self.mss;
+            }
+        }
+    }
+    fn on_loss(&mut self, ev: &LossEvent) {
+        if ev.persistent {
+            self.cwnd = 2 * self.mss;
+            self.recovery_start = Some(ev.now);
+            return;
+        }
+        if matches!(self.recovery_start, Some(t) if ev.largest_lost_sent <= t) {
+            return;
+        }
+        self.recovery_start = Some(ev.now);
+        self.cwnd = (self.cwnd / 2).max(2 * self.mss);
+        self.ssthresh = self.cwnd;
+        self.acked_in_ca = 0;
+    }
+    fn window(&self) -> u64 {
+        self.cwnd
+    }
+    fn in_slow_start(&self) -> bool {
+        self.cwnd < self.ssthresh
+    }
+    fn ssthresh(&self) -> u64 {
+        self.ssthresh
+    }
+}

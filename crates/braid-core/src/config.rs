@@ -1,0 +1,80 @@
+//! Session configuration.
+//!
+//! Owns: every tunable of a session, with defaults suitable for WAN paths. Must not touch:
+//! runtime state.
+
+use crate::cc::CcAlgorithm;
+use crate::sched::SchedulerKind;
+use std::time::Duration;
+
+/// Tunables of a session. `Config::default()` is a good start.
+#[derive(Debug, Clone)]
+pub struct Config {
+    /// Largest UDP payload the session emits (1500-byte MTU minus IPv4 and UDP headers).
+    pub max_datagram_size: usize,
+    /// Bytes reserved at the end of every packet for the AEAD tag.
+    pub tag_len: usize,
+    /// RTT assumed before a path's first sample.
+    pub initial_rtt: Duration,
+    /// Longest the receiver delays an acknowledgement.
+    pub max_ack_delay: Duration,
+    /// Acknowledge at once after this many ack-eliciting packets.
+    pub ack_eliciting_threshold: u32,
+    /// Initial congestion window in packets.
+    pub initial_window_packets: u64,
+    /// Congestion controller for every path.
+    pub cc: CcAlgorithm,
+    /// Packet scheduler.
+    pub scheduler: SchedulerKind,
+    /// Receive window granted per stream.
+    pub stream_window: u64,
+    /// Receive window granted for the whole session.
+    pub session_window: u64,
+    /// Streams the peer may open at once.
+    pub max_streams: u64,
+    /// Bytes an application may buffer per stream before writes are refused.
+    pub send_buffer: u64,
+    /// Largest DATAGRAM payload accepted from the peer (0 disables datagrams).
+    pub max_datagram_payload: usize,
+    /// Received datagrams kept for the application before the oldest is dropped.
+    pub datagram_queue: usize,
+    /// The session ends when no packet arrived on any path for this long.
+    pub idle_timeout: Duration,
+    /// A path that sent nothing for this long sends a PING (keeps paths and NAT bindings up).
+    pub keepalive: Duration,
+    /// Upper bound of the probe timeout after backoff.
+    pub max_pto: Duration,
+    /// On an unvalidated path, send at most this many times the bytes received on it.
+    pub amplification_factor: u64,
+    /// Most paths at once.
+    pub max_paths: usize,
+    /// Seed for this session's random choices (challenge tokens).
+    pub seed: u64,
+}
+
+impl Default for Config {
+    fn default() -> Self {
+        Config {
+            max_datagram_size: 1472,
+            tag_len: 16,
+            initial_rtt: Duration::from_millis(333),
+            max_ack_delay: Duration::from_millis(25),
+            ack_eliciting_threshold: 2,
+            initial_window_packets: 10,
+            cc: CcAlgorithm::Cubic,
+            scheduler: SchedulerKind::MinRtt,
+            stream_window: 16 << 20,
+            session_window: 32 << 20,
+            max_streams: 1024,
+            send_buffer: 4 << 20,
+            max_datagram_payload: 1400,
+            datagram_queue: 1024,
+            idle_timeout: Duration::from_secs(30),
+            keepalive: Duration::from_secs(5),
+            max_pto: Duration::from_secs(2),
+            amplification_factor: 1,
+            max_paths: 8,
+            seed: 0,
+        }
+    }
+}

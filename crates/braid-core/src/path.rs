@@ -1,0 +1,616 @@
+//! One path of a session: its packet-number space, loss recovery, RTT, congestion
+//! controller, pacer and acknowledgement state.
+//!
+//! Owns: everything that is per path (RFC 9002 recovery applied to one path, the
+//! delivery-rate sampler, the receive-side ACK state, validation tokens, statistics).
+//! Must not touch: streams, flow control or other paths. Packets declared acknowledged or
+//! lost are handed back to the session, which decides what their frames mean; that is how a
+//! lost frame can be resent on any path.
+
+use crate::cc::{AckEvent, CcAlgorithm, CongestionController, LossEvent, RateSample};
+use crate::config::Config;
+use crate::pacer::Pacer;
+use crate::ranges::RangeSet;
+use crate::rtt::RttEstimator;
+use crate::sched::{PathId, PathInfo};
+use crate::stream::StreamId;
+use crate::time::Instant;
+use crate::wire::{AckFrame, PathState};
+use smallvec::SmallVec;
+use std::collections::VecDeque;
+use std::time::Duration;
+
+/// Packet-number reordering threshold (RFC 9002 §6.1.1).
+const PACKET_THRESHOLD: u64 = 3;
+/// Most ranges in one ACK frame, and most kept in the receive history.
+pub(crate) const MAX_ACK_RANGES: usize = 32;
+const MAX_RECV_RANGES: usize = 256;
+
+/// A frame remembered in a sent packet, to act on when the packet is acked or lost.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum SentFrame {
+    Stream {
+        id: StreamId,
+        off: u64,
+        len: u32,
+        fin: bool,
+    },
+    Ack {
+        path: PathId,
+        largest: u64,
+    },
+    MaxData,
+    MaxStreamData(StreamId),
+    MaxStreams,
+    ResetStream(StreamId),
+    StopSending(StreamId),
+    PathStatus(PathId),
+    PathAbandon(PathId),
+    Hello,
+}
+
+/// A packet in flight (or an ack-only packet awaiting its fate).
+#[derive(Debug, Clone)]
+pub(crate) struct SentPacket {
+    pub time_sent: Instant,
+    pub size: u32,
+    pub ack_eliciting: bool,
+    pub in_flight: bool,
+    pub frames: SmallVec<[SentFrame; 3]>,
+    delivered: u64,
+    delivered_time: Instant,
+    first_sent_time: Instant,
+    is_app_limited: bool,
+    /// Its stream data was already queued on other paths after a probe timeout.
+    pub reinjected: bool,
+}
+
+/// Counters of one path, for reports.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct PathStats {
+    /// Packets sent.
+    pub packets_sent: u64,
+    /// UDP payload bytes sent.
+    pub bytes_sent: u64,
+    /// Packets received.
+    pub packets_received: u64,
+    /// UDP payload bytes received.
+    pub bytes_received: u64,
+    /// Packets declared lost.
+    pub packets_lost: u64,
+    /// Stream bytes sent that had been sent before (on any path).
+    pub retransmitted_bytes: u64,
+    /// Stream bytes sent for the first time.
+    pub stream_bytes_sent: u64,
+    /// Probe timeouts.
+    pub ptos: u64,
+    /// Congestion window now.
+    pub cwnd: u64,
+    /// Smoothed RTT now, microseconds.
+    pub srtt_us: u64,
+}
+
+/// One path.
+#[derive(Debug)]
+pub struct Path {
+    /// Identifier.
+    pub id: PathId,
+    /// How we want this path used.
+    pub local_state: PathState,
+    /// How the peer asked us to use it.
+    pub peer_state: PathState,
+    pub(crate) status_seq: u64,
+    pub(crate) peer_status_seq: u64,
+    /// We received the answer to our challenge on this path.
+    pub validated: bool,
+    pub(crate) challenge: Option<[u8; 8]>,
+    pub(crate) challenge_due: bool,
+    pub(crate) challenge_sent: Option<Instant>,
+    pub(crate) response_due: Option<[u8; 8]>,
+    /// No longer used, by us or by the peer.
+    pub abandoned: bool,
+    pub(crate) rtt: RttEstimator,
+    pub(crate) cc: Box<dyn CongestionController>,
+    pacer: Pacer,
+    mss: u64,
+    pub(crate) next_pn: u64,
+    sent: VecDeque<Option<SentPacket>>,
+    sent_base: u64,
+    pub(crate) in_flight: u64,
+    ack_eliciting_in_flight: u64,
+    largest_acked: Option<u64>,
+    loss_time: Option<Instant>,
+    pub(crate) pto_count: u32,
+    last_ack_eliciting_sent: Option<Instant>,
+    delivered: u64,
+    delivered_time: Instant,
+    first_sent_time: Instant,
+    app_limited_until: u64,
+    // Receive side.
+    recv_pns: RangeSet,
+    recv_floor: u64,
+    ack_floor: u64,
+    largest_recv: Option<(u64, Instant)>,
+    ack_eliciting_unacked: u32,
+    ack_deadline: Option<Instant>,
+    ack_immediate: bool,
+    ack_pending: bool,
+    pub(crate) last_recv: Instant,
+    pub(crate) last_sent: Instant,
+    pub(crate) bytes_received_unvalidated: u64,
+    pub(crate) bytes_sent_unvalidated: u64,
+    pub(crate) probes_due: u32,
+    pub(crate) stats: PathStats,
+}
+
+impl Path {
+    pub(crate) fn new(id: PathId, cfg: &Config, cc: CcAlgorithm, now: Instant) -> Self {
+        let mss = cfg.max_datagram_size as u64;
+        let iw = cfg.initial_window_packets * mss;
+        Path {
+            id,
+            local_state: PathState::Active,
+            peer_state: PathState::Active,
+            status_seq: 0,
+            peer_status_seq: 0,
+            validated: false,
+            challenge: None,
+            challenge_due: false,
+            challenge_sent: None,
+            response_due: None,
+            abandoned: false,
+            rtt: RttEstimator::new(cfg.initial_rtt),
+            cc: cc.build(mss, iw, now),
+            pacer: Pacer::new(iw, now),
+            mss,
+            next_pn: 0,
+            sent: VecDeque::new(),
+            sent_base: 0,
+            in_flight: 0,
+            ack_eliciting_in_flight: 0,
+            largest_acked: None,
+            loss_time: None,
+            pto_count: 0,
+            last_ack_eliciting_sent: None,
+            delivered: 0,
+            delivered_time: now,
+            first_sent_time: now,
+            app_limited_until: 0,
+            recv_pns: RangeSet::new(),
+            recv_floor: 0,
+            ack_floor: 0,
+            largest_recv: None,
+            ack_eliciting_unacked: 0,
+            ack_deadline: None,
+            ack_immediate: false,
+            ack_pending: false,
+            last_recv: now,
+            last_sent: now,
+            bytes_received_unvalidated: 0,
+            bytes_sent_unvalidated: 0,
+            probes_due: 0,
+            stats: PathStats::default(),
+        }
+    }
+
+    /// The stricter of our state and the peer's request.
+    pub fn state(&self) -> PathState {
+        use PathState::*;
+        match (self.local_state, self.peer_state) {
+            (Frozen, _) | (_, Frozen) => Frozen,
+            (Standby, _) | (_, Standby) => Standby,
+            _ => Active,
+        }
+    }
+
+    /// Validated and not abandoned.
+    pub fn usable(&self) -> bool {
+        self.validated && !self.abandoned
+    }
+
+    /// Room in the congestion window for another packet.
+    pub(crate) fn window_open(&self) -> bool {
+        self.in_flight < self.cc.window()
+    }
+
+    /// When the pacer lets a full packet leave.
+    pub(crate) fn pacer_ready_at(&self, now: Instant) -> Instant {
+        self.pacer.ready_at(now, self.mss)
+    }
+
+    /// A read-only view for schedulers.
+    pub(crate) fn info(&self, now: Instant) -> PathInfo {
+        PathInfo {
+            id: self.id,
+            state: self.state(),
+            usable: self.usable(),
+            potentially_failed: self.pto_count > 0,
+            srtt: self.rtt.smoothed(),
+            min_rtt: self.rtt.min(),
+            rttvar: self.rtt.var(),
+            cwnd: self.cc.window(),
+            in_flight: self.in_flight,
+            pacing_rate: self.cc.pacing_rate(&self.rtt),
+            send_ready: self.window_open() && self.pacer_ready_at(now) <= now,
+        }
+    }
+
+    /// Statistics, with the current window and RTT filled in.
+    pub fn stats(&self) -> PathStats {
+        let mut s = self.stats;
+        s.cwnd = self.cc.window();
+        s.srtt_us = self.rtt.smoothed().as_micros() as u64;
+        s
+    }
+
+    // ---- sending ----------------------------------------------------------------------
+
+    /// Record a packet just sent.
+    pub(crate) fn on_sent(
+        &mut self,
+        now: Instant,
+        size: usize,
+        ack_eliciting: bool,
+        frames: SmallVec<[SentFrame; 3]>,
+    ) {
+        let in_flight = ack_eliciting;
+        if self.in_flight == 0 {
+            self.first_sent_time = now;
+            self.delivered_time = now;
+        }
+        let pkt = SentPacket {
+            time_sent: now,
+            size: size as u32,
+            ack_eliciting,
+            in_flight,
+            frames,
+            delivered: self.delivered,
+            delivered_time: self.delivered_time,
+            first_sent_time: self.first_sent_time,
+            is_app_limited: self.app_limited_until > self.delivered,
+            reinjected: false,
+        };
+        if self.sent.is_empty() {
+            self.sent_base = self.next_pn;
+        }
+        self.sent.push_back(Some(pkt));
+        self.next_pn += 1;
+        self.last_sent = now;
+        self.stats.packets_sent += 1;
+        self.stats.bytes_sent += size as u64;
+        if !self.validated {
+            self.bytes_sent_unvalidated += size as u64;
+        }
+        if in_flight {
+            self.in_flight += size as u64;
+            self.ack_eliciting_in_flight += 1;
+            self.last_ack_eliciting_sent = Some(now);
+            self.pacer.on_sent(now, size as u64);
+            self.cc.on_sent(now, size as u64, self.in_flight);
+        }
+    }
+
+    /// The sender had nothing to send while this path had window space.
+    pub(crate) fn mark_app_limited(&mut self) {
+        self.app_limited_until = (self.delivered + self.in_flight).max(1);
+    }
+
+    // ---- acknowledgements received ----------------------------------------------------
+
+    /// Process an ACK frame for this path. Acknowledged packets go to `acked`, packets
+    /// declared lost to `lost`.
+    pub(crate) fn on_ack_frame(
+        &mut self,
+        now: Instant,
+        ack: &AckFrame<'_>,
+        max_ack_delay: Duration,
+        acked: &mut Vec<SentPacket>,
+        lost: &mut Vec<SentPacket>,
+    ) {
+        let first_acked = acked.len();
+        let prior_in_flight = self.in_flight;
+        let end = self.sent_base + self.sent.len() as u64;
+        let mut newest: Option<(u64, Instant, bool)> = None;
+        let mut rs_prior_delivered = 0u64;
+        let mut rs_prior_time = None;
+        let mut rs_app_limited = false;
+        let mut rs_send_elapsed = Duration::ZERO;
+        for r in ack.ranges() {
+            let lo = r.start.max(self.sent_base);
+            let hi = r.end.min(end);
+            for pn in lo..hi {
+                let idx = (pn - self.sent_base) as usize;
+                let Some(pkt) = self.sent[idx].take() else {
+                    continue;
+                };
+                if newest.is_none_or(|(n, _, _)| pn > n) {
+                    newest = Some((pn, pkt.time_sent, pkt.ack_eliciting));
+                }
+                if pkt.in_flight {
+                    self.in_flight -= pkt.size as u64;
+                    self.ack_eliciting_in_flight -= 1;
+                    self.delivered += pkt.size as u64;
+                    self.delivered_time = now;
+                    if pkt.delivered >= rs_prior_delivered {
+                        rs_prior_delivered = pkt.delivered;
+                        rs_prior_time = Some(pkt.delivered_time);
+                        rs_app_limited = pkt.is_app_limited;
+                        rs_send_elapsed = pkt.time_sent - pkt.first_sent_time;
+                        self.first_sent_time = pkt.time_sent;
+                    }
+                }
+                acked.push(pkt);
+            }
+        }
+        let Some((largest_new, largest_sent, eliciting)) = newest else {
+            return;
+        };
+        self.largest_acked = Some(
+            self.largest_acked
+                .map_or(largest_new, |l| l.max(largest_new)),
+        );
+        let mut rtt_sample = None;
+        if largest_new == ack.largest && eliciting {
+            let sample = now - largest_sent;
+            let delay = Duration::from_micros(ack.ack_delay_us).min(max_ack_delay);
+            self.rtt.update(sample, delay);
+            rtt_sample = Some(sample);
+        }
+        self.pto_count = 0;
+        self.pop_front();
+
+        // Delivery-rate sample.
+        let mut rate = RateSample {
+            delivered: self.delivered,
+            prior_delivered: rs_prior_delivered,
+            is_app_limited: rs_app_limited,
+            delivery_rate: 0.0,
+        };
+        if let Some(prior_time) = rs_prior_time {
+            let ack_elapsed = self.delivered_time - prior_time;
+            let interval = rs_send_elapsed.max(ack_elapsed);
+            let bytes = self.delivered - rs_prior_delivered;
+            if interval >= self.rtt.min() / 2 && !interval.is_zero() {
+                rate.delivery_rate = bytes as f64 / interval.as_secs_f64();
+            }
+        }
+        if self.app_limited_until != 0 && self.delivered > self.app_limited_until {
+            self.app_limited_until = 0;
+        }
+        let acked_bytes: u64 = acked[first_acked..]
+            .iter()
+            .filter(|p| p.in_flight)
+            .map(|p| p.size as u64)
+            .sum();
+
+        self.detect_lost(now, lost);
+        if acked_bytes > 0 {
+            self.cc.on_ack(&AckEvent {
+                now,
+                acked_bytes,
+                largest_acked_sent: largest_sent,
+                prior_in_flight,
+                in_flight: self.in_flight,
+                rtt: &self.rtt,
+                rtt_sample,
+                rate,
+            });
+        }
+        self.refresh_pacer(now);
+    }
+
+    fn refresh_pacer(&mut self, now: Instant) {
+        let cwnd = self.cc.window();
+        let burst = cwnd.clamp(2 * self.mss, 10 * self.mss);
+        self.pacer.set(now, self.cc.pacing_rate(&self.rtt), burst);
+    }
+
+    fn pop_front(&mut self) {
+        while matches!(self.sent.front(), Some(None)) {
+            self.sent.pop_front();
+            self.sent_base += 1;
+        }
+    }
+
+    /// Declare lost what the packet and time thresholds say is lost.
+    pub(crate) fn detect_lost(&mut self, now: Instant, lost: &mut Vec<SentPacket>) {
+        self.loss_time = None;
+        let Some(largest) = self.largest_acked else {
+            return;
+        };
+        let loss_delay = self.rtt.loss_delay();
+        let first_lost = lost.len();
+        for idx in 0..self.sent.len() {
+            let pn = self.sent_base + idx as u64;
+            if pn >= largest {
+                break;
+            }
+            let Some(pkt) = &self.sent[idx] else { continue };
+            let deadline = pkt.time_sent + loss_delay;
+            if largest - pn >= PACKET_THRESHOLD || deadline <= now {
+                if let Some(p) = self.sent[idx].take() {
+                    lost.push(p);
+                }
+            } else {
+                self.loss_time = Some(deadline);
+                break;
+            }
+        }
+        self.pop_front();
+        self.on_lost(now, first_lost, lost);
+    }
+
+    fn on_lost(&mut self, now: Instant, first: usize, lost: &[SentPacket]) {
+        let lost = &lost[first..];
+        let mut bytes = 0;
+        let mut newest = None;
+        let mut oldest = None;
+        for p in lost.iter().filter(|p| p.in_flight) {
+            self.in_flight -= p.size as u64;
+            self.ack_eliciting_in_flight -= 1;
+            bytes += p.size as u64;
+            newest = Some(newest.map_or(p.time_sent, |t: Instant| t.max(p.time_sent)));
+            oldest = Some(oldest.map_or(p.time_sent, |t: Instant| t.min(p.time_sent)));
+        }
+        self.stats.packets_lost += lost.len() as u64;
+        if let (Some(newest), Some(oldest)) = (newest, oldest) {
+            let pc = (self.rtt.smoothed()
+                + (self.rtt.var() * 4).max(Duration::from_millis(1))
+                + Duration::from_millis(25))
+                * 3;
+            let persistent = self.rtt.has_sample() && newest - oldest > pc;
+            self.cc.on_loss(&LossEvent {
+                now,
+                lost_bytes: bytes,
+                largest_lost_sent: newest,
+                persistent,
+                in_flight: self.in_flight,
+            });
+            self.refresh_pacer(now);
+        }
+    }
+
+    /// Every packet still in flight is given up (the path is abandoned).
+    pub(crate) fn drain_all(&mut self, out: &mut Vec<SentPacket>) {
+        for p in self.sent.drain(..).flatten() {
+            out.push(p);
+        }
+        self.sent_base = self.next_pn;
+        self.in_flight = 0;
+        self.ack_eliciting_in_flight = 0;
+        self.loss_time = None;
+    }
+
+    /// Packets in flight whose stream data has not been reinjected yet; marks them.
+    pub(crate) fn take_for_reinjection(&mut self, out: &mut Vec<SentFrame>) {
+        for p in self.sent.iter_mut().flatten() {
+            if p.in_flight && !p.reinjected {
+                p.reinjected = true;
+                out.extend(p.frames.iter().copied());
+            }
+        }
+    }
+
+    /// The loss-detection timer: the time-threshold deadline, or the probe timeout.
+    pub(crate) fn loss_timer(&self, cfg: &Config) -> Option<Instant> {
+        if let Some(t) = self.loss_time {
+            return Some(t);
+        }
+        if self.ack_eliciting_in_flight == 0 {
+            return None;
+        }
+        Some(self.last_ack_eliciting_sent? + self.pto_duration(cfg))
+    }
+
+    pub(crate) fn pto_duration(&self, cfg: &Config) -> Duration {
+        let base = self.rtt.pto_base(cfg.max_ack_delay);
+        let backed = base.saturating_mul(1u32 << self.pto_count.min(16));
+        backed.min(cfg.max_pto.max(base))
+    }
+
+    /// The loss-detection timer fired. Returns true when it was a probe timeout.
+    pub(crate) fn on_loss_timer(&mut self, now: Instant, lost: &mut Vec<SentPacket>) -> bool {
+        if self.loss_time.is_some_and(|t| t <= now) {
+            self.detect_lost(now, lost);
+            return false;
+        }
+        self.pto_count += 1;
+        self.stats.ptos += 1;
+        self.probes_due = 2;
+        true
+    }
+
+    // ---- packets received -------------------------------------------------------------
+
+    /// Record a received packet number. Returns false for a duplicate (drop the packet).
+    pub(crate) fn on_received(
+        &mut self,
+        now: Instant,
+        pn: u64,
+        ack_eliciting: bool,
+        cfg: &Config,
+    ) -> bool {
+        if pn < self.recv_floor || self.recv_pns.contains(pn) {
+            return false;
+        }
+        let in_order = self.largest_recv.is_none_or(|(l, _)| pn == l + 1);
+        let gap_before = self.recv_pns.last().is_some_and(|r| r.end < pn) || !in_order;
+        self.recv_pns.insert(pn..pn + 1);
+        if self.recv_pns.len() > MAX_RECV_RANGES {
+            if let Some(r) = self.recv_pns.pop_first() {
+                self.recv_floor = r.end;
+            }
+        }
+        if self.largest_recv.is_none_or(|(l, _)| pn > l) {
+            self.largest_recv = Some((pn, now));
+        }
+        self.last_recv = now;
+        self.ack_pending = true;
+        if ack_eliciting {
+            self.ack_eliciting_unacked += 1;
+            if gap_before || self.ack_eliciting_unacked >= cfg.ack_eliciting_threshold {
+                self.ack_immediate = true;
+            } else if self.ack_deadline.is_none() {
+                self.ack_deadline = Some(now + cfg.max_ack_delay);
+            }
+        }
+        true
+    }
+
+    /// An acknowledgement should be sent now.
+    pub(crate) fn ack_due(&self, now: Instant) -> bool {
+        self.ack_immediate || self.ack_deadline.is_some_and(|d| d <= now)
+    }
+
+    /// An acknowledgement could ride along with other frames.
+    pub(crate) fn ack_pending(&self) -> bool {
+        self.ack_pending
+    }
+
+    pub(crate) fn ack_deadline(&self) -> Option<Instant> {
+        if self.ack_pending {
+            self.ack_deadline
+        } else {
+            None
+        }
+    }
+
+    /// The ranges to put in an ACK frame (highest first) and the ack delay in microseconds.
+    pub(crate) fn ack_contents(
+        &self,
+        now: Instant,
+    ) -> Option<(impl Iterator<Item = std::ops::Range<u64>> + '_, u64)> {
+        let (_, t) = self.largest_recv?;
+        let floor = self.ack_floor;
+        let ranges = self
+            .recv_pns
+            .iter()
+            .rev()
+            .take_while(move |r| r.end > floor)
+            .map(move |r| r.start.max(floor)..r.end);
+        Some((ranges, (now - t).as_micros() as u64))
+    }
+
+    /// An ACK frame for this path was written.
+    pub(crate) fn on_ack_sent(&mut self) {
+        self.ack_pending = false;
+        self.ack_immediate = false;
+        self.ack_deadline = None;
+        self.ack_eliciting_unacked = 0;
+    }
+
+    /// The peer received our ACK frame reporting up to `largest`: later ACK frames need
+    /// not repeat anything below it (the duplicate filter still remembers them).
+    pub(crate) fn on_ack_acked(&mut self, largest: u64) {
+        // Keep `largest` itself so an ACK frame is never empty.
+        self.ack_floor = self.ack_floor.max(largest);
+    }
+
+    pub(crate) fn record_received_bytes(&mut self, n: usize) {
+        self.stats.packets_received += 1;
+        self.stats.bytes_received += n as u64;
+        if !self.validated {
+            self.bytes_received_unvalidated += n as u64;
+        }
+    }
+}

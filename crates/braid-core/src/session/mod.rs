@@ -1,0 +1,734 @@
+//! A session between two endpoints over 1 to 8 paths: the public face of the core.
+//!
+//! Owns: the set of paths, the streams and their connection-level flow control, datagram
+//! queues, control frames waiting to be sent, the timer table and application events.
+//! Must not touch: sockets, clocks or global randomness — every input carries `now`, every
+//! output is a datagram tagged with its path (`poll_transmit`) or a deadline
+//! (`poll_timeout`). The simulator and the network driver drive this same type.
+//!
+//! Inputs: [`Session::handle_datagram`], [`Session::handle_timeout`] and the application
+//! calls (streams, datagrams, paths). Outputs: [`Session::poll_transmit`],
+//! [`Session::poll_timeout`], [`Session::poll_event`].
+
+mod recv;
+mod send;
+mod timers;
+
+use crate::config::Config;
+use crate::path::{Path, PathStats, SentFrame, SentPacket};
+use crate::rng::Rng;
+use crate::sched::{PathId, PathInfo, Scheduler};
+use crate::stream::{initiated_by_client, RecvStream, SendStream, StreamError, StreamId};
+use crate::time::Instant;
+use crate::wire::{HelloParams, PathState};
+use bytes::Bytes;
+use std::collections::{BTreeMap, BTreeSet, VecDeque};
+use timers::TimerTable;
+
+/// Which end of the session this is.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Side {
+    /// Opens the session and numbers the paths (the agent).
+    Client,
+    /// Accepts sessions (the server proxy).
+    Server,
+}
+
+/// Why a session ended.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum SessionError {
+    /// No packet arrived on any path for the idle timeout.
+    #[error("no path has been usable for {0:?}; the session timed out")]
+    TimedOut(std::time::Duration),
+    /// The peer closed the session.
+    #[error("peer closed the session (code {code}): {reason}")]
+    PeerClosed { code: u64, reason: String },
+    /// This end closed the session.
+    #[error("session closed locally (code {code}): {reason}")]
+    LocallyClosed { code: u64, reason: String },
+    /// The peer broke the protocol; the session was closed.
+    #[error("protocol violation by the peer: {0}")]
+    ProtocolViolation(String),
+}
+
+/// Error codes carried in CLOSE frames.
+pub mod close_code {
+    /// Orderly close.
+    pub const NO_ERROR: u64 = 0;
+    /// Malformed frame or forbidden value.
+    pub const PROTOCOL_VIOLATION: u64 = 1;
+    /// Flow-control limit exceeded.
+    pub const FLOW_CONTROL: u64 = 2;
+    /// Too many streams opened.
+    pub const STREAM_LIMIT: u64 = 3;
+    /// Idle timeout.
+    pub const TIMEOUT: u64 = 4;
+}
+
+/// Something the application should know.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Event {
+    /// The handshake completed; streams may be opened.
+    Established,
+    /// A path passed validation and may carry data.
+    PathValidated(PathId),
+    /// A path was abandoned (by either end).
+    PathClosed(PathId),
+    /// The peer opened a stream.
+    StreamOpened(StreamId),
+    /// Data (or the end of the stream) can be read.
+    StreamReadable(StreamId),
+    /// A stream that refused writes accepts them again.
+    StreamWritable(StreamId),
+    /// Everything written on a finished stream was acknowledged.
+    StreamSent(StreamId),
+    /// The peer reset its sending side.
+    StreamReset { id: StreamId, code: u64 },
+    /// The peer asked us to stop sending.
+    StreamStopped { id: StreamId, code: u64 },
+    /// A datagram arrived.
+    DatagramReceived,
+    /// The session ended.
+    Closed(SessionError),
+}
+
+/// A datagram to send: `len` bytes of the caller's buffer, on `path`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Transmit {
+    /// Path to send on.
+    pub path: PathId,
+    /// Bytes written into the buffer passed to `poll_transmit`.
+    pub len: usize,
+}
+
+/// Session-wide counters.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct SessionStats {
+    /// Stream bytes sent more than once (on any path).
+    pub retransmitted_bytes: u64,
+    /// Datagrams dropped because the queue was full or the payload too big.
+    pub datagrams_dropped: u64,
+    /// Packets that could not be parsed and were dropped.
+    pub malformed_packets: u64,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum State {
+    Handshaking,
+    Established,
+    /// CLOSE must still be sent on each path.
+    Closing,
+    Closed,
+}
+
+#[derive(Debug)]
+struct StreamState {
+    send: SendStream,
+    recv: RecvStream,
+    queued: bool,
+    blocked_write: bool,
+    readable_signalled: bool,
+    sent_signalled: bool,
+}
+
+/// Control frames waiting for a packet.
+#[derive(Debug, Default)]
+struct Pending {
+    hello: bool,
+    max_data: bool,
+    max_streams: bool,
+    max_stream_data: BTreeSet<StreamId>,
+    reset_stream: BTreeSet<StreamId>,
+    stop_sending: BTreeSet<StreamId>,
+    path_status: BTreeSet<PathId>,
+    path_abandon: BTreeSet<PathId>,
+}
+
+impl Pending {
+    fn any(&self) -> bool {
+        self.hello
+            || self.max_data
+            || self.max_streams
+            || !self.max_stream_data.is_empty()
+            || !self.reset_stream.is_empty()
+            || !self.stop_sending.is_empty()
+            || !self.path_status.is_empty()
+            || !self.path_abandon.is_empty()
+    }
+}
+
+/// One multipath session.
+#[derive(Debug)]
+pub struct Session {
+    side: Side,
+    cfg: Config,
+    id: u64,
+    state: State,
+    error: Option<SessionError>,
+    close_frame: Option<(u64, String)>,
+    close_sent_on: BTreeSet<PathId>,
+    paths: BTreeMap<PathId, Path>,
+    sched: Box<dyn Scheduler>,
+    rng: Rng,
+    streams: BTreeMap<StreamId, StreamState>,
+    send_queue: VecDeque<StreamId>,
+    next_local_stream: u64,
+    next_peer_stream: u64,
+    local_max_streams: u64,
+    peer_max_streams: u64,
+    peer_params: Option<HelloParams>,
+    // Connection flow control.
+    peer_max_data: u64,
+    sent_new_data: u64,
+    local_max_data: u64,
+    received_data: u64,
+    consumed_data: u64,
+    datagrams_out: VecDeque<Bytes>,
+    datagrams_in: VecDeque<Bytes>,
+    pending: Pending,
+    events: VecDeque<Event>,
+    timers: TimerTable,
+    last_recv: Instant,
+    stats: SessionStats,
+    // Scratch space reused across calls.
+    scratch_acked: Vec<SentPacket>,
+    scratch_lost: Vec<SentPacket>,
+    scratch_infos: Vec<PathInfo>,
+}
+
+impl Session {
+    fn new(side: Side, cfg: Config, id: u64, now: Instant) -> Session {
+        let sched = cfg.scheduler.build();
+        let rng = Rng::new(cfg.seed ^ id ^ if side == Side::Client { 0 } else { 0x5555 });
+        Session {
+            side,
+            id,
+            state: State::Handshaking,
+            error: None,
+            close_frame: None,
+            close_sent_on: BTreeSet::new(),
+            paths: BTreeMap::new(),
+            sched,
+            rng,
+            streams: BTreeMap::new(),
+            send_queue: VecDeque::new(),
+            next_local_stream: 0,
+            next_peer_stream: 0,
+            local_max_streams: cfg.max_streams,
+            peer_max_streams: 0,
+            peer_params: None,
+            peer_max_data: 0,
+            sent_new_data: 0,
+            local_max_data: cfg.session_window,
+            received_data: 0,
+            consumed_data: 0,
+            datagrams_out: VecDeque::new(),
+            datagrams_in: VecDeque::new(),
+            pending: Pending::default(),
+            events: VecDeque::new(),
+            timers: TimerTable::default(),
+            last_recv: now,
+            stats: SessionStats::default(),
+            scratch_acked: Vec::new(),
+            scratch_lost: Vec::new(),
+            scratch_infos: Vec::new(),
+            cfg,
+        }
+    }
+
+    /// Open a session as the client, sending the handshake on `first_path`.
+    pub fn connect(cfg: Config, now: Instant, session_id: u64, first_path: PathId) -> Session {
+        let mut s = Session::new(Side::Client, cfg, session_id, now);
+        s.pending.hello = true;
+        s.insert_path(now, first_path);
+        s.update_timers(now);
+        s
+    }
+
+    /// Accept a session as the server. The first datagram received for a new session id
+    /// must be handed to [`Session::handle_datagram`] right after this.
+    pub fn accept(cfg: Config, now: Instant, session_id: u64) -> Session {
+        Session::new(Side::Server, cfg, session_id, now)
+    }
+
+    /// The session id carried in every packet header.
+    pub fn id(&self) -> u64 {
+        self.id
+    }
+
+    /// Client or server.
+    pub fn side(&self) -> Side {
+        self.side
+    }
+
+    /// The configuration this session runs with.
+    pub fn config(&self) -> &Config {
+        &self.cfg
+    }
+
+    /// True once the handshake completed and until the session closes.
+    pub fn is_established(&self) -> bool {
+        self.state == State::Established
+    }
+
+    /// True once the session ended (for any reason).
+    pub fn is_closed(&self) -> bool {
+        matches!(self.state, State::Closed | State::Closing)
+    }
+
+    /// Why the session ended, once it did.
+    pub fn error(&self) -> Option<&SessionError> {
+        self.error.as_ref()
+    }
+
+    /// Next thing the application should know about.
+    pub fn poll_event(&mut self) -> Option<Event> {
+        self.events.pop_front()
+    }
+
+    /// Counters.
+    pub fn stats(&self) -> SessionStats {
+        let mut s = self.stats;
+        s.retransmitted_bytes = self
+            .paths
+            .values()
+            .map(|p| p.stats.retransmitted_bytes)
+            .sum();
+        s
+    }
+
+    // ---- paths --------------------------------------------------------------------------
+
+    fn insert_path(&mut self, now: Instant, id: PathId) -> &mut Path {
+        let mut p = Path::new(id, &self.cfg, self.cfg.cc, now);
+        if self.side == Side::Client {
+            let mut token = [0u8; 8];
+            self.rng.fill(&mut token);
+            p.challenge = Some(token);
+            p.challenge_due = true;
+        }
+        self.paths.insert(id, p);
+        self.paths.get_mut(&id).expect("just inserted")
+    }
+
+    /// Add a path (client only). It is validated by challenge and response before carrying
+    /// data. Fails if the id is in use or the session has `max_paths` paths.
+    pub fn add_path(&mut self, now: Instant, id: PathId) -> Result<(), PathError> {
+        if self.side != Side::Client {
+            return Err(PathError::NotClient);
+        }
+        if self.paths.get(&id).is_some_and(|p| !p.abandoned) {
+            return Err(PathError::InUse(id));
+        }
+        if self.live_paths() >= self.cfg.max_paths {
+            return Err(PathError::TooMany(self.cfg.max_paths));
+        }
+        self.insert_path(now, id);
+        self.update_timers(now);
+        Ok(())
+    }
+
+    fn live_paths(&self) -> usize {
+        self.paths.values().filter(|p| !p.abandoned).count()
+    }
+
+    /// Stop using a path for good; its data in flight is resent on the other paths.
+    pub fn remove_path(&mut self, now: Instant, id: PathId) -> Result<(), PathError> {
+        match self.paths.get(&id) {
+            Some(p) if !p.abandoned => {}
+            _ => return Err(PathError::Unknown(id)),
+        }
+        self.abandon_path(now, id);
+        self.pending.path_abandon.insert(id);
+        self.update_timers(now);
+        Ok(())
+    }
+
+    fn abandon_path(&mut self, now: Instant, id: PathId) {
+        let mut lost = std::mem::take(&mut self.scratch_lost);
+        if let Some(p) = self.paths.get_mut(&id) {
+            if p.abandoned {
+                return;
+            }
+            p.abandoned = true;
+            p.drain_all(&mut lost);
+            self.events.push_back(Event::PathClosed(id));
+        }
+        for pkt in lost.drain(..) {
+            self.on_frames_lost(now, &pkt.frames);
+        }
+        self.scratch_lost = lost;
+    }
+
+    /// Ask for a path to be used as active, standby or frozen; the peer is told too.
+    pub fn set_path_state(
+        &mut self,
+        now: Instant,
+        id: PathId,
+        state: PathState,
+    ) -> Result<(), PathError> {
+        let p = self
+            .paths
+            .get_mut(&id)
+            .filter(|p| !p.abandoned)
+            .ok_or(PathError::Unknown(id))?;
+        p.local_state = state;
+        p.status_seq += 1;
+        self.pending.path_status.insert(id);
+        self.update_timers(now);
+        Ok(())
+    }
+
+    /// Paths known to the session (abandoned ones included until the session ends).
+    pub fn path_ids(&self) -> Vec<PathId> {
+        self.paths.keys().copied().collect()
+    }
+
+    /// True when the path exists, passed validation and was not abandoned.
+    pub fn path_usable(&self, id: PathId) -> bool {
+        self.paths.get(&id).is_some_and(|p| p.usable())
+    }
+
+    /// Counters and current window and RTT of a path.
+    pub fn path_stats(&self, id: PathId) -> Option<PathStats> {
+        self.paths.get(&id).map(|p| p.stats())
+    }
+
+    // ---- streams ------------------------------------------------------------------------
+
+    fn stream_is_local(&self, id: StreamId) -> bool {
+        initiated_by_client(id) == (self.side == Side::Client)
+    }
+
+    fn new_stream_state(&self) -> StreamState {
+        let peer_window = self.peer_params.map_or(0, |p| p.max_stream_data);
+        StreamState {
+            send: SendStream::new(peer_window, self.cfg.send_buffer),
+            recv: RecvStream::new(self.cfg.stream_window),
+            queued: false,
+            blocked_write: false,
+            readable_signalled: false,
+            sent_signalled: false,
+        }
+    }
+
+    /// Open a new bidirectional stream.
+    pub fn open_stream(&mut self) -> Result<StreamId, StreamError> {
+        if self.state != State::Established || self.next_local_stream >= self.peer_max_streams {
+            return Err(StreamError::Limit);
+        }
+        let bit = if self.side == Side::Client { 0 } else { 1 };
+        let id = self.next_local_stream * 2 + bit;
+        self.next_local_stream += 1;
+        let st = self.new_stream_state();
+        self.streams.insert(id, st);
+        Ok(id)
+    }
+
+    /// Buffer application data on a stream; returns how many bytes were taken (0 when the
+    /// buffer is full: a `StreamWritable` event follows when there is room again).
+    pub fn stream_write(&mut self, id: StreamId, data: &[u8]) -> Result<usize, StreamError> {
+        let st = self.streams.get_mut(&id).ok_or(StreamError::Unknown(id))?;
+        if let Some(code) = st.send.stopped {
+            return Err(StreamError::Stopped { id, code });
+        }
+        if st.send.fin || st.send.reset.is_some() {
+            return Err(StreamError::Closed(id));
+        }
+        let n = st.send.write(data);
+        if n < data.len() {
+            st.blocked_write = true;
+        }
+        if n > 0 && !st.queued {
+            st.queued = true;
+            self.send_queue.push_back(id);
+        }
+        Ok(n)
+    }
+
+    /// Bytes `stream_write` would accept now.
+    pub fn stream_writable(&self, id: StreamId) -> Result<u64, StreamError> {
+        let st = self.streams.get(&id).ok_or(StreamError::Unknown(id))?;
+        Ok(st.send.writable())
+    }
+
+    /// Finish the sending side: the peer reads the end of the stream after the data.
+    pub fn stream_finish(&mut self, id: StreamId) -> Result<(), StreamError> {
+        let st = self.streams.get_mut(&id).ok_or(StreamError::Unknown(id))?;
+        if st.send.reset.is_some() {
+            return Err(StreamError::Closed(id));
+        }
+        st.send.finish();
+        if !st.queued {
+            st.queued = true;
+            self.send_queue.push_back(id);
+        }
+        Ok(())
+    }
+
+    /// Abandon the sending side with an application error code.
+    pub fn stream_reset(&mut self, id: StreamId, code: u64) -> Result<(), StreamError> {
+        let st = self.streams.get_mut(&id).ok_or(StreamError::Unknown(id))?;
+        if st.send.reset.is_some() || st.send.fin_acked {
+            return Ok(());
+        }
+        st.send.reset = Some(code);
+        let final_size = st
+            .send
+            .next_new
+            .max(st.send.retransmit.last().map_or(0, |r| r.end));
+        st.send.next_new = final_size;
+        st.send.discard();
+        self.pending.reset_stream.insert(id);
+        self.gc_stream(id);
+        Ok(())
+    }
+
+    /// Ask the peer to stop sending on a stream; data still arriving is discarded.
+    pub fn stream_stop(&mut self, id: StreamId, code: u64) -> Result<(), StreamError> {
+        let st = self.streams.get_mut(&id).ok_or(StreamError::Unknown(id))?;
+        if st.recv.stop_sending.is_none() && st.recv.final_size.is_none() {
+            st.recv.stop_sending = Some(code);
+            self.pending.stop_sending.insert(id);
+        }
+        Ok(())
+    }
+
+    /// Read up to `max` contiguous bytes. `Ok(Some(bytes))` with data, `Ok(None)` when
+    /// nothing is ready yet, `Ok(Some(empty))` once at the end of the stream.
+    pub fn stream_read(&mut self, id: StreamId, max: usize) -> Result<Option<Bytes>, StreamError> {
+        let st = self.streams.get_mut(&id).ok_or(StreamError::Unknown(id))?;
+        if let Some(code) = st.recv.reset {
+            return Err(StreamError::Reset { id, code });
+        }
+        st.readable_signalled = false;
+        if let Some(chunk) = st.recv.read_chunk(max) {
+            let n = chunk.len() as u64;
+            if let Some(max) = st.recv.window_update() {
+                let _ = max;
+                self.pending.max_stream_data.insert(id);
+            }
+            self.consumed_data += n;
+            if self.local_max_data - self.consumed_data < self.cfg.session_window / 2 {
+                self.local_max_data = self.consumed_data + self.cfg.session_window;
+                self.pending.max_data = true;
+            }
+            return Ok(Some(chunk));
+        }
+        if st.recv.take_fin() {
+            self.gc_stream(id);
+            return Ok(Some(Bytes::new()));
+        }
+        Ok(None)
+    }
+
+    /// True once the application read the end of the stream (or the stream is gone).
+    pub fn stream_is_finished(&self, id: StreamId) -> bool {
+        self.streams.get(&id).is_none_or(|s| s.recv.fin_read)
+    }
+
+    /// Forget a stream when both halves are done.
+    fn gc_stream(&mut self, id: StreamId) {
+        let done = self
+            .streams
+            .get(&id)
+            .is_some_and(|s| s.send.is_done() && (s.recv.fin_read || s.recv.reset.is_some()));
+        if done && !self.pending.reset_stream.contains(&id) {
+            self.streams.remove(&id);
+            if !self.stream_is_local(id) {
+                // Let the peer open another.
+                self.local_max_streams += 1;
+                self.pending.max_streams = true;
+            }
+        }
+    }
+
+    /// Streams currently open.
+    pub fn stream_count(&self) -> usize {
+        self.streams.len()
+    }
+
+    // ---- datagrams ----------------------------------------------------------------------
+
+    /// Queue an unreliable datagram. It is dropped (and counted) if the peer does not accept
+    /// datagrams of this size; the oldest queued datagram is dropped when the queue is full.
+    pub fn send_datagram(&mut self, data: Bytes) -> Result<(), DatagramError> {
+        let max = self.peer_params.map_or(0, |p| p.max_datagram) as usize;
+        let fits = self
+            .cfg
+            .max_datagram_size
+            .saturating_sub(self.cfg.tag_len + 19 + 1 + 8);
+        if data.len() > max.min(fits) {
+            self.stats.datagrams_dropped += 1;
+            return Err(DatagramError::TooLarge {
+                len: data.len(),
+                max: max.min(fits),
+            });
+        }
+        if self.datagrams_out.len() >= self.cfg.datagram_queue {
+            self.datagrams_out.pop_front();
+            self.stats.datagrams_dropped += 1;
+        }
+        self.datagrams_out.push_back(data);
+        Ok(())
+    }
+
+    /// Next received datagram.
+    pub fn recv_datagram(&mut self) -> Option<Bytes> {
+        self.datagrams_in.pop_front()
+    }
+
+    // ---- closing ------------------------------------------------------------------------
+
+    /// Close the session: a CLOSE frame goes out on every path, then nothing more.
+    pub fn close(&mut self, now: Instant, code: u64, reason: &str) {
+        if self.is_closed() {
+            return;
+        }
+        self.fail(
+            SessionError::LocallyClosed {
+                code,
+                reason: reason.to_string(),
+            },
+            code,
+            reason,
+        );
+        self.update_timers(now);
+    }
+
+    fn fail(&mut self, err: SessionError, code: u64, reason: &str) {
+        if self.is_closed() {
+            return;
+        }
+        self.close_frame = Some((code, reason.chars().take(200).collect()));
+        self.state = State::Closing;
+        self.events.push_back(Event::Closed(err.clone()));
+        self.error = Some(err);
+    }
+
+    fn protocol_violation(&mut self, code: u64, what: &str) {
+        self.fail(
+            SessionError::ProtocolViolation(what.to_string()),
+            code,
+            what,
+        );
+    }
+
+    // ---- frames acknowledged or lost ----------------------------------------------------
+
+    fn on_frames_acked(&mut self, frames: &[SentFrame]) {
+        for f in frames {
+            match *f {
+                SentFrame::Stream { id, off, len, fin } => {
+                    if let Some(st) = self.streams.get_mut(&id) {
+                        st.send.on_acked(off..off + len as u64, fin);
+                        if st.blocked_write && st.send.writable() > 0 {
+                            st.blocked_write = false;
+                            self.events.push_back(Event::StreamWritable(id));
+                        }
+                        if st.send.is_done() && st.send.reset.is_none() && !st.sent_signalled {
+                            st.sent_signalled = true;
+                            self.events.push_back(Event::StreamSent(id));
+                        }
+                        self.gc_stream(id);
+                    }
+                }
+                SentFrame::Ack { path, largest } => {
+                    if let Some(p) = self.paths.get_mut(&path) {
+                        p.on_ack_acked(largest);
+                    }
+                }
+                SentFrame::Hello => {}
+                _ => {}
+            }
+        }
+    }
+
+    fn on_frames_lost(&mut self, _now: Instant, frames: &[SentFrame]) {
+        for f in frames {
+            match *f {
+                SentFrame::Stream { id, off, len, fin } => {
+                    if let Some(st) = self.streams.get_mut(&id) {
+                        if st.send.on_lost(off..off + len as u64, fin) && !st.queued {
+                            st.queued = true;
+                            self.send_queue.push_back(id);
+                        }
+                    }
+                }
+                SentFrame::Ack { .. } => {}
+                SentFrame::MaxData => self.pending.max_data = true,
+                SentFrame::MaxStreams => self.pending.max_streams = true,
+                SentFrame::MaxStreamData(id) => {
+                    if self
+                        .streams
+                        .get(&id)
+                        .is_some_and(|s| s.recv.final_size.is_none())
+                    {
+                        self.pending.max_stream_data.insert(id);
+                    }
+                }
+                SentFrame::ResetStream(id) => {
+                    if self.streams.contains_key(&id) {
+                        self.pending.reset_stream.insert(id);
+                    }
+                }
+                SentFrame::StopSending(id) => {
+                    if self.streams.contains_key(&id) {
+                        self.pending.stop_sending.insert(id);
+                    }
+                }
+                SentFrame::PathStatus(p) => {
+                    self.pending.path_status.insert(p);
+                }
+                SentFrame::PathAbandon(p) => {
+                    self.pending.path_abandon.insert(p);
+                }
+                SentFrame::Hello => {
+                    if self.side == Side::Client && self.state == State::Handshaking
+                        || self.side == Side::Server
+                    {
+                        self.pending.hello = true;
+                    }
+                }
+            }
+        }
+    }
+
+    fn process_acked_and_lost(&mut self, now: Instant) {
+        let mut acked = std::mem::take(&mut self.scratch_acked);
+        let mut lost = std::mem::take(&mut self.scratch_lost);
+        for p in acked.drain(..) {
+            self.on_frames_acked(&p.frames);
+        }
+        for p in lost.drain(..) {
+            self.on_frames_lost(now, &p.frames);
+        }
+        self.scratch_acked = acked;
+        self.scratch_lost = lost;
+    }
+}
+
+/// Errors of path management.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+pub enum PathError {
+    /// Only the client adds paths.
+    #[error("only the client adds paths")]
+    NotClient,
+    /// A live path already has this id.
+    #[error("path {0} already exists")]
+    InUse(PathId),
+    /// The session already has the most paths allowed.
+    #[error("a session has at most {0} paths")]
+    TooMany(usize),
+    /// No live path with this id.
+    #[error("no path {0}")]
+    Unknown(PathId),
+}
+
+/// Errors of sending a datagram.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+pub enum DatagramError {
+    /// Larger than the peer accepts or than fits in one packet.
+    #[error("datagram of {len} bytes exceeds the limit of {max}")]
+    TooLarge { len: usize, max: usize },
+}

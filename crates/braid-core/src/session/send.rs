@@ -1,0 +1,480 @@
+//! Sending: which packet goes out next, on which path, and what it carries.
+//!
+//! Order of precedence: CLOSE while closing; probe packets after a probe timeout; path
+//! validation (with the handshake); data and control frames on the path the scheduler
+//! picks; acknowledgement-only packets on the path the scheduler names for them; keepalives.
+
+use super::{Session, Side, State};
+use crate::path::{SentFrame, MAX_ACK_RANGES};
+use crate::sched::PathId;
+use crate::time::Instant;
+use crate::wire::frame::emit;
+use crate::wire::{HelloParams, PacketHeader, PacketType, Writer};
+use smallvec::SmallVec;
+
+/// Packets carrying a PATH_CHALLENGE are padded to this size (or the datagram size).
+const CHALLENGE_PADDED: usize = 1200;
+
+struct Packet<'a> {
+    w: Writer<'a>,
+    frames: SmallVec<[SentFrame; 3]>,
+    ack_eliciting: bool,
+    pad_to: usize,
+}
+
+impl Session {
+    /// The next datagram to send, written into `buf` (at least `max_datagram_size` bytes),
+    /// or `None` when nothing may be sent now (see [`Session::poll_timeout`]).
+    pub fn poll_transmit(&mut self, now: Instant, buf: &mut [u8]) -> Option<Transmit> {
+        if buf.len() < self.cfg.max_datagram_size {
+            return None;
+        }
+        let buf = &mut buf[..self.cfg.max_datagram_size];
+        let t = match self.state {
+            State::Closed => None,
+            State::Closing => self.send_close(now, buf),
+            _ => self.send_next(now, buf),
+        };
+        if t.is_some() || self.state == State::Closed {
+            self.update_timers(now);
+        }
+        t
+    }
+
+    fn begin<'a>(&self, pid: PathId, buf: &'a mut [u8]) -> Option<Packet<'a>> {
+        let p = self.paths.get(&pid)?;
+        let end = buf.len() - self.cfg.tag_len;
+        let mut w = Writer::new(&mut buf[..end]);
+        PacketHeader {
+            ptype: PacketType::Transport,
+            session_id: self.id,
+            path_id: pid,
+            packet_number: p.next_pn,
+        }
+        .emit(&mut w)?;
+        Some(Packet {
+            w,
+            frames: SmallVec::new(),
+            ack_eliciting: false,
+            pad_to: 0,
+        })
+    }
+
+    fn finish(&mut self, now: Instant, pid: PathId, mut pkt: Packet<'_>) -> Option<Transmit> {
+        if pkt.w.pos() < pkt.pad_to {
+            let n = (pkt.pad_to - pkt.w.pos()).min(pkt.w.remaining());
+            emit::padding(&mut pkt.w, n);
+        }
+        let body = pkt.w.pos();
+        let len = body + self.cfg.tag_len;
+        let p = self.paths.get_mut(&pid)?;
+        p.on_sent(now, len, pkt.ack_eliciting, pkt.frames);
+        Some(Transmit { path: pid, len })
+    }
+
+    /// Room to send `len` more bytes on a path the server has not validated yet.
+    fn amplification_ok(&self, pid: PathId, len: usize) -> bool {
+        match self.paths.get(&pid) {
+            Some(p) if self.side == Side::Server && !p.validated => {
+                p.bytes_sent_unvalidated + len as u64
+                    <= self.cfg.amplification_factor * p.bytes_received_unvalidated
+            }
+            Some(_) => true,
+            None => false,
+        }
+    }
+
+    fn write_ack(&mut self, now: Instant, for_path: PathId, pkt: &mut Packet<'_>) {
+        let Some(p) = self.paths.get_mut(&for_path) else {
+            return;
+        };
+        if !p.ack_pending() {
+            return;
+        }
+        let Some((ranges, delay)) = p.ack_contents(now) else {
+            return;
+        };
+        if let Some(largest) = emit::ack(&mut pkt.w, for_path, ranges, delay, MAX_ACK_RANGES) {
+            pkt.frames.push(SentFrame::Ack {
+                path: for_path,
+                largest,
+            });
+            p.on_ack_sent();
+        }
+    }
+
+    fn send_close(&mut self, now: Instant, buf: &mut [u8]) -> Option<Transmit> {
+        let (code, reason) = self.close_frame.clone().unwrap_or_default();
+        let target = self
+            .paths
+            .values()
+            .filter(|p| !p.abandoned && (p.validated || p.stats.packets_received > 0))
+            .map(|p| p.id)
+            .find(|id| !self.close_sent_on.contains(id) && self.amplification_ok(*id, 64));
+        let Some(pid) = target else {
+            self.state = State::Closed;
+            return None;
+        };
+        self.close_sent_on.insert(pid);
+        let mut pkt = self.begin(pid, buf)?;
+        emit::close(&mut pkt.w, code, reason.as_bytes())?;
+        self.finish(now, pid, pkt)
+    }
+
+    fn send_next(&mut self, now: Instant, buf: &mut [u8]) -> Option<Transmit> {
+        // 1. Probes after a probe timeout, on the path that timed out.
+        if let Some(pid) = self
+            .paths
+            .values()
+            .find(|p| p.probes_due > 0 && !p.abandoned)
+            .map(|p| p.id)
+        {
+            if let Some(p) = self.paths.get_mut(&pid) {
+                p.probes_due -= 1;
+            }
+            if self.amplification_ok(pid, 64) {
+                let mut pkt = self.begin(pid, buf)?;
+                self.write_ack(now, pid, &mut pkt);
+                emit::ping(&mut pkt.w)?;
+                pkt.ack_eliciting = true;
+                return self.finish(now, pid, pkt);
+            }
+        }
+
+        // 2. Path validation, carrying the handshake.
+        if let Some(t) = self.send_validation(now, buf) {
+            return Some(t);
+        }
+        if self.state != State::Established {
+            return self.send_ack_only(now, buf);
+        }
+
+        // 3. Data and control frames where the scheduler says.
+        if self.has_data() {
+            self.refresh_infos(now);
+            if let Some(pid) = self.sched.select(now, &self.scratch_infos) {
+                if let Some(t) = self.send_data(now, pid, buf) {
+                    return Some(t);
+                }
+            }
+        } else {
+            for p in self.paths.values_mut() {
+                if p.usable() && p.window_open() {
+                    p.mark_app_limited();
+                }
+            }
+        }
+
+        // 4. Acknowledgements that cannot wait for data.
+        if let Some(t) = self.send_ack_only(now, buf) {
+            return Some(t);
+        }
+
+        // 5. Keepalives.
+        let keepalive = self.cfg.keepalive;
+        let due = self
+            .paths
+            .values()
+            .find(|p| p.usable() && now >= p.last_sent + keepalive)
+            .map(|p| p.id)?;
+        let mut pkt = self.begin(due, buf)?;
+        self.write_ack(now, due, &mut pkt);
+        emit::ping(&mut pkt.w)?;
+        pkt.ack_eliciting = true;
+        self.finish(now, due, pkt)
+    }
+
+    fn send_validation(&mut self, now: Instant, buf: &mut [u8]) -> Option<Transmit> {
+        let handshaking_client = self.side == Side::Client && self.state == State::Handshaking;
+        let pid = self
+            .paths
+            .values()
+            .filter(|p| !p.abandoned && (p.challenge_due || p.response_due.is_some()))
+            // Before the server knows the session, only the path carrying HELLO may speak.
+            .filter(|p| !handshaking_client || p.id == self.first_path())
+            .map(|p| p.id)
+            .find(|&id| self.amplification_ok(id, 64))?;
+        let padded = CHALLENGE_PADDED.min(self.cfg.max_datagram_size) - self.cfg.tag_len;
+        let mut pkt = self.begin(pid, buf)?;
+        self.write_ack(now, pid, &mut pkt);
+        if self.pending.hello {
+            emit::hello(&mut pkt.w, &self.hello_params())?;
+            pkt.frames.push(SentFrame::Hello);
+            self.pending.hello = false;
+            pkt.ack_eliciting = true;
+        }
+        let p = self.paths.get_mut(&pid)?;
+        if let Some(token) = p.response_due.take() {
+            emit::path_token(&mut pkt.w, true, &token)?;
+            pkt.ack_eliciting = true;
+        }
+        if p.challenge_due {
+            if let Some(token) = p.challenge {
+                emit::path_token(&mut pkt.w, false, &token)?;
+                p.challenge_due = false;
+                p.challenge_sent = Some(now);
+                pkt.ack_eliciting = true;
+                pkt.pad_to = padded;
+            }
+        }
+        // Never send more than allowed on a path the server has not validated.
+        if self.side == Side::Server
+            && !self.amplification_ok(pid, pkt.pad_to.max(pkt.w.pos()) + self.cfg.tag_len)
+        {
+            pkt.pad_to = 0;
+        }
+        self.finish(now, pid, pkt)
+    }
+
+    pub(super) fn first_path(&self) -> PathId {
+        self.paths.keys().next().copied().unwrap_or(0)
+    }
+
+    pub(super) fn hello_params(&self) -> HelloParams {
+        HelloParams {
+            max_data: self.local_max_data,
+            max_stream_data: self.cfg.stream_window,
+            max_streams: self.local_max_streams,
+            idle_timeout_ms: self.cfg.idle_timeout.as_millis() as u64,
+            max_datagram: self.cfg.max_datagram_payload as u64,
+        }
+    }
+
+    pub(super) fn has_data(&self) -> bool {
+        self.pending.any() || !self.datagrams_out.is_empty() || !self.send_queue.is_empty()
+    }
+
+    pub(super) fn refresh_infos(&mut self, now: Instant) {
+        self.scratch_infos.clear();
+        for p in self.paths.values().filter(|p| !p.abandoned) {
+            self.scratch_infos.push(p.info(now));
+        }
+    }
+
+    fn send_ack_only(&mut self, now: Instant, buf: &mut [u8]) -> Option<Transmit> {
+        let for_path = self
+            .paths
+            .values()
+            .find(|p| p.ack_due(now) && !p.abandoned)
+            .map(|p| p.id)?;
+        self.refresh_infos(now);
+        let carrier = self
+            .sched
+            .ack_path(now, for_path, &self.scratch_infos)
+            .filter(|c| self.paths.get(c).is_some_and(|p| !p.abandoned))
+            .unwrap_or(for_path);
+        if !self.amplification_ok(carrier, 64) {
+            // Cannot answer yet; forget the urgency, the ACK rides on a later packet.
+            if let Some(p) = self.paths.get_mut(&for_path) {
+                p.on_ack_sent();
+            }
+            return None;
+        }
+        let mut pkt = self.begin(carrier, buf)?;
+        self.write_ack(now, for_path, &mut pkt);
+        if carrier != for_path {
+            self.write_ack(now, carrier, &mut pkt);
+        }
+        self.finish(now, carrier, pkt)
+    }
+
+    fn send_data(&mut self, now: Instant, pid: PathId, buf: &mut [u8]) -> Option<Transmit> {
+        let mut pkt = self.begin(pid, buf)?;
+        self.write_ack(now, pid, &mut pkt);
+        self.write_control(&mut pkt);
+        while let Some(d) = self.datagrams_out.front() {
+            if emit::datagram(&mut pkt.w, d).is_none() {
+                break;
+            }
+            self.datagrams_out.pop_front();
+            pkt.ack_eliciting = true;
+        }
+        self.write_streams(pid, &mut pkt);
+        if !pkt.ack_eliciting && pkt.frames.is_empty() {
+            return None;
+        }
+        self.finish(now, pid, pkt)
+    }
+
+    fn write_control(&mut self, pkt: &mut Packet<'_>) {
+        if !self.pending.any() {
+            return;
+        }
+        let w = &mut pkt.w;
+        let mut wrote = SmallVec::<[SentFrame; 8]>::new();
+        if self.pending.hello && emit::hello(w, &self.hello_params()).is_some() {
+            self.pending.hello = false;
+            wrote.push(SentFrame::Hello);
+        }
+        if self.pending.max_data && emit::max_data(w, self.local_max_data).is_some() {
+            self.pending.max_data = false;
+            wrote.push(SentFrame::MaxData);
+        }
+        if self.pending.max_streams && emit::max_streams(w, self.local_max_streams).is_some() {
+            self.pending.max_streams = false;
+            wrote.push(SentFrame::MaxStreams);
+        }
+        while let Some(&id) = self.pending.max_stream_data.first() {
+            let Some(st) = self.streams.get(&id) else {
+                self.pending.max_stream_data.remove(&id);
+                continue;
+            };
+            if emit::max_stream_data(w, id, st.recv.max_advertised).is_none() {
+                break;
+            }
+            self.pending.max_stream_data.remove(&id);
+            wrote.push(SentFrame::MaxStreamData(id));
+        }
+        while let Some(&id) = self.pending.reset_stream.first() {
+            let final_size = self.streams.get(&id).map_or(0, |s| s.send.next_new);
+            let code = self
+                .streams
+                .get(&id)
+                .and_then(|s| s.send.reset)
+                .unwrap_or(0);
+            if emit::reset_stream(w, id, code, final_size).is_none() {
+                break;
+            }
+            self.pending.reset_stream.remove(&id);
+            wrote.push(SentFrame::ResetStream(id));
+        }
+        while let Some(&id) = self.pending.stop_sending.first() {
+            let code = self
+                .streams
+                .get(&id)
+                .and_then(|s| s.recv.stop_sending)
+                .unwrap_or(0);
+            if emit::stop_sending(w, id, code).is_none() {
+                break;
+            }
+            self.pending.stop_sending.remove(&id);
+            wrote.push(SentFrame::StopSending(id));
+        }
+        while let Some(&pid) = self.pending.path_status.first() {
+            let Some(p) = self.paths.get(&pid) else {
+                self.pending.path_status.remove(&pid);
+                continue;
+            };
+            if emit::path_status(w, pid, p.status_seq, p.local_state).is_none() {
+                break;
+            }
+            self.pending.path_status.remove(&pid);
+            wrote.push(SentFrame::PathStatus(pid));
+        }
+        while let Some(&pid) = self.pending.path_abandon.first() {
+            if emit::path_abandon(w, pid).is_none() {
+                break;
+            }
+            self.pending.path_abandon.remove(&pid);
+            wrote.push(SentFrame::PathAbandon(pid));
+        }
+        if !wrote.is_empty() {
+            pkt.ack_eliciting = true;
+            pkt.frames.extend(wrote);
+        }
+    }
+
+    /// Fill the packet with stream frames, round-robin over streams with something to send:
+    /// lost ranges first, then new data within the flow-control limits, then a lone FIN.
+    fn write_streams(&mut self, pid: PathId, pkt: &mut Packet<'_>) {
+        let mut budget = self.send_queue.len();
+        while budget > 0 {
+            budget -= 1;
+            let Some(&id) = self.send_queue.front() else {
+                break;
+            };
+            let room = pkt.w.remaining();
+            if room < 24 {
+                break;
+            }
+            let Some(st) = self.streams.get_mut(&id) else {
+                self.send_queue.pop_front();
+                continue;
+            };
+            let s = &mut st.send;
+            let mut wrote = None;
+            if s.reset.is_some() {
+                // Nothing more to send on a reset stream.
+            } else if let Some(r) = s.retransmit.first() {
+                let max = room - emit::stream_header_len(id, r.start, room);
+                let len = ((r.end - r.start) as usize).min(max);
+                let end = r.start + len as u64;
+                let fin = s.fin && s.fin_pending && end == s.write_offset();
+                let (a, b) = s.slices(r.start, len);
+                if emit::stream2(&mut pkt.w, id, r.start, fin, a, b).is_some() {
+                    s.retransmit.remove(r.start..end);
+                    if fin {
+                        s.fin_pending = false;
+                    }
+                    if let Some(p) = self.paths.get_mut(&pid) {
+                        p.stats.retransmitted_bytes += len as u64;
+                    }
+                    wrote = Some((r.start, len, fin));
+                }
+            } else {
+                let conn_room = self.peer_max_data.saturating_sub(self.sent_new_data);
+                let avail = s.new_sendable().min(conn_room);
+                let off = s.next_new;
+                if avail > 0 {
+                    let max = room - emit::stream_header_len(id, off, room);
+                    let len = (avail as usize).min(max);
+                    let end = off + len as u64;
+                    let fin = s.fin && end == s.write_offset();
+                    let (a, b) = s.slices(off, len);
+                    if emit::stream2(&mut pkt.w, id, off, fin, a, b).is_some() {
+                        s.next_new = end;
+                        self.sent_new_data += len as u64;
+                        if fin {
+                            s.fin_pending = false;
+                        }
+                        if let Some(p) = self.paths.get_mut(&pid) {
+                            p.stats.stream_bytes_sent += len as u64;
+                        }
+                        wrote = Some((off, len, fin));
+                    }
+                } else if s.fin_pending && off == s.write_offset() {
+                    if emit::stream(&mut pkt.w, id, off, true, &[]).is_some() {
+                        s.fin_pending = false;
+                        wrote = Some((off, 0, true));
+                    }
+                }
+            }
+            if let Some((off, len, fin)) = wrote {
+                pkt.frames.push(SentFrame::Stream {
+                    id,
+                    off,
+                    len: len as u32,
+                    fin,
+                });
+                pkt.ack_eliciting = true;
+            }
+            // Keep the stream queued only while it can make progress.
+            self.send_queue.pop_front();
+            let Some(st) = self.streams.get_mut(&id) else {
+                continue;
+            };
+            let s = &st.send;
+            let conn_room = self.peer_max_data.saturating_sub(self.sent_new_data);
+            let progress = s.reset.is_none()
+                && (!s.retransmit.is_empty()
+                    || (s.new_sendable() > 0 && conn_room > 0)
+                    || (s.fin_pending && s.next_new == s.write_offset()));
+            if progress {
+                if wrote.is_some() && pkt.w.remaining() >= 24 {
+                    // More of the same stream fits: try it again first.
+                    self.send_queue.push_front(id);
+                    budget += 1;
+                } else {
+                    self.send_queue.push_back(id);
+                }
+            } else {
+                st.queued = false;
+            }
+            if wrote.is_none() {
+                continue;
+            }
+        }
+    }
+}
+
+use super::Transmit;

@@ -1,0 +1,169 @@
+//! The timer table: every deadline of the session in one place, with one next deadline.
+
+use super::{close_code, Session, SessionError, Side, State};
+use crate::path::SentFrame;
+use crate::sched::PathId;
+use crate::time::Instant;
+
+/// What a deadline is for.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Timer {
+    /// No packet from the peer for the idle timeout.
+    Idle,
+    /// Loss detection or probe timeout of a path.
+    Loss(PathId),
+    /// Delayed acknowledgement of a path.
+    Ack(PathId),
+    /// A path's pacer releases the next packet.
+    Pacing(PathId),
+    /// A path should send a keepalive.
+    Keepalive(PathId),
+    /// A CLOSE frame is waiting to be sent.
+    Close,
+}
+
+/// All armed timers and the earliest of them.
+#[derive(Debug, Default)]
+pub struct TimerTable {
+    entries: Vec<(Timer, Instant)>,
+    next: Option<Instant>,
+}
+
+impl TimerTable {
+    fn clear(&mut self) {
+        self.entries.clear();
+        self.next = None;
+    }
+
+    fn arm(&mut self, t: Timer, at: Instant) {
+        self.entries.push((t, at));
+        self.next = Some(self.next.map_or(at, |n| n.min(at)));
+    }
+
+    /// The earliest deadline.
+    pub fn next(&self) -> Option<Instant> {
+        self.next
+    }
+
+    /// Armed timers.
+    pub fn entries(&self) -> &[(Timer, Instant)] {
+        &self.entries
+    }
+}
+
+impl Session {
+    /// When [`Session::handle_timeout`] must next be called (`None`: only on new input).
+    pub fn poll_timeout(&self) -> Option<Instant> {
+        self.timers.next()
+    }
+
+    /// Armed timers, for diagnostics.
+    pub fn timers(&self) -> &[(Timer, Instant)] {
+        self.timers.entries()
+    }
+
+    /// Rebuild the timer table from the session's state.
+    pub(super) fn update_timers(&mut self, now: Instant) {
+        self.timers.clear();
+        match self.state {
+            State::Closed => return,
+            State::Closing => {
+                self.timers.arm(Timer::Close, now);
+                return;
+            }
+            _ => {}
+        }
+        self.timers
+            .arm(Timer::Idle, self.last_recv + self.cfg.idle_timeout);
+        let has_data = self.state == State::Established && self.has_data();
+        for p in self.paths.values().filter(|p| !p.abandoned) {
+            if let Some(t) = p.loss_timer(&self.cfg) {
+                self.timers.arm(Timer::Loss(p.id), t);
+            }
+            if let Some(t) = p.ack_deadline() {
+                self.timers.arm(Timer::Ack(p.id), t);
+            }
+            if p.usable() {
+                self.timers
+                    .arm(Timer::Keepalive(p.id), p.last_sent + self.cfg.keepalive);
+                if has_data && p.window_open() && p.pto_count == 0 {
+                    let at = p.pacer_ready_at(now);
+                    if at > now {
+                        self.timers.arm(Timer::Pacing(p.id), at);
+                    }
+                }
+            }
+            if p.probes_due > 0 || p.challenge_due || p.response_due.is_some() {
+                self.timers.arm(Timer::Loss(p.id), now);
+            }
+        }
+    }
+
+    /// Time passed: run whatever timers expired at `now`.
+    pub fn handle_timeout(&mut self, now: Instant) {
+        if self.state == State::Closed {
+            return;
+        }
+        if self.state != State::Closing && now >= self.last_recv + self.cfg.idle_timeout {
+            let idle = self.cfg.idle_timeout;
+            self.fail(
+                SessionError::TimedOut(idle),
+                close_code::TIMEOUT,
+                "idle timeout",
+            );
+            // Nobody is listening: do not bother sending CLOSE.
+            self.state = State::Closed;
+            self.update_timers(now);
+            return;
+        }
+        let expired: Vec<PathId> = self
+            .paths
+            .values()
+            .filter(|p| !p.abandoned && p.loss_timer(&self.cfg).is_some_and(|t| t <= now))
+            .map(|p| p.id)
+            .collect();
+        for pid in expired {
+            let mut lost = std::mem::take(&mut self.scratch_lost);
+            let Some(p) = self.paths.get_mut(&pid) else {
+                continue;
+            };
+            let pto = p.on_loss_timer(now, &mut lost);
+            self.scratch_lost = lost;
+            if pto {
+                self.on_pto(now, pid);
+            }
+        }
+        self.process_acked_and_lost(now);
+        self.update_timers(now);
+    }
+
+    /// A probe timeout on `pid`: re-arm the handshake and validation, and move the path's
+    /// stream data in flight onto the other paths if any of them works.
+    fn on_pto(&mut self, now: Instant, pid: PathId) {
+        if self.side == Side::Client && self.state == State::Handshaking {
+            self.pending.hello = true;
+        }
+        if let Some(p) = self.paths.get_mut(&pid) {
+            if !p.validated && p.challenge.is_some() {
+                p.challenge_due = true;
+                p.probes_due = 0;
+            }
+        }
+        let other_ok = self
+            .paths
+            .values()
+            .any(|p| p.id != pid && p.usable() && p.pto_count == 0);
+        if !other_ok {
+            return;
+        }
+        let mut frames = Vec::new();
+        if let Some(p) = self.paths.get_mut(&pid) {
+            p.take_for_reinjection(&mut frames);
+        }
+        let stream_frames: Vec<SentFrame> = frames
+            .into_iter()
+            .filter(|f| matches!(f, SentFrame::Stream { .. }))
+            .collect();
+        self.on_frames_lost(now, &stream_frames);
+    }
+}

@@ -1,0 +1,398 @@
+//! The send and receive halves of one reliable, ordered byte stream.
+//!
+//! Owns: buffering, retransmission ranges, reassembly, FIN and reset state and the
+//! stream-level flow-control counters of one stream. Must not touch: packets, paths or the
+//! connection-level window (the session accounts for those). Stream data is kept as bytes
+//! with absolute offsets; a lost range is resent from the send buffer on whatever path the
+//! scheduler picks.
+
+use crate::ranges::RangeSet;
+use bytes::Bytes;
+use std::collections::{BTreeMap, VecDeque};
+use std::ops::Range;
+
+/// A stream identifier: bit 0 is the initiator (0 client, 1 server), the rest a counter.
+pub type StreamId = u64;
+
+/// Which end opened a stream.
+pub fn initiated_by_client(id: StreamId) -> bool {
+    id & 1 == 0
+}
+
+/// Errors of stream operations.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+pub enum StreamError {
+    /// No such stream (never opened, or finished and forgotten).
+    #[error("unknown stream {0}")]
+    Unknown(StreamId),
+    /// The sending side was already finished or reset.
+    #[error("stream {0} is closed for sending")]
+    Closed(StreamId),
+    /// The peer asked us to stop sending, with this code.
+    #[error("peer stopped stream {id} with code {code}")]
+    Stopped { id: StreamId, code: u64 },
+    /// The peer reset its sending side, with this code.
+    #[error("peer reset stream {id} with code {code}")]
+    Reset { id: StreamId, code: u64 },
+    /// The peer allows no more streams right now.
+    #[error("stream limit reached")]
+    Limit,
+}
+
+/// State of the sending half.
+#[derive(Debug, Default)]
+pub struct SendStream {
+    buf: VecDeque<u8>,
+    /// Offset of `buf[0]`; everything below is acknowledged.
+    base: u64,
+    /// Lowest offset never sent.
+    pub next_new: u64,
+    /// Ranges declared lost (or reinjected) that must be sent again.
+    pub retransmit: RangeSet,
+    acked: RangeSet,
+    /// The application finished the stream.
+    pub fin: bool,
+    /// A FIN must be (re)sent.
+    pub fin_pending: bool,
+    /// The FIN was acknowledged.
+    pub fin_acked: bool,
+    /// Stream-level limit granted by the peer.
+    pub peer_max: u64,
+    /// We reset the stream with this code.
+    pub reset: Option<u64>,
+    /// The peer asked us to stop, with this code.
+    pub stopped: Option<u64>,
+    /// Most bytes the application may keep buffered.
+    pub buffer_limit: u64,
+}
+
+impl SendStream {
+    /// A sending half the peer lets us send `peer_max` bytes on.
+    pub fn new(peer_max: u64, buffer_limit: u64) -> Self {
+        SendStream {
+            peer_max,
+            buffer_limit,
+            ..Default::default()
+        }
+    }
+
+    /// Offset the next application write goes to.
+    pub fn write_offset(&self) -> u64 {
+        self.base + self.buf.len() as u64
+    }
+
+    /// Bytes the application may still write now.
+    pub fn writable(&self) -> u64 {
+        if self.fin || self.reset.is_some() || self.stopped.is_some() {
+            return 0;
+        }
+        self.buffer_limit.saturating_sub(self.buf.len() as u64)
+    }
+
+    /// Append application data; returns how much was taken.
+    pub fn write(&mut self, data: &[u8]) -> usize {
+        let n = (self.writable() as usize).min(data.len());
+        self.buf.extend(&data[..n]);
+        n
+    }
+
+    /// The application finished writing.
+    pub fn finish(&mut self) {
+        if !self.fin {
+            self.fin = true;
+            self.fin_pending = true;
+        }
+    }
+
+    /// Something is waiting to be sent (ignoring flow control for retransmissions).
+    pub fn has_pending(&self) -> bool {
+        self.reset.is_none()
+            && (!self.retransmit.is_empty()
+                || self.next_new < self.write_offset()
+                || (self.fin_pending && self.next_new == self.write_offset()))
+    }
+
+    /// New bytes available now, under the stream limit (connection limit applied by caller).
+    pub fn new_sendable(&self) -> u64 {
+        self.write_offset()
+            .min(self.peer_max)
+            .saturating_sub(self.next_new)
+    }
+
+    /// Copy `len` bytes at absolute `offset` (which must be buffered) into two slices.
+    pub fn slices(&self, offset: u64, len: usize) -> (&[u8], &[u8]) {
+        let start = (offset - self.base) as usize;
+        let (a, b) = self.buf.as_slices();
+        if start >= a.len() {
+            let s = start - a.len();
+            (&b[s..s + len], &[])
+        } else if start + len <= a.len() {
+            (&a[start..start + len], &[])
+        } else {
+            (&a[start..], &b[..start + len - a.len()])
+        }
+    }
+
+    /// A STREAM frame's range was acknowledged.
+    pub fn on_acked(&mut self, r: Range<u64>, fin: bool) {
+        if fin {
+            self.fin_acked = true;
+            self.fin_pending = false;
+        }
+        if r.start < r.end && r.end > self.base {
+            let r = r.start.max(self.base)..r.end;
+            self.acked.insert(r.clone());
+            self.retransmit.remove(r);
+            if let Some(first) = self.acked.first() {
+                if first.start <= self.base {
+                    let drop = (first.end - self.base) as usize;
+                    self.buf.drain(..drop.min(self.buf.len()));
+                    self.base = first.end;
+                    self.acked.pop_first();
+                }
+            }
+        }
+    }
+
+    /// A STREAM frame's range must be sent again (lost, or reinjected onto another path).
+    /// Returns true when anything was queued.
+    pub fn on_lost(&mut self, r: Range<u64>, fin: bool) -> bool {
+        if self.reset.is_some() {
+            return false;
+        }
+        let mut queued = false;
+        if fin && !self.fin_acked {
+            self.fin_pending = true;
+            queued = true;
+        }
+        let r = r.start.max(self.base)..r.end;
+        for gap in self.acked.gaps_in(r) {
+            queued |= self.retransmit.insert(gap);
+        }
+        queued
+    }
+
+    /// Every byte and the FIN were acknowledged (or the stream was reset).
+    pub fn is_done(&self) -> bool {
+        self.reset.is_some() || (self.fin && self.fin_acked && self.buf.is_empty())
+    }
+
+    /// Drop all buffered data (after a reset).
+    pub fn discard(&mut self) {
+        self.base = self.write_offset();
+        self.buf.clear();
+        self.retransmit = RangeSet::new();
+        self.acked = RangeSet::new();
+        self.fin_pending = false;
+    }
+}
+
+/// Outcome of receiving a STREAM frame.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum RecvOutcome {
+    /// Accepted; `new_bytes` raised the highest received offset by this much.
+    Ok { new_highest: u64, readable: bool },
+    /// Beyond the stream's flow-control limit.
+    FlowControl,
+    /// Contradicts an earlier final size.
+    FinalSize,
+}
+
+/// State of the receiving half.
+#[derive(Debug, Default)]
+pub struct RecvStream {
+    chunks: BTreeMap<u64, Bytes>,
+    received: RangeSet,
+    /// Next offset the application reads.
+    pub read_offset: u64,
+    /// Highest offset received + 1.
+    pub highest: u64,
+    /// Final size, once known.
+    pub final_size: Option<u64>,
+    /// Limit we advertised.
+    pub max_advertised: u64,
+    /// Window size we keep granting.
+    pub window: u64,
+    /// The peer reset its sending side (code, final size).
+    pub reset: Option<u64>,
+    /// The application read the FIN.
+    pub fin_read: bool,
+    /// We asked the peer to stop sending, with this code.
+    pub stop_sending: Option<u64>,
+}
+
+impl RecvStream {
+    /// A receiving half granting `window` bytes.
+    pub fn new(window: u64) -> Self {
+        RecvStream {
+            max_advertised: window,
+            window,
+            ..Default::default()
+        }
+    }
+
+    /// Store a STREAM frame's data.
+    pub fn on_data(&mut self, offset: u64, data: Bytes, fin: bool) -> RecvOutcome {
+        let end = offset + data.len() as u64;
+        if end > self.max_advertised {
+            return RecvOutcome::FlowControl;
+        }
+        if let Some(fs) = self.final_size {
+            if end > fs || (fin && end != fs) {
+                return RecvOutcome::FinalSize;
+            }
+        }
+        if fin {
+            if end < self.highest {
+                return RecvOutcome::FinalSize;
+            }
+            self.final_size = Some(end);
+        }
+        let new_highest = end.saturating_sub(self.highest);
+        self.highest = self.highest.max(end);
+        if self.reset.is_some() || self.stop_sending.is_some() {
+            // Count for flow control, keep nothing.
+            return RecvOutcome::Ok {
+                new_highest,
+                readable: false,
+            };
+        }
+        let was_readable = self.is_readable();
+        let from = offset.max(self.read_offset);
+        if from < end {
+            for gap in self.received.gaps_in(from..end) {
+                let s = (gap.start - offset) as usize;
+                let e = (gap.end - offset) as usize;
+                self.chunks.insert(gap.start, data.slice(s..e));
+            }
+            self.received.insert(from..end);
+        }
+        RecvOutcome::Ok {
+            new_highest,
+            readable: !was_readable && self.is_readable(),
+        }
+    }
+
+    /// Data or the FIN can be read now.
+    pub fn is_readable(&self) -> bool {
+        self.chunks.contains_key(&self.read_offset)
+            || (self.final_size == Some(self.read_offset) && !self.fin_read)
+    }
+
+    /// Take the next contiguous chunk, up to `max` bytes. `None` when nothing is ready.
+    pub fn read_chunk(&mut self, max: usize) -> Option<Bytes> {
+        let (&off, _) = self.chunks.first_key_value()?;
+        if off != self.read_offset {
+            return None;
+        }
+        let mut chunk = self.chunks.pop_first()?.1;
+        if chunk.len() > max {
+            let rest = chunk.split_off(max);
+            self.chunks.insert(off + max as u64, rest);
+        }
+        self.read_offset += chunk.len() as u64;
+        self.received.remove_below(self.read_offset);
+        Some(chunk)
+    }
+
+    /// All data was read and the FIN reached the application (marks it read).
+    pub fn take_fin(&mut self) -> bool {
+        if !self.fin_read && self.final_size == Some(self.read_offset) && self.chunks.is_empty() {
+            self.fin_read = true;
+            return true;
+        }
+        false
+    }
+
+    /// A new MAX_STREAM_DATA is worth sending (half the window consumed).
+    pub fn window_update(&mut self) -> Option<u64> {
+        if self.final_size.is_some() || self.reset.is_some() {
+            return None;
+        }
+        if self.max_advertised - self.read_offset < self.window / 2 {
+            self.max_advertised = self.read_offset + self.window;
+            return Some(self.max_advertised);
+        }
+        None
+    }
+
+    /// Bytes received but not yet read.
+    pub fn buffered(&self) -> u64 {
+        self.chunks.values().map(|c| c.len() as u64).sum()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn send_buffer_retransmits_only_unacked_bytes() {
+        let mut s = SendStream::new(1000, 1000);
+        assert_eq!(s.write(&[7u8; 300]), 300);
+        s.next_new = 300;
+        s.on_acked(100..200, false);
+        assert!(s.on_lost(0..300, false));
+        assert_eq!(
+            s.retransmit.iter().collect::<Vec<_>>(),
+            vec![0..100, 200..300]
+        );
+        s.on_acked(0..100, false);
+        assert_eq!(s.write_offset(), 300);
+        assert_eq!(s.slices(200, 100).0.len() + s.slices(200, 100).1.len(), 100);
+        s.on_acked(200..300, false);
+        assert!(s.retransmit.is_empty());
+        s.finish();
+        assert!(s.has_pending());
+        s.on_acked(300..300, true);
+        assert!(s.is_done());
+    }
+
+    #[test]
+    fn reassembles_out_of_order_and_overlapping_data() {
+        let mut r = RecvStream::new(100);
+        let data: Vec<u8> = (0..50).collect();
+        let b = Bytes::from(data.clone());
+        assert!(matches!(
+            r.on_data(10, b.slice(10..30), false),
+            RecvOutcome::Ok {
+                readable: false,
+                ..
+            }
+        ));
+        assert!(matches!(
+            r.on_data(0, b.slice(0..15), false),
+            RecvOutcome::Ok { readable: true, .. }
+        ));
+        r.on_data(25, b.slice(25..50), true);
+        r.on_data(5, b.slice(5..40), false);
+        let mut out = Vec::new();
+        while let Some(c) = r.read_chunk(7) {
+            out.extend_from_slice(&c);
+        }
+        assert_eq!(out, data);
+        assert!(r.take_fin());
+        assert!(!r.take_fin());
+    }
+
+    #[test]
+    fn flow_control_and_final_size_are_enforced() {
+        let mut r = RecvStream::new(10);
+        assert_eq!(
+            r.on_data(5, Bytes::from_static(&[0; 6]), false),
+            RecvOutcome::FlowControl
+        );
+        assert!(matches!(
+            r.on_data(0, Bytes::from_static(&[0; 4]), true),
+            RecvOutcome::Ok { .. }
+        ));
+        assert_eq!(
+            r.on_data(4, Bytes::from_static(&[0; 1]), false),
+            RecvOutcome::FinalSize
+        );
+        assert_eq!(
+            r.on_data(0, Bytes::from_static(&[0; 3]), true),
+            RecvOutcome::FinalSize
+        );
+    }
+}
