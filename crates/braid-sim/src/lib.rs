@@ -1,13 +1,26 @@
-//! placeholder
+//! braid-sim: a deterministic discrete-event simulator that runs `braid-core` over modelled
+//! links in virtual time.
+//!
+//! - [`scenario`]: the TOML scenario format, [`units`], [`trace`]: its building blocks,
+//! - [`link`]: the per-path link model, [`energy`]: interface energy,
+//! - [`world`]: the event loop joining two sessions through the links,
+//! - [`runner`]: transfers and metrics, [`report`]: results as JSON and tables,
+//! - [`payload`]: deterministic transfer bytes and their hash.
 
 pub mod energy;
 pub mod link;
+pub mod payload;
+pub mod report;
+pub mod runner;
 pub mod scenario;
 pub mod trace;
 pub mod units;
+pub mod world;
 
 pub use energy::EnergyMeter;
 pub use link::{Dir, LinkStats, Nanos, PathModel};
+pub use report::{PathResult, Report, RunResult};
+pub use runner::run_scenario;
 pub use scenario::{
     BurstSpec, Direction, EnergySpec, LinkSpec, PathSpec, RateSpec, Scenario, ScenarioError,
     VariantKind, VariantSpec, Workload,

@@ -1,1 +1,86 @@
-fn main() {}
+//! The `braid` command: simulation today; agent, server and testbed in later issues.
+
+mod demo;
+
+use anyhow::{Context, Result};
+use braid_sim::{run_scenario, Scenario};
+use clap::{Parser, Subcommand};
+use std::io::IsTerminal;
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+/// braid: use every network path at once.
+#[derive(Parser)]
+#[command(version, about, long_about = None)]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Run a scenario file in the simulator (every variant, size and repetition).
+    Sim {
+        /// The scenario file (TOML; see docs/scenarios.md).
+        scenario: PathBuf,
+        /// Print one JSON object on stdout instead of a table.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Run the built-in two-path demonstration in the simulator.
+    Demo {
+        /// Print one JSON object on stdout instead of a table.
+        #[arg(long)]
+        json: bool,
+    },
+}
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    let r = match cli.command {
+        Command::Sim { scenario, json } => sim(&scenario, json),
+        Command::Demo { json } => demo::run(json),
+    };
+    match r {
+        Ok(true) => ExitCode::SUCCESS,
+        Ok(false) => ExitCode::from(1),
+        Err(e) => {
+            eprintln!("braid: {e:#}");
+            ExitCode::from(2)
+        }
+    }
+}
+
+/// Progress on stderr when it is a terminal.
+pub(crate) fn progress_printer(label: &str) -> impl FnMut(usize, usize) + '_ {
+    let tty = std::io::stderr().is_terminal();
+    let start = std::time::Instant::now();
+    move |done, total| {
+        if !tty {
+            return;
+        }
+        let elapsed = start.elapsed().as_secs_f64();
+        let eta = if done > 0 { elapsed / done as f64 * (total - done) as f64 } else { 0.0 };
+        let width = 30;
+        let filled = done * width / total.max(1);
+        eprint!(
+            "\r{label} [{}{}] {done}/{total} runs, {elapsed:.1}s elapsed, ETA {eta:.1}s ",
+            "#".repeat(filled),
+            "-".repeat(width - filled)
+        );
+        if done == total {
+            eprintln!();
+        }
+    }
+}
+
+fn sim(path: &PathBuf, json: bool) -> Result<bool> {
+    let scn = Scenario::load(path)?;
+    let report = run_scenario(&scn, progress_printer(&scn.name))?;
+    if json {
+        println!("{}", serde_json::to_string(&report).context("encoding the report as JSON")?);
+    } else {
+        print!("{}", report.table());
+    }
+    Ok(report.all_verified())
+}

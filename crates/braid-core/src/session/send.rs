@@ -73,7 +73,7 @@ impl Session {
     }
 
     /// Room to send `len` more bytes on a path the server has not validated yet.
-    fn amplification_ok(&self, pid: PathId, len: usize) -> bool {
+    pub(super) fn amplification_ok(&self, pid: PathId, len: usize) -> bool {
         match self.paths.get(&pid) {
             Some(p) if self.side == Side::Server && !p.validated => {
                 p.bytes_sent_unvalidated + len as u64
@@ -184,16 +184,18 @@ impl Session {
         self.finish(now, due, pkt)
     }
 
-    fn send_validation(&mut self, now: Instant, buf: &mut [u8]) -> Option<Transmit> {
+    /// A path with a challenge or response that may go out now.
+    pub(super) fn validation_ready(&self, p: &crate::path::Path) -> bool {
         let handshaking_client = self.side == Side::Client && self.state == State::Handshaking;
-        let pid = self
-            .paths
-            .values()
-            .filter(|p| !p.abandoned && (p.challenge_due || p.response_due.is_some()))
+        !p.abandoned
+            && (p.challenge_due || p.response_due.is_some())
             // Before the server knows the session, only the path carrying HELLO may speak.
-            .filter(|p| !handshaking_client || p.id == self.first_path())
-            .map(|p| p.id)
-            .find(|&id| self.amplification_ok(id, 64))?;
+            && (!handshaking_client || p.id == self.first_path())
+            && self.amplification_ok(p.id, 64)
+    }
+
+    fn send_validation(&mut self, now: Instant, buf: &mut [u8]) -> Option<Transmit> {
+        let pid = self.paths.values().find(|p| self.validation_ready(p)).map(|p| p.id)?;
         let padded = CHALLENGE_PADDED.min(self.cfg.max_datagram_size) - self.cfg.tag_len;
         let mut pkt = self.begin(pid, buf)?;
         self.write_ack(now, pid, &mut pkt);

@@ -93,7 +93,7 @@ impl Session {
                     }
                 }
             }
-            if p.probes_due > 0 || p.challenge_due || p.response_due.is_some() {
+            if (p.probes_due > 0 && self.amplification_ok(p.id, 64)) || self.validation_ready(p) {
                 self.timers.arm(Timer::Loss(p.id), now);
             }
         }

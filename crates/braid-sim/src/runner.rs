@@ -1,0 +1,390 @@
+//! Running a scenario: every variant, size and repetition, each on a fresh world whose
+//! session is established before the transfer starts, with the metrics `braid sim` reports.
+//!
+//! Owns: the transfer application model (request, response, hashing), turning a variant
+//! into session configuration, and the metrics (completion time, goodput, capacity,
+//! efficiency, energy, per-path bytes). Must not touch: link behaviour or the protocol.
+
+use crate::link::{Dir, Nanos};
+use crate::payload::{expected_digest, Checker, Generator};
+use crate::report::{PathResult, Report, RunResult};
+use crate::scenario::{Direction, PathSpec, Scenario, ScenarioError, VariantKind, VariantSpec};
+use crate::world::{App, Endpoints, Outcome, World};
+use braid_core::rng::splitmix64;
+use braid_core::{CcAlgorithm, Config, Event, PathId, SchedulerKind, Session, StreamId};
+use std::time::Duration;
+
+/// A variant turned into what the simulator needs.
+#[derive(Debug, Clone)]
+pub struct Plan {
+    /// The variant.
+    pub variant: VariantSpec,
+    /// Its scheduler.
+    pub scheduler: SchedulerKind,
+    /// Its congestion controller.
+    pub cc: CcAlgorithm,
+}
+
+/// Check what only the runner knows (scheduler and controller names, the variant kind).
+pub fn plan(scn: &Scenario) -> Result<Vec<Plan>, ScenarioError> {
+    scn.variants
+        .iter()
+        .enumerate()
+        .map(|(i, v)| {
+            if v.kind != VariantKind::Braid {
+                return Err(ScenarioError::new(
+                    &scn.file,
+                    format!("variant[{i}].kind"),
+                    format!(
+                        "variant {:?} has kind {:?}, which runs real kernel stacks and needs the testbed \
+                         (`braid testbed run`); `braid sim` runs only kind = \"braid\"",
+                        v.name,
+                        kind_name(v.kind)
+                    ),
+                ));
+            }
+            let scheduler = v
+                .scheduler
+                .parse()
+                .map_err(|e: String| ScenarioError::new(&scn.file, format!("variant[{i}].scheduler"), e))?;
+            let cc = v
+                .cc
+                .parse()
+                .map_err(|e: String| ScenarioError::new(&scn.file, format!("variant[{i}].cc"), e))?;
+            Ok(Plan {
+                variant: v.clone(),
+                scheduler,
+                cc,
+            })
+        })
+        .collect()
+}
+
+fn kind_name(k: VariantKind) -> &'static str {
+    match k {
+        VariantKind::Braid => "braid",
+        VariantKind::Tcp => "tcp",
+        VariantKind::Mptcp => "mptcp",
+        VariantKind::SsMptcp => "ss-mptcp",
+        VariantKind::Bond => "bond",
+    }
+}
+
+/// Session configuration for one side of a variant.
+pub fn session_config(scn: &Scenario, plan: &Plan, seed: u64) -> Config {
+    Config {
+        cc: plan.cc,
+        scheduler: plan.scheduler,
+        idle_timeout: Duration::from_nanos(scn.path_timeout),
+        seed,
+        ..Config::default()
+    }
+}
+
+/// One unit of work: a variant, a transfer size and a repetition.
+#[derive(Debug, Clone)]
+pub struct Job {
+    /// Index into the plans.
+    pub plan: usize,
+    /// Transfer size in bytes.
+    pub size: u64,
+    /// Repetition number, from 0.
+    pub repetition: u32,
+}
+
+/// Every job of a scenario, in report order.
+pub fn jobs(scn: &Scenario, plans: &[Plan]) -> Vec<Job> {
+    let mut out = Vec::new();
+    for p in 0..plans.len() {
+        for &size in &scn.workload.sizes {
+            for repetition in 0..scn.workload.repetitions {
+                out.push(Job { plan: p, size, repetition });
+            }
+        }
+    }
+    out
+}
+
+/// Run a whole scenario; `progress(done, total)` is called after each job.
+pub fn run_scenario(scn: &Scenario, mut progress: impl FnMut(usize, usize)) -> Result<Report, ScenarioError> {
+    let plans = plan(scn)?;
+    let jobs = jobs(scn, &plans);
+    let mut results = Vec::with_capacity(jobs.len());
+    let mut handshakes = Vec::new();
+    for (i, job) in jobs.iter().enumerate() {
+        let (r, hs) = run_job(scn, &plans[job.plan], job);
+        results.push(r);
+        if let Some(hs) = hs {
+            handshakes.push(hs);
+        }
+        progress(i + 1, jobs.len());
+    }
+    handshakes.sort_by(f64::total_cmp);
+    let handshake_s = handshakes.get(handshakes.len() / 2).copied();
+    Ok(Report {
+        scenario: scn.name.clone(),
+        mode: "sim".into(),
+        handshake_s,
+        results,
+    })
+}
+
+/// The seed of a repetition: the scenario seed plus the repetition number.
+pub fn repetition_seed(scn: &Scenario, repetition: u32) -> u64 {
+    scn.seed.wrapping_add(repetition as u64)
+}
+
+/// Build the world of a variant: only its paths, path id = index in the scenario.
+pub fn build_world(scn: &Scenario, plan: &Plan, seed: u64) -> World {
+    let paths: Vec<Option<PathSpec>> = (0..scn.paths.len())
+        .map(|i| plan.variant.paths.contains(&i).then(|| scn.paths[i].clone()))
+        .collect();
+    let client = session_config(scn, plan, splitmix64(seed ^ 1));
+    let server = session_config(scn, plan, splitmix64(seed ^ 2));
+    World::new(&paths, seed, client, server)
+}
+
+/// Waits until every path is validated at both ends.
+pub struct Handshake {
+    /// The paths to wait for.
+    pub paths: Vec<PathId>,
+}
+
+impl App for Handshake {
+    fn on_wake(&mut self, _now: Nanos, w: &mut Endpoints<'_>) -> bool {
+        while w.client.poll_event().is_some() {}
+        while w.server.poll_event().is_some() {}
+        w.client.is_established()
+            && self
+                .paths
+                .iter()
+                .all(|&p| w.client.path_usable(p) && w.server.path_usable(p))
+    }
+}
+
+fn run_job(scn: &Scenario, plan: &Plan, job: &Job) -> (RunResult, Option<f64>) {
+    let seed = repetition_seed(scn, job.repetition);
+    let mut world = build_world(scn, plan, seed);
+    let ids: Vec<PathId> = plan.variant.paths.iter().map(|&i| i as PathId).collect();
+    let mut result = RunResult::new(&plan.variant.name, job.repetition, seed, job.size);
+    let hs = world.run(scn.time_limit, &mut Handshake { paths: ids.clone() });
+    if hs != Outcome::Done {
+        result.error = Some(format!("session could not be established: {hs:?}"));
+        return (result, None);
+    }
+    let handshake_s = world.now() as f64 / 1e9;
+    let mut app = Transfer::new(scn.workload.direction, job.size, splitmix64(seed ^ 0x7a5));
+    run_transfer(scn, &mut world, &ids, &mut app, &mut result);
+    (result, Some(handshake_s))
+}
+
+/// Run one transfer on an established world and fill in `result`.
+pub fn run_transfer(scn: &Scenario, world: &mut World, ids: &[PathId], app: &mut Transfer, result: &mut RunResult) {
+    let dir = match app.direction {
+        Direction::Down => Dir::Down,
+        Direction::Up => Dir::Up,
+    };
+    let start = world.now();
+    let mut before = Vec::new();
+    for &id in ids {
+        let Some(link) = world.link_mut(id) else { continue };
+        let bytes = link.stats(dir).delivered_bytes;
+        before.push((id, bytes, link.energy_j_until(start)));
+    }
+    let sender_retx = |w: &World| match dir {
+        Dir::Down => w.server.stats().retransmitted_bytes,
+        Dir::Up => w.client.stats().retransmitted_bytes,
+    };
+    let retx0 = sender_retx(world);
+    let outcome = world.run(start + scn.time_limit, app);
+    let end = app.completed.unwrap_or(world.now());
+    match outcome {
+        Outcome::Done => {}
+        Outcome::TimeLimit => {
+            result.error = Some(format!(
+                "transfer did not complete within the time limit of {} s ({} of {} bytes arrived)",
+                scn.time_limit as f64 / 1e9,
+                app.checker.received(),
+                app.size
+            ))
+        }
+        Outcome::SessionClosed(e) => result.error = Some(e),
+        Outcome::Stalled => result.error = Some("simulation stalled: nothing left to happen".into()),
+    }
+    let elapsed = (end - start) as f64 / 1e9;
+    result.completion_s = elapsed;
+    result.verified = app.completed.is_some()
+        && app.checker.received() == app.size
+        && app.checker.digest() == expected_digest(app.seed, app.size);
+    if app.completed.is_some() && !result.verified && result.error.is_none() {
+        result.error = Some("received bytes differ from the bytes sent".into());
+    }
+    result.goodput_bps = if elapsed > 0.0 { app.size as f64 * 8.0 / elapsed } else { 0.0 };
+    let mut capacity_bits = 0.0;
+    let mut energy = 0.0;
+    for (id, bytes0, e0) in before {
+        let Some(link) = world.link_mut(id) else { continue };
+        capacity_bits += link.capacity_bits(dir, start, end);
+        let e = link.energy_j_until(end) - e0;
+        energy += e;
+        result.paths.push(PathResult {
+            name: String::new(),
+            bytes: link.stats(dir).delivered_bytes - bytes0,
+            energy_j: e,
+        });
+    }
+    for (r, &id) in result.paths.iter_mut().zip(ids) {
+        r.name = scn.paths[id as usize].name.clone();
+    }
+    result.capacity_bps = if elapsed > 0.0 { capacity_bits / elapsed } else { 0.0 };
+    result.efficiency = if result.capacity_bps > 0.0 {
+        result.goodput_bps / result.capacity_bps
+    } else {
+        0.0
+    };
+    result.energy_j = energy;
+    result.retransmitted_bytes = sender_retx(world) - retx0;
+}
+
+/// The application model of one transfer on a new stream. Download: the client sends an
+/// 8-byte request (the size) and a FIN, the server answers with `size` bytes and a FIN.
+/// Upload: the client sends `size` bytes and a FIN. Completion: the receiving application
+/// has read the last byte and the FIN.
+pub struct Transfer {
+    /// Which way the bytes go.
+    pub direction: Direction,
+    /// Bytes to move.
+    pub size: u64,
+    /// Seed of the payload.
+    pub seed: u64,
+    started: bool,
+    client_stream: Option<StreamId>,
+    server_stream: Option<StreamId>,
+    request: Vec<u8>,
+    responding: bool,
+    gen: Generator,
+    staging: Vec<u8>,
+    staged: (usize, usize),
+    /// Receiver-side hash.
+    pub checker: Checker,
+    /// When the receiving application had everything.
+    pub completed: Option<Nanos>,
+    /// An application-level failure.
+    pub failure: Option<String>,
+}
+
+impl Transfer {
+    /// A transfer not yet started.
+    pub fn new(direction: Direction, size: u64, seed: u64) -> Self {
+        Transfer {
+            direction,
+            size,
+            seed,
+            started: false,
+            client_stream: None,
+            server_stream: None,
+            request: Vec::new(),
+            responding: false,
+            gen: Generator::new(seed, size),
+            staging: vec![0u8; 64 * 1024],
+            staged: (0, 0),
+            checker: Checker::new(),
+            completed: None,
+            failure: None,
+        }
+    }
+
+    /// Write as much payload as the session accepts; finish when all is written.
+    fn push(&mut self, s: &mut Session, id: StreamId) {
+        loop {
+            if self.staged.0 == self.staged.1 {
+                let n = self.gen.fill(&mut self.staging);
+                if n == 0 {
+                    let _ = s.stream_finish(id);
+                    return;
+                }
+                self.staged = (0, n);
+            }
+            match s.stream_write(id, &self.staging[self.staged.0..self.staged.1]) {
+                Ok(0) | Err(_) => return,
+                Ok(n) => self.staged.0 += n,
+            }
+        }
+    }
+
+    /// Read everything available; true at the end of the stream.
+    fn pull(&mut self, s: &mut Session, id: StreamId) -> bool {
+        loop {
+            match s.stream_read(id, usize::MAX) {
+                Ok(Some(b)) if b.is_empty() => return true,
+                Ok(Some(b)) => self.checker.update(&b),
+                Ok(None) => return false,
+                Err(e) => {
+                    self.failure = Some(e.to_string());
+                    return false;
+                }
+            }
+        }
+    }
+}
+
+impl App for Transfer {
+    fn on_wake(&mut self, now: Nanos, w: &mut Endpoints<'_>) -> bool {
+        if self.completed.is_some() {
+            return true;
+        }
+        if !self.started {
+            self.started = true;
+            match w.client.open_stream() {
+                Ok(id) => {
+                    self.client_stream = Some(id);
+                    if self.direction == Direction::Down {
+                        let _ = w.client.stream_write(id, &self.size.to_le_bytes());
+                        let _ = w.client.stream_finish(id);
+                    }
+                }
+                Err(e) => {
+                    self.failure = Some(e.to_string());
+                    return true;
+                }
+            }
+        }
+        while let Some(ev) = w.server.poll_event() {
+            if let Event::StreamOpened(id) = ev {
+                self.server_stream.get_or_insert(id);
+            }
+        }
+        while w.client.poll_event().is_some() {}
+        let (Some(cid), sid) = (self.client_stream, self.server_stream) else { return false };
+        match self.direction {
+            Direction::Down => {
+                if let Some(sid) = sid {
+                    if !self.responding {
+                        while let Ok(Some(b)) = w.server.stream_read(sid, 8) {
+                            if b.is_empty() {
+                                self.responding = self.request.len() == 8;
+                                break;
+                            }
+                            self.request.extend_from_slice(&b);
+                        }
+                    }
+                    if self.responding {
+                        self.push(w.server, sid);
+                    }
+                }
+                if self.pull(w.client, cid) {
+                    self.completed = Some(now);
+                }
+            }
+            Direction::Up => {
+                self.push(w.client, cid);
+                if let Some(sid) = sid {
+                    if self.pull(w.server, sid) {
+                        self.completed = Some(now);
+                    }
+                }
+            }
+        }
+        self.completed.is_some() || self.failure.is_some()
+    }
+}
