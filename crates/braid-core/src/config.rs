@@ -32,7 +32,7 @@ pub struct Config {
     pub session_window: u64,
     /// Streams the peer may open at once.
     pub max_streams: u64,
-    /// Bytes an application may buffer per stream before writes are refused.
+    /// Bytes an application may buffer unsent per stream before writes are refused.
     pub send_buffer: u64,
     /// Largest DATAGRAM payload accepted from the peer (0 disables datagrams).
     pub max_datagram_payload: usize,
@@ -66,7 +66,7 @@ impl Default for Config {
             stream_window: 16 << 20,
             session_window: 32 << 20,
             max_streams: 1024,
-            send_buffer: 4 << 20,
+            send_buffer: 1 << 20,
             max_datagram_payload: 1400,
             datagram_queue: 1024,
             idle_timeout: Duration::from_secs(30),

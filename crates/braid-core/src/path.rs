@@ -481,9 +481,14 @@ impl Path {
         self.loss_time = None;
     }
 
-    /// Packets in flight whose stream data has not been reinjected yet; marks them.
-    pub(crate) fn take_for_reinjection(&mut self, out: &mut Vec<SentFrame>) {
-        for p in self.sent.iter_mut().flatten() {
+    /// Frames of packets in flight sent after `sent_after` whose stream data has not been
+    /// reinjected yet; marks them.
+    pub(crate) fn take_for_reinjection(&mut self, sent_after: Instant, out: &mut Vec<SentFrame>) {
+        // Newest first: stop at the first packet sent before the cutoff.
+        for p in self.sent.iter_mut().rev().flatten() {
+            if p.time_sent < sent_after {
+                break;
+            }
             if p.in_flight && !p.reinjected {
                 p.reinjected = true;
                 out.extend(p.frames.iter().copied());
@@ -545,8 +550,9 @@ impl Path {
             self.largest_recv = Some((pn, now));
         }
         self.last_recv = now;
-        self.ack_pending = true;
         if ack_eliciting {
+            // Packets that elicit nothing are acknowledged only alongside others.
+            self.ack_pending = true;
             self.ack_eliciting_unacked += 1;
             if gap_before || self.ack_eliciting_unacked >= cfg.ack_eliciting_threshold {
                 self.ack_immediate = true;

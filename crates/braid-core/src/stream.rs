@@ -81,12 +81,15 @@ impl SendStream {
         self.base + self.buf.len() as u64
     }
 
-    /// Bytes the application may still write now.
+    /// Bytes the application may still write now: `buffer_limit` bytes may wait unsent.
+    /// Bytes sent but not yet acknowledged are bounded by the peer's flow-control window,
+    /// so the buffer never exceeds that window plus `buffer_limit`.
     pub fn writable(&self) -> u64 {
         if self.fin || self.reset.is_some() || self.stopped.is_some() {
             return 0;
         }
-        self.buffer_limit.saturating_sub(self.buf.len() as u64)
+        let unsent = self.write_offset() - self.next_new;
+        self.buffer_limit.saturating_sub(unsent)
     }
 
     /// Append application data; returns how much was taken.

@@ -99,7 +99,16 @@ impl Report {
         let _ = writeln!(
             s,
             "{:<14} {:>4} {:>10} {:>10} {:>13} {:>13} {:>6} {:>9} {:>10}  {}",
-            "variant", "rep", "size", "time", "goodput", "capacity", "eff", "energy", "retx", "per path"
+            "variant",
+            "rep",
+            "size",
+            "time",
+            "goodput",
+            "capacity",
+            "eff",
+            "energy",
+            "retx",
+            "per path"
         );
         for r in &self.results {
             let per_path: Vec<String> = r

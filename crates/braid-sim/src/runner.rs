@@ -98,7 +98,11 @@ pub fn jobs(scn: &Scenario, plans: &[Plan]) -> Vec<Job> {
     for p in 0..plans.len() {
         for &size in &scn.workload.sizes {
             for repetition in 0..scn.workload.repetitions {
-                out.push(Job { plan: p, size, repetition });
+                out.push(Job {
+                    plan: p,
+                    size,
+                    repetition,
+                });
             }
         }
     }
@@ -106,7 +110,10 @@ pub fn jobs(scn: &Scenario, plans: &[Plan]) -> Vec<Job> {
 }
 
 /// Run a whole scenario; `progress(done, total)` is called after each job.
-pub fn run_scenario(scn: &Scenario, mut progress: impl FnMut(usize, usize)) -> Result<Report, ScenarioError> {
+pub fn run_scenario(
+    scn: &Scenario,
+    mut progress: impl FnMut(usize, usize),
+) -> Result<Report, ScenarioError> {
     let plans = plan(scn)?;
     let jobs = jobs(scn, &plans);
     let mut results = Vec::with_capacity(jobs.len());
@@ -137,7 +144,12 @@ pub fn repetition_seed(scn: &Scenario, repetition: u32) -> u64 {
 /// Build the world of a variant: only its paths, path id = index in the scenario.
 pub fn build_world(scn: &Scenario, plan: &Plan, seed: u64) -> World {
     let paths: Vec<Option<PathSpec>> = (0..scn.paths.len())
-        .map(|i| plan.variant.paths.contains(&i).then(|| scn.paths[i].clone()))
+        .map(|i| {
+            plan.variant
+                .paths
+                .contains(&i)
+                .then(|| scn.paths[i].clone())
+        })
         .collect();
     let client = session_config(scn, plan, splitmix64(seed ^ 1));
     let server = session_config(scn, plan, splitmix64(seed ^ 2));
@@ -179,7 +191,13 @@ fn run_job(scn: &Scenario, plan: &Plan, job: &Job) -> (RunResult, Option<f64>) {
 }
 
 /// Run one transfer on an established world and fill in `result`.
-pub fn run_transfer(scn: &Scenario, world: &mut World, ids: &[PathId], app: &mut Transfer, result: &mut RunResult) {
+pub fn run_transfer(
+    scn: &Scenario,
+    world: &mut World,
+    ids: &[PathId],
+    app: &mut Transfer,
+    result: &mut RunResult,
+) {
     let dir = match app.direction {
         Direction::Down => Dir::Down,
         Direction::Up => Dir::Up,
@@ -187,7 +205,9 @@ pub fn run_transfer(scn: &Scenario, world: &mut World, ids: &[PathId], app: &mut
     let start = world.now();
     let mut before = Vec::new();
     for &id in ids {
-        let Some(link) = world.link_mut(id) else { continue };
+        let Some(link) = world.link_mut(id) else {
+            continue;
+        };
         let bytes = link.stats(dir).delivered_bytes;
         before.push((id, bytes, link.energy_j_until(start)));
     }
@@ -196,7 +216,17 @@ pub fn run_transfer(scn: &Scenario, world: &mut World, ids: &[PathId], app: &mut
         Dir::Up => w.client.stats().retransmitted_bytes,
     };
     let retx0 = sender_retx(world);
+    if std::env::var_os("BRAID_SIM_DEBUG").is_some() {
+        world.sample_every(
+            std::env::var("BRAID_SIM_SAMPLE_MS")
+                .ok()
+                .and_then(|v| v.parse::<u64>().ok())
+                .unwrap_or(250)
+                * 1_000_000,
+        );
+    }
     let outcome = world.run(start + scn.time_limit, app);
+    debug_dump(world, ids);
     let end = app.completed.unwrap_or(world.now());
     match outcome {
         Outcome::Done => {}
@@ -209,7 +239,9 @@ pub fn run_transfer(scn: &Scenario, world: &mut World, ids: &[PathId], app: &mut
             ))
         }
         Outcome::SessionClosed(e) => result.error = Some(e),
-        Outcome::Stalled => result.error = Some("simulation stalled: nothing left to happen".into()),
+        Outcome::Stalled => {
+            result.error = Some("simulation stalled: nothing left to happen".into())
+        }
     }
     let elapsed = (end - start) as f64 / 1e9;
     result.completion_s = elapsed;
@@ -219,11 +251,17 @@ pub fn run_transfer(scn: &Scenario, world: &mut World, ids: &[PathId], app: &mut
     if app.completed.is_some() && !result.verified && result.error.is_none() {
         result.error = Some("received bytes differ from the bytes sent".into());
     }
-    result.goodput_bps = if elapsed > 0.0 { app.size as f64 * 8.0 / elapsed } else { 0.0 };
+    result.goodput_bps = if elapsed > 0.0 {
+        app.size as f64 * 8.0 / elapsed
+    } else {
+        0.0
+    };
     let mut capacity_bits = 0.0;
     let mut energy = 0.0;
     for (id, bytes0, e0) in before {
-        let Some(link) = world.link_mut(id) else { continue };
+        let Some(link) = world.link_mut(id) else {
+            continue;
+        };
         capacity_bits += link.capacity_bits(dir, start, end);
         let e = link.energy_j_until(end) - e0;
         energy += e;
@@ -236,7 +274,11 @@ pub fn run_transfer(scn: &Scenario, world: &mut World, ids: &[PathId], app: &mut
     for (r, &id) in result.paths.iter_mut().zip(ids) {
         r.name = scn.paths[id as usize].name.clone();
     }
-    result.capacity_bps = if elapsed > 0.0 { capacity_bits / elapsed } else { 0.0 };
+    result.capacity_bps = if elapsed > 0.0 {
+        capacity_bits / elapsed
+    } else {
+        0.0
+    };
     result.efficiency = if result.capacity_bps > 0.0 {
         result.goodput_bps / result.capacity_bps
     } else {
@@ -355,7 +397,9 @@ impl App for Transfer {
             }
         }
         while w.client.poll_event().is_some() {}
-        let (Some(cid), sid) = (self.client_stream, self.server_stream) else { return false };
+        let (Some(cid), sid) = (self.client_stream, self.server_stream) else {
+            return false;
+        };
         match self.direction {
             Direction::Down => {
                 if let Some(sid) = sid {
@@ -386,5 +430,39 @@ impl App for Transfer {
             }
         }
         self.completed.is_some() || self.failure.is_some()
+    }
+}
+
+/// Debug dump of the sender's path statistics (enabled by BRAID_SIM_DEBUG=1).
+pub fn debug_dump(world: &World, ids: &[PathId]) {
+    if std::env::var_os("BRAID_SIM_DEBUG").is_none() {
+        return;
+    }
+    if let Some(s) = world.sampling() {
+        let mut prev: Option<&(Nanos, Vec<(u64, u64)>)> = None;
+        for row in &s.samples {
+            if let Some(p) = prev {
+                let dt = (row.0 - p.0) as f64 / 1e9;
+                let rates: Vec<String> = ids
+                    .iter()
+                    .map(|&i| {
+                        format!(
+                            "{:6.1}",
+                            (row.1[i as usize].1 - p.1[i as usize].1) as f64 * 8.0 / dt / 1e6
+                        )
+                    })
+                    .collect();
+                eprintln!("{:7.2}s {}", row.0 as f64 / 1e9, rates.join(" "));
+            }
+            prev = Some(row);
+        }
+    }
+    for &id in ids {
+        eprintln!(
+            "t={:.3} path {id}: server {:?}\n    link down {:?}",
+            world.now() as f64 / 1e9,
+            world.server.path_stats(id),
+            world.link(id).map(|l| l.stats(Dir::Down).clone())
+        );
     }
 }

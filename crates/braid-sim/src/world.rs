@@ -56,24 +56,47 @@ pub struct World {
     links: Vec<Option<PathModel<Bytes>>>,
     buf: Vec<u8>,
     arrivals: Vec<(Nanos, Dir, Bytes)>,
+    sampling: Option<Sampling>,
+}
+
+/// Periodic samples of what each link delivered, for throughput-over-time plots.
+#[derive(Debug, Clone, Default)]
+pub struct Sampling {
+    /// Interval between samples.
+    pub every: Nanos,
+    next: Nanos,
+    /// (time, per path id: wire bytes delivered so far in (up, down)).
+    pub samples: Vec<(Nanos, Vec<(u64, u64)>)>,
 }
 
 impl World {
     /// A world whose paths are `paths` (path id = index in the list; `None` for a path
     /// the variant does not use). The client starts its handshake at time 0 on the first
     /// path and adds the others.
-    pub fn new(paths: &[Option<PathSpec>], seed: u64, client_cfg: Config, server_cfg: Config) -> World {
+    pub fn new(
+        paths: &[Option<PathSpec>],
+        seed: u64,
+        client_cfg: Config,
+        server_cfg: Config,
+    ) -> World {
         let links: Vec<Option<PathModel<Bytes>>> = paths
             .iter()
             .enumerate()
             .map(|(i, p)| {
-                p.as_ref()
-                    .map(|spec| PathModel::new(spec, braid_core::rng::splitmix64(seed ^ (i as u64 + 1) << 32)))
+                p.as_ref().map(|spec| {
+                    PathModel::new(
+                        spec,
+                        braid_core::rng::splitmix64(seed ^ (i as u64 + 1) << 32),
+                    )
+                })
             })
             .collect();
         let session_id = braid_core::rng::splitmix64(seed ^ 0xb4a1d);
         let now = Instant(0);
-        let ids: Vec<PathId> = (0..links.len()).filter(|&i| links[i].is_some()).map(|i| i as PathId).collect();
+        let ids: Vec<PathId> = (0..links.len())
+            .filter(|&i| links[i].is_some())
+            .map(|i| i as PathId)
+            .collect();
         let max = client_cfg.max_datagram_size;
         let mut client = Session::connect(client_cfg, now, session_id, ids[0]);
         for &id in &ids[1..] {
@@ -87,6 +110,43 @@ impl World {
             links,
             buf: vec![0u8; max],
             arrivals: Vec::new(),
+            sampling: None,
+        }
+    }
+
+    /// Record every link's delivered bytes every `every` nanoseconds from now on.
+    pub fn sample_every(&mut self, every: Nanos) {
+        self.sampling = Some(Sampling {
+            every,
+            next: self.now,
+            samples: Vec::new(),
+        });
+    }
+
+    /// Samples taken so far.
+    pub fn sampling(&self) -> Option<&Sampling> {
+        self.sampling.as_ref()
+    }
+
+    fn take_sample(&mut self) {
+        let Some(s) = self.sampling.as_mut() else {
+            return;
+        };
+        while s.next <= self.now {
+            let row = self
+                .links
+                .iter()
+                .map(|l| {
+                    l.as_ref().map_or((0, 0), |l| {
+                        (
+                            l.stats(Dir::Up).delivered_bytes,
+                            l.stats(Dir::Down).delivered_bytes,
+                        )
+                    })
+                })
+                .collect();
+            s.samples.push((s.next, row));
+            s.next += s.every.max(1);
         }
     }
 
@@ -147,10 +207,13 @@ impl World {
             consider(self.client.poll_timeout().map(|t| t.as_nanos()));
             consider(self.server.poll_timeout().map(|t| t.as_nanos()));
             consider(app.next_wake());
+            consider(self.sampling.as_ref().map(|s| s.next));
             for l in self.links.iter().flatten() {
                 consider(l.next_event());
             }
-            let Some(next) = next else { return Outcome::Stalled };
+            let Some(next) = next else {
+                return Outcome::Stalled;
+            };
             if next > deadline {
                 self.now = deadline.max(self.now);
                 return Outcome::TimeLimit;
@@ -171,6 +234,7 @@ impl World {
             for l in self.links.iter_mut().flatten() {
                 l.advance(now, &mut self.arrivals);
             }
+            self.take_sample();
             self.arrivals.sort_by_key(|a| a.0);
             for (_, dir, pkt) in self.arrivals.drain(..) {
                 match dir {
@@ -178,10 +242,18 @@ impl World {
                     Dir::Down => self.client.handle_datagram(Instant(now), pkt),
                 }
             }
-            if self.client.poll_timeout().is_some_and(|t| t.as_nanos() <= now) {
+            if self
+                .client
+                .poll_timeout()
+                .is_some_and(|t| t.as_nanos() <= now)
+            {
                 self.client.handle_timeout(Instant(now));
             }
-            if self.server.poll_timeout().is_some_and(|t| t.as_nanos() <= now) {
+            if self
+                .server
+                .poll_timeout()
+                .is_some_and(|t| t.as_nanos() <= now)
+            {
                 self.server.handle_timeout(Instant(now));
             }
         }

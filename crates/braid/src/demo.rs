@@ -46,7 +46,10 @@ pub fn run(json: bool) -> Result<bool> {
     let scn = Scenario::from_toml_str(DEMO, Path::new("<built-in demo>"))?;
     let report = run_scenario(&scn, crate::progress_printer("demo"))?;
     if json {
-        println!("{}", serde_json::to_string(&report).context("encoding the report as JSON")?);
+        println!(
+            "{}",
+            serde_json::to_string(&report).context("encoding the report as JSON")?
+        );
     } else {
         print!("{}", report.table());
         println!();
@@ -63,7 +66,11 @@ fn goodput(r: &Report, variant: &str) -> f64 {
 }
 
 fn summary(r: &Report) -> String {
-    let (w, l, b) = (goodput(r, "wifi-only"), goodput(r, "lte-only"), goodput(r, "braid"));
+    let (w, l, b) = (
+        goodput(r, "wifi-only"),
+        goodput(r, "lte-only"),
+        goodput(r, "braid"),
+    );
     let sum = w + l;
     format!(
         "The 32 MB download took {:.1} Mbit/s over WiFi alone and {:.1} Mbit/s over LTE alone; \

@@ -60,7 +60,11 @@ pub(crate) fn progress_printer(label: &str) -> impl FnMut(usize, usize) + '_ {
             return;
         }
         let elapsed = start.elapsed().as_secs_f64();
-        let eta = if done > 0 { elapsed / done as f64 * (total - done) as f64 } else { 0.0 };
+        let eta = if done > 0 {
+            elapsed / done as f64 * (total - done) as f64
+        } else {
+            0.0
+        };
         let width = 30;
         let filled = done * width / total.max(1);
         eprint!(
@@ -78,7 +82,10 @@ fn sim(path: &PathBuf, json: bool) -> Result<bool> {
     let scn = Scenario::load(path)?;
     let report = run_scenario(&scn, progress_printer(&scn.name))?;
     if json {
-        println!("{}", serde_json::to_string(&report).context("encoding the report as JSON")?);
+        println!(
+            "{}",
+            serde_json::to_string(&report).context("encoding the report as JSON")?
+        );
     } else {
         print!("{}", report.table());
     }

@@ -163,6 +163,14 @@ impl Session {
                     p.mark_app_limited();
                 }
             }
+            if self.reinject_tail(now) {
+                self.refresh_infos(now);
+                if let Some(pid) = self.sched.select(now, &self.scratch_infos) {
+                    if let Some(t) = self.send_data(now, pid, buf) {
+                        return Some(t);
+                    }
+                }
+            }
         }
 
         // 4. Acknowledgements that cannot wait for data.
@@ -195,7 +203,11 @@ impl Session {
     }
 
     fn send_validation(&mut self, now: Instant, buf: &mut [u8]) -> Option<Transmit> {
-        let pid = self.paths.values().find(|p| self.validation_ready(p)).map(|p| p.id)?;
+        let pid = self
+            .paths
+            .values()
+            .find(|p| self.validation_ready(p))
+            .map(|p| p.id)?;
         let padded = CHALLENGE_PADDED.min(self.cfg.max_datagram_size) - self.cfg.tag_len;
         let mut pkt = self.begin(pid, buf)?;
         self.write_ack(now, pid, &mut pkt);
@@ -251,6 +263,44 @@ impl Session {
         for p in self.paths.values().filter(|p| !p.abandoned) {
             self.scratch_infos.push(p.info(now));
         }
+    }
+
+    /// Nothing new to send while a fast path has room: copy stream data in flight on much
+    /// slower paths onto it when the copy would arrive first. This removes the tail of a
+    /// transfer (the last bytes waiting on the slow path) at the cost of a few duplicates.
+    fn reinject_tail(&mut self, now: Instant) -> bool {
+        if self.streams.is_empty() {
+            return false;
+        }
+        let fast = self
+            .paths
+            .values()
+            .filter(|p| {
+                p.usable() && p.pto_count == 0 && p.state() == crate::wire::PathState::Active
+            })
+            .filter(|p| p.window_open() && p.pacer_ready_at(now) <= now)
+            .min_by_key(|p| p.rtt.smoothed());
+        let Some(fast) = fast else { return false };
+        let (fast_id, fast_rtt, fast_min) = (fast.id, fast.rtt.smoothed(), fast.rtt.min());
+        let mut frames = Vec::new();
+        for q in self.paths.values_mut() {
+            let q_rtt = q.rtt.smoothed();
+            if q.id == fast_id || q.abandoned || q.in_flight == 0 || q_rtt <= fast_rtt * 2 {
+                continue;
+            }
+            // A copy sent now arrives after about fast_rtt/2; the original after q_rtt/2
+            // from its send time. Only later originals are worth copying.
+            let fast_one_way = fast_rtt.saturating_sub(fast_min / 2);
+            let q_one_way = q_rtt.saturating_sub(q.rtt.min() / 2);
+            let cutoff = (now + fast_one_way) - q_one_way;
+            q.take_for_reinjection(cutoff, &mut frames);
+        }
+        frames.retain(|f| matches!(f, SentFrame::Stream { .. }));
+        if frames.is_empty() {
+            return false;
+        }
+        self.on_frames_lost(now, &frames);
+        !self.send_queue.is_empty()
     }
 
     fn send_ack_only(&mut self, now: Instant, buf: &mut [u8]) -> Option<Transmit> {
@@ -417,6 +467,7 @@ impl Session {
                 let conn_room = self.peer_max_data.saturating_sub(self.sent_new_data);
                 let avail = s.new_sendable().min(conn_room);
                 let off = s.next_new;
+
                 if avail > 0 {
                     let max = room - emit::stream_header_len(id, off, room);
                     let len = (avail as usize).min(max);
@@ -455,6 +506,10 @@ impl Session {
             let Some(st) = self.streams.get_mut(&id) else {
                 continue;
             };
+            if st.blocked_write && st.send.writable() > 0 {
+                st.blocked_write = false;
+                self.events.push_back(super::Event::StreamWritable(id));
+            }
             let s = &st.send;
             let conn_room = self.peer_max_data.saturating_sub(self.sent_new_data);
             let progress = s.reset.is_none()

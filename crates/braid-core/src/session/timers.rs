@@ -158,7 +158,7 @@ impl Session {
         }
         let mut frames = Vec::new();
         if let Some(p) = self.paths.get_mut(&pid) {
-            p.take_for_reinjection(&mut frames);
+            p.take_for_reinjection(Instant::ZERO, &mut frames);
         }
         let stream_frames: Vec<SentFrame> = frames
             .into_iter()
