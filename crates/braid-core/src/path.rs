@@ -47,6 +47,7 @@ pub(crate) enum SentFrame {
     PathStatus(PathId),
     PathAbandon(PathId),
     Hello,
+    PathChallenge(PathId),
 }
 
 /// A packet in flight (or an ack-only packet awaiting its fate).
@@ -122,6 +123,7 @@ pub struct Path {
     loss_time: Option<Instant>,
     pub(crate) pto_count: u32,
     last_ack_eliciting_sent: Option<Instant>,
+    last_pto: Option<Instant>,
     delivered: u64,
     delivered_time: Instant,
     first_sent_time: Instant,
@@ -172,6 +174,7 @@ impl Path {
             loss_time: None,
             pto_count: 0,
             last_ack_eliciting_sent: None,
+            last_pto: None,
             delivered: 0,
             delivered_time: now,
             first_sent_time: now,
@@ -504,7 +507,12 @@ impl Path {
         if self.ack_eliciting_in_flight == 0 {
             return None;
         }
-        Some(self.last_ack_eliciting_sent? + self.pto_duration(cfg))
+        // Counted from the last probe timeout too, so a timeout whose probe could not be
+        // sent (anti-amplification) does not fire again at once.
+        let from = self
+            .last_ack_eliciting_sent?
+            .max(self.last_pto.unwrap_or(Instant::ZERO));
+        Some(from + self.pto_duration(cfg))
     }
 
     pub(crate) fn pto_duration(&self, cfg: &Config) -> Duration {
@@ -520,6 +528,7 @@ impl Path {
             return false;
         }
         self.pto_count += 1;
+        self.last_pto = Some(now);
         self.stats.ptos += 1;
         self.probes_due = 2;
         true

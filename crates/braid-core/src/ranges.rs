@@ -120,6 +120,9 @@ impl RangeSet {
     /// Parts of `r` that are not in the set, lowest first.
     pub fn gaps_in(&self, r: Range<u64>) -> Vec<Range<u64>> {
         let mut out = Vec::new();
+        if r.start >= r.end {
+            return out;
+        }
         let mut cur = r.start;
         if let Some((_, &e)) = self.map.range(..=r.start).next_back() {
             cur = cur.max(e);
@@ -171,6 +174,17 @@ mod tests {
         assert!(!s.contains_range(3..7));
         s.remove_below(8);
         assert_eq!(s.first(), Some(8..15));
+    }
+
+    #[test]
+    fn gaps_in_an_inverted_range_is_empty_not_a_panic() {
+        // Regression: a lost frame wholly below the acknowledged prefix produced an
+        // inverted range (start > end) and BTreeMap::range panicked.
+        let mut s = RangeSet::new();
+        s.insert(0..10);
+        assert!(s.gaps_in(20..5).is_empty());
+        assert!(s.gaps_in(5..5).is_empty());
+        assert!(!s.contains_range(20..5) || s.contains_range(20..5));
     }
 
     proptest! {

@@ -168,6 +168,8 @@ pub struct Session {
     close_frame: Option<(u64, String)>,
     close_sent_on: BTreeSet<PathId>,
     paths: BTreeMap<PathId, Path>,
+    /// The path the client's handshake goes on.
+    first_path: PathId,
     sched: Box<dyn Scheduler>,
     rng: Rng,
     streams: BTreeMap<StreamId, StreamState>,
@@ -208,6 +210,7 @@ impl Session {
             close_frame: None,
             close_sent_on: BTreeSet::new(),
             paths: BTreeMap::new(),
+            first_path: 0,
             sched,
             rng,
             streams: BTreeMap::new(),
@@ -240,6 +243,7 @@ impl Session {
     pub fn connect(cfg: Config, now: Instant, session_id: u64, first_path: PathId) -> Session {
         let mut s = Session::new(Side::Client, cfg, session_id, now);
         s.pending.hello = true;
+        s.first_path = first_path;
         s.insert_path(now, first_path);
         s.update_timers(now);
         s
@@ -301,6 +305,12 @@ impl Session {
 
     fn insert_path(&mut self, now: Instant, id: PathId) -> &mut Path {
         let mut p = Path::new(id, &self.cfg, self.cfg.cc, now);
+        // A re-added path continues the old incarnation's packet numbers, so the peer
+        // (which may never have heard that the path was abandoned) does not take its new
+        // packets for duplicates.
+        if let Some(old) = self.paths.get(&id) {
+            p.next_pn = old.next_pn;
+        }
         if self.side == Side::Client {
             let mut token = [0u8; 8];
             self.rng.fill(&mut token);
@@ -323,6 +333,8 @@ impl Session {
         if self.live_paths() >= self.cfg.max_paths {
             return Err(PathError::TooMany(self.cfg.max_paths));
         }
+        // An abandonment the peer has not been told about yet is moot now.
+        self.pending.path_abandon.remove(&id);
         self.insert_path(now, id);
         self.update_timers(now);
         Ok(())
@@ -681,7 +693,16 @@ impl Session {
                     self.pending.path_status.insert(p);
                 }
                 SentFrame::PathAbandon(p) => {
-                    self.pending.path_abandon.insert(p);
+                    if self.paths.get(&p).is_some_and(|p| p.abandoned) {
+                        self.pending.path_abandon.insert(p);
+                    }
+                }
+                SentFrame::PathChallenge(p) => {
+                    if let Some(p) = self.paths.get_mut(&p) {
+                        if !p.validated && !p.abandoned && p.challenge.is_some() {
+                            p.challenge_due = true;
+                        }
+                    }
                 }
                 SentFrame::Hello => {
                     if self.side == Side::Client && self.state == State::Handshaking

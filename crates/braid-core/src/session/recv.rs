@@ -175,6 +175,9 @@ impl Session {
                         }
                     }
                     self.events.push_back(Event::Established);
+                } else if self.side == Side::Server {
+                    // The client sends HELLO again: it did not get ours.
+                    self.pending.hello = true;
                 }
             }
             Frame::PathChallenge(token) => {

@@ -35,6 +35,10 @@ impl Session {
             State::Closing => self.send_close(now, buf),
             _ => self.send_next(now, buf),
         };
+        if let Some(t) = &t {
+            // The tag space is the network driver's to fill; leave it zeroed, not stale.
+            buf[t.len - self.cfg.tag_len..t.len].fill(0);
+        }
         if t.is_some() || self.state == State::Closed {
             self.update_timers(now);
         }
@@ -221,12 +225,16 @@ impl Session {
         if let Some(token) = p.response_due.take() {
             emit::path_token(&mut pkt.w, true, &token)?;
             pkt.ack_eliciting = true;
+            // Padded like challenges: proves the path's MTU and gives the server credit
+            // under its anti-amplification limit.
+            pkt.pad_to = padded;
         }
         if p.challenge_due {
             if let Some(token) = p.challenge {
                 emit::path_token(&mut pkt.w, false, &token)?;
                 p.challenge_due = false;
                 p.challenge_sent = Some(now);
+                pkt.frames.push(SentFrame::PathChallenge(pid));
                 pkt.ack_eliciting = true;
                 pkt.pad_to = padded;
             }
@@ -241,7 +249,7 @@ impl Session {
     }
 
     pub(super) fn first_path(&self) -> PathId {
-        self.paths.keys().next().copied().unwrap_or(0)
+        self.first_path
     }
 
     pub(super) fn hello_params(&self) -> HelloParams {

@@ -83,7 +83,7 @@ impl Session {
             if let Some(t) = p.ack_deadline() {
                 self.timers.arm(Timer::Ack(p.id), t);
             }
-            if p.usable() {
+            if p.usable() && self.state == State::Established {
                 self.timers
                     .arm(Timer::Keepalive(p.id), p.last_sent + self.cfg.keepalive);
                 if has_data && p.window_open() && p.pto_count == 0 {

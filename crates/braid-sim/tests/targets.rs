@@ -1,0 +1,76 @@
+//! The foundation issue's simulated targets, checked on every test run. The simulator is
+//! deterministic, so these are exact regressions, not timing measurements.
+
+use braid_sim::{run_scenario, Report, Scenario};
+use std::path::PathBuf;
+
+fn run(name: &str) -> Report {
+    let path = PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+        .join("../../scenarios")
+        .join(name);
+    let scn = Scenario::load(&path).unwrap_or_else(|e| panic!("{e}"));
+    let report = run_scenario(&scn, |_, _| {}).unwrap_or_else(|e| panic!("{e}"));
+    for r in &report.results {
+        assert!(
+            r.verified,
+            "{name}: {} not verified: {:?}",
+            r.variant, r.error
+        );
+    }
+    report
+}
+
+fn result<'a>(r: &'a Report, variant: &str) -> &'a braid_sim::RunResult {
+    r.results
+        .iter()
+        .find(|x| x.variant == variant)
+        .expect("variant present")
+}
+
+#[test]
+fn two_unequal_paths_reach_93_percent_of_capacity() {
+    let r = run("two-paths.toml");
+    let m = result(&r, "minrtt");
+    assert!(m.efficiency >= 0.93, "efficiency {}", m.efficiency);
+    // Both paths carry data.
+    assert!(m.paths.iter().all(|p| p.bytes > 5_000_000), "{:?}", m.paths);
+}
+
+#[test]
+fn four_paths_reach_90_percent_of_capacity() {
+    let r = run("four-paths.toml");
+    let m = result(&r, "minrtt");
+    assert!(m.efficiency >= 0.90, "efficiency {}", m.efficiency);
+    assert_eq!(m.paths.len(), 4);
+}
+
+#[test]
+fn bbr_keeps_85_percent_of_lossless_goodput_at_one_percent_loss() {
+    let lossless = result(&run("two-paths.toml"), "bbr").goodput_bps;
+    let lossy = run("two-paths-loss.toml");
+    let bbr = result(&lossy, "bbr").goodput_bps;
+    let cubic = result(&lossy, "cubic").goodput_bps;
+    assert!(bbr >= 0.85 * lossless, "bbr {bbr} vs lossless {lossless}");
+    // The loss-based controller is the contrast: it backs off on random loss.
+    assert!(cubic < bbr, "cubic {cubic} bbr {bbr}");
+}
+
+#[test]
+fn short_transfer_adds_no_round_trip() {
+    let r = run("short-transfer.toml");
+    // Fast path: 20 ms RTT, 50 Mbit/s; 8 KB (8000 bytes) at its rate.
+    let bound = 1.1 * (0.020 + 8000.0 * 8.0 / 50e6);
+    for x in &r.results {
+        assert!(x.completion_s <= bound, "{} s > {bound} s", x.completion_s);
+    }
+}
+
+#[test]
+fn same_scenario_and_seed_give_the_same_run_bit_for_bit() {
+    let a = run("two-paths-loss.toml");
+    let b = run("two-paths-loss.toml");
+    assert_eq!(
+        serde_json::to_string(&a.results).unwrap(),
+        serde_json::to_string(&b.results).unwrap()
+    );
+}
