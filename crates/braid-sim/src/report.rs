@@ -80,6 +80,10 @@ pub struct Report {
     pub handshake_s: Option<f64>,
     /// One per variant, size and repetition.
     pub results: Vec<RunResult>,
+    /// Virtual time simulated, all runs together (handshakes included).
+    pub virtual_s: f64,
+    /// Wall-clock time the simulation took (not deterministic, unlike everything else).
+    pub wall_s: f64,
 }
 
 impl Report {
@@ -134,6 +138,15 @@ impl Report {
                     (None, false) => "  NOT VERIFIED".to_string(),
                     _ => String::new(),
                 }
+            );
+        }
+        if self.wall_s > 0.0 {
+            let _ = writeln!(
+                s,
+                "simulated {:.1} s of virtual time in {:.2} s of wall time ({:.0}x real time)",
+                self.virtual_s,
+                self.wall_s,
+                self.virtual_s / self.wall_s
             );
         }
         s

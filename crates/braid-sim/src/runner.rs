@@ -118,8 +118,11 @@ pub fn run_scenario(
     let jobs = jobs(scn, &plans);
     let mut results = Vec::with_capacity(jobs.len());
     let mut handshakes = Vec::new();
+    let wall = std::time::Instant::now();
+    let mut virtual_ns = 0u64;
     for (i, job) in jobs.iter().enumerate() {
-        let (r, hs) = run_job(scn, &plans[job.plan], job);
+        let (r, hs, t) = run_job(scn, &plans[job.plan], job);
+        virtual_ns += t;
         results.push(r);
         if let Some(hs) = hs {
             handshakes.push(hs);
@@ -133,6 +136,8 @@ pub fn run_scenario(
         mode: "sim".into(),
         handshake_s,
         results,
+        virtual_s: virtual_ns as f64 / 1e9,
+        wall_s: wall.elapsed().as_secs_f64(),
     })
 }
 
@@ -174,7 +179,8 @@ impl App for Handshake {
     }
 }
 
-fn run_job(scn: &Scenario, plan: &Plan, job: &Job) -> (RunResult, Option<f64>) {
+/// One job: its result, the handshake time and the virtual time it simulated.
+fn run_job(scn: &Scenario, plan: &Plan, job: &Job) -> (RunResult, Option<f64>, Nanos) {
     let seed = repetition_seed(scn, job.repetition);
     let mut world = build_world(scn, plan, seed);
     let ids: Vec<PathId> = plan.variant.paths.iter().map(|&i| i as PathId).collect();
@@ -182,12 +188,12 @@ fn run_job(scn: &Scenario, plan: &Plan, job: &Job) -> (RunResult, Option<f64>) {
     let hs = world.run(scn.time_limit, &mut Handshake { paths: ids.clone() });
     if hs != Outcome::Done {
         result.error = Some(format!("session could not be established: {hs:?}"));
-        return (result, None);
+        return (result, None, world.now());
     }
     let handshake_s = world.now() as f64 / 1e9;
     let mut app = Transfer::new(scn.workload.direction, job.size, splitmix64(seed ^ 0x7a5));
     run_transfer(scn, &mut world, &ids, &mut app, &mut result);
-    (result, Some(handshake_s))
+    (result, Some(handshake_s), world.now())
 }
 
 /// Run one transfer on an established world and fill in `result`.
