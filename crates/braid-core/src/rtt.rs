@@ -44,11 +44,7 @@ impl RttEstimator {
                 } else {
                     sample
                 };
-                let diff = if srtt > adjusted {
-                    srtt - adjusted
-                } else {
-                    adjusted - srtt
-                };
+                let diff = srtt.abs_diff(adjusted);
                 self.var = (self.var * 3 + diff) / 4;
                 self.smoothed = Some((srtt * 7 + adjusted) / 8);
             }

@@ -102,17 +102,8 @@ impl Report {
         }
         let _ = writeln!(
             s,
-            "{:<14} {:>4} {:>10} {:>10} {:>13} {:>13} {:>6} {:>9} {:>10}  {}",
-            "variant",
-            "rep",
-            "size",
-            "time",
-            "goodput",
-            "capacity",
-            "eff",
-            "energy",
-            "retx",
-            "per path"
+            "{:<14} {:>4} {:>10} {:>10} {:>13} {:>13} {:>6} {:>9} {:>10}  per path",
+            "variant", "rep", "size", "time", "goodput", "capacity", "eff", "energy", "retx",
         );
         for r in &self.results {
             let per_path: Vec<String> = r

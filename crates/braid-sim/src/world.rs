@@ -206,7 +206,8 @@ impl World {
             };
             consider(self.client.poll_timeout().map(|t| t.as_nanos()));
             consider(self.server.poll_timeout().map(|t| t.as_nanos()));
-            consider(app.next_wake());
+            // The app is woken after every batch anyway; only future wake-ups count.
+            consider(app.next_wake().filter(|&t| t > self.now));
             consider(self.sampling.as_ref().map(|s| s.next));
             for l in self.links.iter().flatten() {
                 consider(l.next_event());

@@ -48,10 +48,19 @@ fn four_paths_reach_90_percent_of_capacity() {
 fn bbr_keeps_85_percent_of_lossless_goodput_at_one_percent_loss() {
     let lossless = result(&run("two-paths.toml"), "bbr").goodput_bps;
     let lossy = run("two-paths-loss.toml");
-    let reps: Vec<_> = lossy.results.iter().filter(|r| r.variant == "bbr").collect();
+    let reps: Vec<_> = lossy
+        .results
+        .iter()
+        .filter(|r| r.variant == "bbr")
+        .collect();
     assert_eq!(reps.len(), 3);
     for r in reps {
-        assert!(r.goodput_bps >= 0.85 * lossless, "rep {}: bbr {} vs lossless {lossless}", r.repetition, r.goodput_bps);
+        assert!(
+            r.goodput_bps >= 0.85 * lossless,
+            "rep {}: bbr {} vs lossless {lossless}",
+            r.repetition,
+            r.goodput_bps
+        );
     }
     // The loss-based controller is the contrast: it backs off on random loss.
     let cubic = result(&lossy, "cubic").goodput_bps;

@@ -78,7 +78,7 @@ pub(crate) fn progress_printer(label: &str) -> impl FnMut(usize, usize) + '_ {
     }
 }
 
-fn sim(path: &PathBuf, json: bool) -> Result<bool> {
+fn sim(path: &std::path::Path, json: bool) -> Result<bool> {
     let scn = Scenario::load(path)?;
     let report = run_scenario(&scn, progress_printer(&scn.name))?;
     if json {

@@ -158,7 +158,7 @@ impl CongestionController for Bbr {
         // Propagation RTT.
         let expired = ev.now > self.min_rtt_stamp + MIN_RTT_WINDOW;
         if let Some(s) = ev.rtt_sample {
-            if self.min_rtt.map_or(true, |m| s <= m) || (expired && self.mode != Mode::ProbeRtt) {
+            if self.min_rtt.is_none_or(|m| s <= m) || (expired && self.mode != Mode::ProbeRtt) {
                 self.min_rtt = Some(s);
                 self.min_rtt_stamp = ev.now;
             }

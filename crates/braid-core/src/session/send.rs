@@ -493,11 +493,12 @@ impl Session {
                         }
                         wrote = Some((off, len, fin));
                     }
-                } else if s.fin_pending && off == s.write_offset() {
-                    if emit::stream(&mut pkt.w, id, off, true, &[]).is_some() {
-                        s.fin_pending = false;
-                        wrote = Some((off, 0, true));
-                    }
+                } else if s.fin_pending
+                    && off == s.write_offset()
+                    && emit::stream(&mut pkt.w, id, off, true, &[]).is_some()
+                {
+                    s.fin_pending = false;
+                    wrote = Some((off, 0, true));
                 }
             }
             if let Some((off, len, fin)) = wrote {

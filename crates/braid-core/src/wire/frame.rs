@@ -272,7 +272,7 @@ fn parse_one<'a>(r: &mut Reader<'a>) -> Result<Frame<'a>, WireError> {
             let data = r.len_prefixed()?;
             if offset
                 .checked_add(data.len() as u64)
-                .map_or(true, |e| e > super::varint::MAX)
+                .is_none_or(|e| e > super::varint::MAX)
             {
                 return Err(WireError::Invalid("stream offset"));
             }
