@@ -16,12 +16,20 @@ name = "wifi"
 rate = "40Mbit"
 delay = "10ms"
 queue = "100KB"
+[path.energy]          # a phone's WiFi radio: 1.25 W receiving, 75 mW idle
+active_w = 1.25
+idle_w = 0.075
 
 [[path]]
 name = "lte"
 rate = "20Mbit"
 delay = "35ms"
 queue = "175KB"
+[path.energy]          # a cellular radio: 1 W active, 2.5 J to ramp up, 6 s high-power tail
+active_w = 1.0
+idle_w = 0.0
+ramp_j = 2.5
+tail_s = 6.0
 
 [workload]
 kind = "bulk"
