@@ -51,29 +51,25 @@ fn main() -> ExitCode {
     }
 }
 
-/// Progress on stderr when it is a terminal.
-pub(crate) fn progress_printer(label: &str) -> impl FnMut(usize, usize) + '_ {
-    let tty = std::io::stderr().is_terminal();
-    let start = std::time::Instant::now();
+/// A progress bar with ETA on stderr (hidden when stderr is not a terminal).
+pub(crate) fn progress_printer(label: &str) -> impl FnMut(usize, usize) {
+    let bar = indicatif::ProgressBar::hidden();
+    if std::io::stderr().is_terminal() {
+        bar.set_draw_target(indicatif::ProgressDrawTarget::stderr());
+    }
+    bar.set_style(
+        indicatif::ProgressStyle::with_template(
+            "{prefix} [{bar:30}] {pos}/{len} runs, {elapsed} elapsed, ETA {eta}",
+        )
+        .unwrap_or_else(|_| indicatif::ProgressStyle::default_bar())
+        .progress_chars("#>-"),
+    );
+    bar.set_prefix(label.to_string());
     move |done, total| {
-        if !tty {
-            return;
-        }
-        let elapsed = start.elapsed().as_secs_f64();
-        let eta = if done > 0 {
-            elapsed / done as f64 * (total - done) as f64
-        } else {
-            0.0
-        };
-        let width = 30;
-        let filled = done * width / total.max(1);
-        eprint!(
-            "\r{label} [{}{}] {done}/{total} runs, {elapsed:.1}s elapsed, ETA {eta:.1}s ",
-            "#".repeat(filled),
-            "-".repeat(width - filled)
-        );
+        bar.set_length(total as u64);
+        bar.set_position(done as u64);
         if done == total {
-            eprintln!();
+            bar.finish_and_clear();
         }
     }
 }
