@@ -521,7 +521,8 @@ impl Session {
                 self.pending.max_stream_data.insert(id);
             }
             self.consumed_data += n;
-            if self.local_max_data - self.consumed_data < self.cfg.session_window / 2 {
+            if self.local_max_data.saturating_sub(self.consumed_data) < self.cfg.session_window / 2
+            {
                 self.local_max_data = self.consumed_data + self.cfg.session_window;
                 self.pending.max_data = true;
             }

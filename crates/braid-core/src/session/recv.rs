@@ -328,18 +328,21 @@ impl Session {
         }
         let grow = final_size - st.recv.highest;
         let unread = final_size - st.recv.read_offset;
-        st.recv.highest = final_size;
-        st.recv.final_size = Some(final_size);
-        st.recv.reset = Some(code);
-        self.received_data += grow;
-        self.consumed_data += unread;
-        if self.received_data > self.local_max_data {
+        // Check the session limit before changing any counter.
+        if self.received_data + grow > self.local_max_data {
             self.protocol_violation(
                 close_code::FLOW_CONTROL,
                 "session flow-control limit exceeded",
             );
             return;
         }
+        if let Some(st) = self.streams.get_mut(&id) {
+            st.recv.highest = final_size;
+            st.recv.final_size = Some(final_size);
+            st.recv.reset = Some(code);
+        }
+        self.received_data += grow;
+        self.consumed_data += unread;
         self.pending.max_stream_data.remove(&id);
         self.events.push_back(Event::StreamReset { id, code });
         self.gc_stream(id);

@@ -1,0 +1,241 @@
+//! `Session::handle_datagram` on client and server sessions, fresh or established, with
+//! datagrams built from the input: raw bytes, a valid header for the session followed by
+//! arbitrary frame bytes and a tag, or a genuine datagram of the session with bytes XORed
+//! in, cut short or replayed. After each input the sessions keep running (sending, timers)
+//! for a while. Nothing may panic.
+//!
+//! Input layout: one mode byte, then records `flags, len, body[len]`:
+//! - mode bit 0: establish the session first; bit 1: the client has a stream transfer
+//!   under way; bit 2: run the pair a few steps between records.
+//! - flags bit 0: deliver to the client (else the server); bits 1-2: 0 raw body,
+//!   1 valid header + body + tag, 2 the newest genuine datagram to that side with the body
+//!   XORed in from offset body[0] and cut to body[1] bytes when body[1] > 0, 3 a replay of
+//!   the k-th newest genuine datagram (k = body[0]); bits 3-4: path id; bits 5-7: packet
+//!   number for bit 1-2 = 1 (7: a large one from the body).
+
+#![no_main]
+
+use braid_core::wire::{PacketHeader, PacketType, Writer};
+use braid_core::{Config, Instant, Session};
+use bytes::Bytes;
+use libfuzzer_sys::fuzz_target;
+use std::collections::VecDeque;
+use std::time::Duration;
+
+const SID: u64 = 0x0123_4567_89ab_cdef;
+const TAG: usize = 16;
+const ONE_WAY: Duration = Duration::from_millis(10);
+
+struct Pair {
+    now: Instant,
+    client: Session,
+    server: Session,
+    /// Arrival time, to the server?, bytes.
+    wire: VecDeque<(Instant, bool, Bytes)>,
+    to_server: Vec<Bytes>,
+    to_client: Vec<Bytes>,
+    buf: Vec<u8>,
+}
+
+impl Pair {
+    fn new() -> Pair {
+        Pair {
+            now: Instant(0),
+            client: Session::connect(Config::default(), Instant(0), SID, 0),
+            server: Session::accept(Config::default(), Instant(0), SID),
+            wire: VecDeque::new(),
+            to_server: Vec::new(),
+            to_client: Vec::new(),
+            buf: vec![0u8; 2048],
+        }
+    }
+
+    fn flush(&mut self) {
+        for _ in 0..1_000 {
+            let mut any = false;
+            while let Some(t) = self.client.poll_transmit(self.now, &mut self.buf) {
+                let b = Bytes::copy_from_slice(&self.buf[..t.len]);
+                self.wire.push_back((self.now + ONE_WAY, true, b));
+                any = true;
+            }
+            while let Some(t) = self.server.poll_transmit(self.now, &mut self.buf) {
+                let b = Bytes::copy_from_slice(&self.buf[..t.len]);
+                self.wire.push_back((self.now + ONE_WAY, false, b));
+                any = true;
+            }
+            if !any {
+                return;
+            }
+        }
+        panic!("sessions keep transmitting without time passing");
+    }
+
+    fn step(&mut self) -> bool {
+        self.flush();
+        let next = [
+            self.wire.front().map(|w| w.0),
+            self.client.poll_timeout(),
+            self.server.poll_timeout(),
+        ]
+        .into_iter()
+        .flatten()
+        .min();
+        let Some(next) = next else {
+            return false;
+        };
+        self.now = self.now.max(next);
+        let now = self.now;
+        while self.wire.front().is_some_and(|w| w.0 <= now) {
+            let (_, to_server, pkt) = self.wire.pop_front().unwrap();
+            if to_server {
+                self.server.handle_datagram(now, pkt.clone());
+                self.to_server.push(pkt);
+            } else {
+                self.client.handle_datagram(now, pkt.clone());
+                self.to_client.push(pkt);
+            }
+        }
+        if self.client.poll_timeout().is_some_and(|t| t <= now) {
+            self.client.handle_timeout(now);
+        }
+        if self.server.poll_timeout().is_some_and(|t| t <= now) {
+            self.server.handle_timeout(now);
+        }
+        true
+    }
+
+    fn run(&mut self, steps: usize) {
+        for _ in 0..steps {
+            if !self.step() {
+                break;
+            }
+        }
+    }
+}
+
+fn header(path: u8, pn: u64) -> Vec<u8> {
+    let mut buf = [0u8; 32];
+    let mut w = Writer::new(&mut buf);
+    PacketHeader {
+        ptype: PacketType::Transport,
+        session_id: SID,
+        path_id: path,
+        packet_number: pn,
+    }
+    .emit(&mut w)
+    .unwrap();
+    let n = w.pos();
+    buf[..n].to_vec()
+}
+
+fuzz_target!(|data: &[u8]| {
+    let Some((&mode, mut rest)) = data.split_first() else {
+        return;
+    };
+    let mut pair = Pair::new();
+    if mode & 1 != 0 {
+        for _ in 0..200 {
+            if pair.client.is_established() && pair.server.is_established() {
+                break;
+            }
+            if !pair.step() {
+                break;
+            }
+        }
+    }
+    let mut stream = None;
+    if mode & 2 != 0 {
+        if let Ok(id) = pair.client.open_stream() {
+            let payload: Vec<u8> = (0..20_000u32).map(|i| (i * 7) as u8).collect();
+            let _ = pair.client.stream_write(id, &payload);
+            let _ = pair.client.stream_finish(id);
+            pair.run(4);
+            stream = Some(id);
+        }
+    }
+
+    while let Some((&flags, tail)) = rest.split_first() {
+        let (len, tail) = match tail.split_first() {
+            Some((&l, t)) => (l as usize, t),
+            None => (0, tail),
+        };
+        let (body, next) = tail.split_at(len.min(tail.len()));
+        rest = next;
+        let to_client = flags & 1 != 0;
+        let history = if to_client {
+            &pair.to_client
+        } else {
+            &pair.to_server
+        };
+        let dgram: Vec<u8> = match (flags >> 1) & 3 {
+            0 => body.to_vec(),
+            1 => {
+                let path = (flags >> 3) & 3;
+                let pn = match flags >> 5 {
+                    7 => {
+                        body.iter()
+                            .take(8)
+                            .fold(0u64, |a, b| a << 8 | u64::from(*b))
+                            & braid_core::wire::varint::MAX
+                    }
+                    k => (history.len() as u64 + u64::from(k)).saturating_sub(3),
+                };
+                let mut p = header(path, pn);
+                p.extend_from_slice(body);
+                p.extend_from_slice(&[0u8; TAG]);
+                p
+            }
+            2 => {
+                let Some(last) = history.last() else { continue };
+                let mut p = last.to_vec();
+                let at = body.first().map_or(0, |&b| b as usize);
+                for (i, b) in body.iter().skip(2).enumerate() {
+                    if let Some(x) = p.get_mut(at + i) {
+                        *x ^= b;
+                    }
+                }
+                if let Some(&cut) = body.get(1).filter(|&&c| c > 0) {
+                    p.truncate(cut as usize * p.len() / 256);
+                }
+                p
+            }
+            _ => {
+                if history.is_empty() {
+                    continue;
+                }
+                let k = body.first().map_or(0, |&b| b as usize) % history.len();
+                history[history.len() - 1 - k].to_vec()
+            }
+        };
+        let now = pair.now;
+        if to_client {
+            pair.client.handle_datagram(now, Bytes::from(dgram));
+        } else {
+            pair.server.handle_datagram(now, Bytes::from(dgram));
+        }
+        if mode & 4 != 0 {
+            pair.run(3);
+        }
+    }
+
+    pair.run(50);
+    for s in [&mut pair.client, &mut pair.server] {
+        while s.poll_event().is_some() {}
+        let _ = s.stats();
+        for id in s.path_ids() {
+            let _ = s.path_stats(id);
+        }
+        assert!(!s.is_closed() || s.error().is_some());
+    }
+    // Reading after the session closed can panic (known bug, see the ignored test
+    // `stream_read_after_reset_beyond_session_window_does_not_panic` in
+    // crates/braid-core/tests/robustness.rs); read only while it is open.
+    if let Some(id) = stream {
+        while !pair.server.is_closed() {
+            match pair.server.stream_read(id, usize::MAX) {
+                Ok(Some(b)) if !b.is_empty() => {}
+                _ => break,
+            }
+        }
+    }
+});
