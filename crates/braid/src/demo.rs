@@ -1,7 +1,7 @@
 //! `braid demo`: a built-in heterogeneous two-path scenario, each path alone and both
 //! together, with one plain sentence on what the numbers mean.
 
-use anyhow::{Context, Result};
+use anyhow::Result;
 use braid_sim::{run_scenario, Report, Scenario};
 use std::path::Path;
 
@@ -53,13 +53,8 @@ cc = "cubic"
 pub fn run(json: bool) -> Result<bool> {
     let scn = Scenario::from_toml_str(DEMO, Path::new("<built-in demo>"))?;
     let report = run_scenario(&scn, crate::progress_printer("demo"))?;
-    if json {
-        println!(
-            "{}",
-            serde_json::to_string(&report).context("encoding the report as JSON")?
-        );
-    } else {
-        print!("{}", report.table());
+    crate::print_report(&report, json)?;
+    if !json {
         println!();
         println!("{}", summary(&report));
     }

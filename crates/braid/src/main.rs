@@ -77,13 +77,17 @@ pub(crate) fn progress_printer(label: &str) -> impl FnMut(usize, usize) {
 fn sim(path: &std::path::Path, json: bool) -> Result<bool> {
     let scn = Scenario::load(path)?;
     let report = run_scenario(&scn, progress_printer(&scn.name))?;
+    print_report(&report, json)?;
+    Ok(report.all_verified())
+}
+
+/// One JSON object on stdout, or the readable table.
+pub(crate) fn print_report(report: &braid_sim::Report, json: bool) -> Result<()> {
     if json {
-        println!(
-            "{}",
-            serde_json::to_string(&report).context("encoding the report as JSON")?
-        );
+        let text = serde_json::to_string(report).context("encoding the report as JSON")?;
+        println!("{text}");
     } else {
         print!("{}", report.table());
     }
-    Ok(report.all_verified())
+    Ok(())
 }

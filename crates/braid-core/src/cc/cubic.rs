@@ -1,7 +1,7 @@
 //! CUBIC congestion control (RFC 9438), counting bytes, with the Reno-friendly region and
 //! fast convergence.
 
-use super::{cwnd_limited, AckEvent, CongestionController, LossEvent};
+use super::{cwnd_limited, AckEvent, CongestionController, LossEvent, Recovery};
 use crate::time::Instant;
 
 const C: f64 = 0.4;
@@ -13,7 +13,7 @@ pub struct Cubic {
     mss: u64,
     cwnd: u64,
     ssthresh: u64,
-    recovery_start: Option<Instant>,
+    recovery: Recovery,
     epoch_start: Option<Instant>,
     w_max: f64, // segments
     k: f64,     // seconds
@@ -28,7 +28,7 @@ impl Cubic {
             mss,
             cwnd: initial_window,
             ssthresh: u64::MAX,
-            recovery_start: None,
+            recovery: Recovery::default(),
             epoch_start: None,
             w_max: 0.0,
             k: 0.0,
@@ -48,10 +48,9 @@ impl CongestionController for Cubic {
     }
 
     fn on_ack(&mut self, ev: &AckEvent<'_>) {
-        if matches!(self.recovery_start, Some(t) if ev.largest_acked_sent <= t) {
+        if self.recovery.on_ack(ev.largest_acked_sent) {
             return;
         }
-        self.recovery_start = None;
         if !cwnd_limited(ev.prior_in_flight, self.cwnd, self.mss) {
             return;
         }
@@ -91,16 +90,14 @@ impl CongestionController for Cubic {
     }
 
     fn on_loss(&mut self, ev: &LossEvent) {
+        if !self.recovery.on_loss(ev) {
+            return;
+        }
         if ev.persistent {
             self.cwnd = 2 * self.mss;
             self.epoch_start = None;
-            self.recovery_start = Some(ev.now);
             return;
         }
-        if matches!(self.recovery_start, Some(t) if ev.largest_lost_sent <= t) {
-            return;
-        }
-        self.recovery_start = Some(ev.now);
         let segs = self.segs();
         // Fast convergence: release bandwidth when the window shrank since the last loss.
         self.w_max = if segs < self.w_max {

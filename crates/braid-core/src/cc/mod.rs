@@ -157,6 +157,35 @@ impl fmt::Display for CcAlgorithm {
     }
 }
 
+/// The recovery period of loss-based controllers (RFC 9002 §7.3.2): one window cut per
+/// round of losses; no growth until a packet sent after the cut is acknowledged.
+#[derive(Debug, Clone, Copy, Default)]
+pub(crate) struct Recovery {
+    start: Option<Instant>,
+}
+
+impl Recovery {
+    /// An ACK arrived: true while still in recovery (do not grow). Leaves recovery once a
+    /// packet sent after its start is acknowledged.
+    pub(crate) fn on_ack(&mut self, largest_acked_sent: Instant) -> bool {
+        if matches!(self.start, Some(t) if largest_acked_sent <= t) {
+            return true;
+        }
+        self.start = None;
+        false
+    }
+
+    /// Packets were declared lost: true when this starts a new congestion event (cut the
+    /// window), false when the losses belong to the current one.
+    pub(crate) fn on_loss(&mut self, ev: &LossEvent) -> bool {
+        if !ev.persistent && matches!(self.start, Some(t) if ev.largest_lost_sent <= t) {
+            return false;
+        }
+        self.start = Some(ev.now);
+        true
+    }
+}
+
 /// Growth is allowed only when the window was actually in use (RFC 9002 §7.8).
 pub(crate) fn cwnd_limited(prior_in_flight: u64, cwnd: u64, mss: u64) -> bool {
     prior_in_flight + 3 * mss >= cwnd || prior_in_flight >= cwnd / 2 + cwnd / 4

@@ -1,7 +1,6 @@
 //! NewReno congestion control (RFC 9002 §7), counting bytes.
 
-use super::{cwnd_limited, AckEvent, CongestionController, LossEvent};
-use crate::time::Instant;
+use super::{cwnd_limited, AckEvent, CongestionController, LossEvent, Recovery};
 
 /// NewReno state.
 #[derive(Debug, Clone)]
@@ -9,7 +8,7 @@ pub struct Reno {
     mss: u64,
     cwnd: u64,
     ssthresh: u64,
-    recovery_start: Option<Instant>,
+    recovery: Recovery,
     acked_in_ca: u64,
 }
 
@@ -20,7 +19,7 @@ impl Reno {
             mss,
             cwnd: initial_window,
             ssthresh: u64::MAX,
-            recovery_start: None,
+            recovery: Recovery::default(),
             acked_in_ca: 0,
         }
     }
@@ -31,10 +30,9 @@ impl CongestionController for Reno {
         "reno"
     }
     fn on_ack(&mut self, ev: &AckEvent<'_>) {
-        if matches!(self.recovery_start, Some(t) if ev.largest_acked_sent <= t) {
+        if self.recovery.on_ack(ev.largest_acked_sent) {
             return;
         }
-        self.recovery_start = None;
         if !cwnd_limited(ev.prior_in_flight, self.cwnd, self.mss) {
             return;
         }
@@ -49,15 +47,13 @@ impl CongestionController for Reno {
         }
     }
     fn on_loss(&mut self, ev: &LossEvent) {
+        if !self.recovery.on_loss(ev) {
+            return;
+        }
         if ev.persistent {
             self.cwnd = 2 * self.mss;
-            self.recovery_start = Some(ev.now);
             return;
         }
-        if matches!(self.recovery_start, Some(t) if ev.largest_lost_sent <= t) {
-            return;
-        }
-        self.recovery_start = Some(ev.now);
         self.cwnd = (self.cwnd / 2).max(2 * self.mss);
         self.ssthresh = self.cwnd;
         self.acked_in_ca = 0;
