@@ -1291,3 +1291,41 @@ fn packet_header_parse_returns_bytes_consumed_for_non_minimal_packet_number() {
     server.handle_datagram(Instant(1), Bytes::from(p));
     assert_eq!(server.stats().malformed_packets, 0);
 }
+
+/// Regression: when the client re-added a path id it had abandoned, the server started the
+/// new incarnation's packet numbers again at 0, so a (path, packet number) pair — the AEAD
+/// nonce of the networking layer — was used twice under the same key. Every datagram each
+/// side sends must carry a distinct (path, packet number).
+#[test]
+fn reused_path_id_never_reuses_packet_numbers() {
+    use std::collections::HashSet;
+    let mut net = Net::established();
+    let mut seen: [HashSet<(u8, u64)>; 2] = [HashSet::new(), HashSet::new()];
+    let mut dup = None;
+    let mut record = |ctx: &mut TamperCtx<'_>| {
+        if let Ok((h, _)) = PacketHeader::parse(ctx.pkt) {
+            // Packets delivered to the client were sent by the server, and vice versa.
+            let k = usize::from(ctx.dest == Side::Client);
+            if !seen[k].insert((h.path_id, h.packet_number)) {
+                dup = Some((k, h.path_id, h.packet_number));
+            }
+        }
+        Vec::new()
+    };
+    let now = net.now;
+    net.client.add_path(now, 1).unwrap();
+    net.run(2_000, &mut record, &mut |n| {
+        n.client.path_usable(1) && n.server.path_usable(1)
+    });
+    let now = net.now;
+    net.client.remove_path(now, 1).unwrap();
+    net.run(200, &mut record, &mut |_| false);
+    let now = net.now;
+    net.client.add_path(now, 1).unwrap();
+    let back = net.run(2_000, &mut record, &mut |n| {
+        n.client.path_usable(1) && n.server.path_usable(1)
+    });
+    assert!(back, "the re-added path was not validated again");
+    let _ = transfer(&mut net, &payload(50_000, 3), &mut record);
+    assert_eq!(dup, None, "a (path, packet number) pair was sent twice");
+}

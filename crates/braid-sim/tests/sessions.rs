@@ -494,3 +494,54 @@ fn datagrams_arrive_intact_or_not_at_all() {
     assert!(err.to_string().contains("exceeds the limit"));
     let _: PathId = 0;
 }
+
+/// Regression: a flow-control update (MAX_STREAM_DATA) sent on a path that then went dark
+/// was never resent — a dead path never acknowledges, so the frame was never declared
+/// lost — and the transfer stopped at the stream window. Found by the end-to-end test
+/// that cuts a path mid-transfer.
+#[test]
+fn window_updates_lost_on_a_path_that_died_are_resent() {
+    // The fast path goes dark at a range of moments, so that in some runs the last window
+    // update before the stall is on it.
+    for k in 0..40u64 {
+        let text = format!(
+            r#"
+name = "dead"
+[[path]]
+name = "fast"
+rate = "20Mbit"
+delay = "5ms"
+blackouts = [{{ at = "{}us", duration = "1000s" }}]
+[[path]]
+name = "slow"
+rate = "5Mbit"
+delay = "20ms"
+[workload]
+size = "1MB"
+[[variant]]
+name = "v"
+"#,
+            1_000_000 + k * 1_700
+        );
+        let scn = Scenario::from_toml_str(&text, Path::new("<dead>")).unwrap();
+        let plans = plan(&scn).unwrap();
+        let mut cfg = braid_sim::runner::session_config(&scn, &plans[0], 1);
+        // Small windows: the transfer needs many updates, some of them on the dying path.
+        cfg.stream_window = 64 * 1024;
+        cfg.session_window = 1 << 30;
+        let paths: Vec<Option<braid_sim::PathSpec>> = scn.paths.iter().cloned().map(Some).collect();
+        let mut w = World::new(&paths, 1, cfg.clone(), cfg);
+        assert_eq!(
+            w.run(30_000_000_000, &mut Handshake { paths: vec![0, 1] }),
+            Outcome::Done
+        );
+        let start = w.now();
+        let mut t = braid_sim::runner::Transfer::new(braid_sim::Direction::Down, 4_000_000, 5);
+        let out = w.run(start + 60_000_000_000, &mut t);
+        assert_eq!(out, Outcome::Done, "blackout variant {k}");
+        assert_eq!(
+            t.checker.digest(),
+            braid_sim::payload::expected_digest(t.seed, 4_000_000)
+        );
+    }
+}

@@ -372,6 +372,23 @@ impl Session {
         self.scratch_lost = lost;
     }
 
+    /// The network driver saw authenticated packets of a path arrive from a new address
+    /// (NAT rebinding, or the peer moved): the path carries no data until it is validated
+    /// again by challenge and response, and until then this end sends on it at most
+    /// `amplification_factor` times the bytes received from the new address.
+    pub fn path_address_changed(&mut self, now: Instant, id: PathId) {
+        let mut token = [0u8; 8];
+        self.rng.fill(&mut token);
+        if let Some(p) = self.paths.get_mut(&id).filter(|p| !p.abandoned) {
+            p.validated = false;
+            p.challenge = Some(token);
+            p.challenge_due = true;
+            p.bytes_received_unvalidated = 0;
+            p.bytes_sent_unvalidated = 0;
+        }
+        self.update_timers(now);
+    }
+
     /// Ask for a path to be used as active, standby or frozen; the peer is told too.
     pub fn set_path_state(
         &mut self,

@@ -73,9 +73,15 @@ impl Session {
         match self.paths.get(&pid) {
             Some(p) if !p.abandoned => true,
             Some(_) if self.side == Side::Server && has_challenge => {
-                // The client reuses the id of an abandoned path: a new incarnation.
-                self.paths.remove(&pid);
-                self.server_new_path(now, pid)
+                // The client reuses the id of an abandoned path: a new incarnation, which
+                // continues our packet numbers (a (path, number) pair is never reused: it
+                // is the AEAD nonce).
+                let next_pn = self.paths.get(&pid).map_or(0, |p| p.next_pn);
+                let ok = self.server_new_path(now, pid);
+                if let Some(p) = self.paths.get_mut(&pid) {
+                    p.next_pn = p.next_pn.max(next_pn);
+                }
+                ok
             }
             Some(_) => false,
             None if self.side == Side::Server => {
@@ -90,7 +96,8 @@ impl Session {
     }
 
     fn server_new_path(&mut self, now: Instant, pid: PathId) -> bool {
-        if self.live_paths() >= self.cfg.max_paths {
+        let abandoned = self.paths.get(&pid).is_some_and(|p| p.abandoned);
+        if self.live_paths() >= self.cfg.max_paths && !abandoned {
             return false;
         }
         let mut token = [0u8; 8];

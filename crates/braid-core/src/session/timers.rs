@@ -156,14 +156,14 @@ impl Session {
         if !other_ok {
             return;
         }
+        // Everything retransmittable goes: stream data, and control frames such as
+        // MAX_STREAM_DATA, which would otherwise wait forever on a dead path (no ACK ever
+        // comes back to declare them lost).
         let mut frames = Vec::new();
         if let Some(p) = self.paths.get_mut(&pid) {
             p.take_for_reinjection(Instant::ZERO, &mut frames);
         }
-        let stream_frames: Vec<SentFrame> = frames
-            .into_iter()
-            .filter(|f| matches!(f, SentFrame::Stream { .. }))
-            .collect();
-        self.on_frames_lost(now, &stream_frames);
+        frames.retain(|f| !matches!(f, SentFrame::PathChallenge(_)));
+        self.on_frames_lost(now, &frames);
     }
 }

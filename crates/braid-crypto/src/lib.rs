@@ -1,0 +1,43 @@
+//! braid-crypto: the cryptography of braid's network driver.
+//!
+//! Owns: long-term X25519 key files ([`keys`]), the Noise IK handshake that authenticates
+//! client and server and derives per-session keys ([`handshake`]), per-packet AEAD
+//! protection of transport packets ([`aead`]), the per-path replay window ([`replay`]) and
+//! a small bounds-checked parser/builder of the braid packet header ([`header`]).
+//!
+//! Must not touch: `braid-core` (this crate does not depend on it and never parses frames),
+//! sockets, clocks and global state. Every function that needs the time takes it as an
+//! argument. No primitive is implemented here: Noise comes from `snow`, the AEAD from
+//! `ring`.
+//!
+//! No-panic contract: every function that takes bytes from a file or from the network
+//! returns an error on malformed input and never panics.
+//!
+//! How the network driver uses it:
+//!
+//! 1. Client: [`ClientHandshake::new`] gives message 1 as a complete handshake packet;
+//!    [`ClientHandshake::finish`] takes the server's reply and yields [`SessionKeys`].
+//! 2. Server: [`ServerHandshake::respond`] checks message 1 (authorized key, clock skew,
+//!    replay) and yields the client's key, [`SessionKeys`] and the reply packet.
+//! 3. Send: the core writes a transport packet ending in 16 zero bytes; the driver calls
+//!    [`PacketKey::seal_in_place`] with `keys.send`.
+//! 4. Receive: [`parse_header`] routes the datagram; [`PacketKey::open_in_place`] with
+//!    `keys.recv` verifies and decrypts; then [`ReplayWindow::check_and_set`] for the
+//!    packet's path drops duplicates; then the core gets the packet (same length).
+
+pub mod aead;
+pub mod handshake;
+pub mod header;
+pub mod keys;
+pub mod replay;
+
+pub use aead::{AeadError, PacketKey, Role, SessionKeys, TAG_LEN};
+pub use handshake::{
+    ClientHandshake, HandshakeError, ReplayGuard, ServerHandshake, NOISE_PARAMS, PROLOGUE,
+};
+pub use header::{parse_header, write_header, HeaderError, HeaderInfo, PacketType};
+pub use keys::{
+    parse_public_key, read_authorized, read_private_key, read_public_key, write_keypair, KeyError,
+    PublicKey, StaticKeypair,
+};
+pub use replay::ReplayWindow;

@@ -1,0 +1,262 @@
+//! Streams between the session task and the tasks that own application sockets.
+//!
+//! Owns: the handle an application-side task uses to read and write one session stream,
+//! the session-side state that moves bytes between a stream and that handle, and the
+//! backpressure in both directions. Must not touch: sockets or the session itself (the
+//! session task calls [`StreamBridge`] methods with the session in hand).
+//!
+//! Backpressure: app -> session, the writer takes permits (one per byte) from a semaphore
+//! before it sends a chunk; the session task gives them back once the stream accepted the
+//! bytes. Session -> app, chunks go through a bounded channel; when it is full the session
+//! stops reading the stream (so stream flow control pushes back on the peer) and sets a
+//! flag that makes the reader ask for more once it has drained a chunk.
+
+use braid_core::{Session, StreamId};
+use bytes::Bytes;
+use std::collections::VecDeque;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use tokio::sync::{mpsc, Semaphore};
+
+/// Bytes an application task may hand over before the stream accepted them.
+pub const WRITE_CREDIT: usize = 1 << 20;
+/// Chunks buffered towards the application task.
+const READ_CHUNKS: usize = 32;
+/// Largest chunk read from a stream at once.
+const READ_CHUNK: usize = 64 * 1024;
+
+/// What the session task tells a stream's reader.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum StreamMsg {
+    /// Bytes, in order.
+    Data(Bytes),
+    /// The peer finished its sending side.
+    Fin,
+    /// The peer reset its sending side with this code, or the session ended.
+    Reset(u64),
+}
+
+/// Requests from application-side tasks to the session task.
+#[derive(Debug)]
+pub enum Cmd {
+    /// Bytes to write (permits for `len` bytes were taken from the stream's credit).
+    Write(StreamId, Bytes),
+    /// The application finished writing.
+    Finish(StreamId),
+    /// Abort the stream in both directions.
+    Reset(StreamId, u64),
+    /// The reader drained a chunk after the session had to stop reading.
+    Wake(StreamId),
+    /// Send an unreliable datagram.
+    Datagram(Bytes),
+    /// Open a new stream (client side).
+    Open(tokio::sync::oneshot::Sender<Result<StreamHandle, braid_core::StreamError>>),
+    /// Close the session.
+    Close,
+}
+
+/// The application side of one stream: a reader and a writer that can be used from two
+/// tasks (or two halves of a `join!`).
+#[derive(Debug)]
+pub struct StreamHandle {
+    /// The stream.
+    pub id: StreamId,
+    /// Bytes from the peer.
+    pub reader: StreamReader,
+    /// Bytes to the peer.
+    pub writer: StreamWriter,
+}
+
+/// Reads one stream.
+#[derive(Debug)]
+pub struct StreamReader {
+    id: StreamId,
+    rx: mpsc::Receiver<StreamMsg>,
+    cmd: mpsc::UnboundedSender<Cmd>,
+    read_blocked: Arc<AtomicBool>,
+}
+
+/// Writes one stream.
+#[derive(Debug, Clone)]
+pub struct StreamWriter {
+    id: StreamId,
+    cmd: mpsc::UnboundedSender<Cmd>,
+    credit: Arc<Semaphore>,
+}
+
+/// The session task has ended.
+#[derive(Debug, Clone, Copy, thiserror::Error)]
+#[error("the session is closed")]
+pub struct SessionGone;
+
+impl StreamReader {
+    /// The next message from the peer; `None` once the session is gone.
+    pub async fn read(&mut self) -> Option<StreamMsg> {
+        let m = self.rx.recv().await;
+        if self.read_blocked.swap(false, Ordering::AcqRel) {
+            let _ = self.cmd.send(Cmd::Wake(self.id));
+        }
+        m
+    }
+}
+
+impl StreamWriter {
+    /// Send bytes to the peer; waits while the stream has too much unaccepted data.
+    pub async fn write(&self, mut data: Bytes) -> Result<(), SessionGone> {
+        while !data.is_empty() {
+            let chunk = data.split_to(data.len().min(WRITE_CREDIT));
+            let permit = self
+                .credit
+                .acquire_many(chunk.len() as u32)
+                .await
+                .map_err(|_| SessionGone)?;
+            permit.forget();
+            self.cmd
+                .send(Cmd::Write(self.id, chunk))
+                .map_err(|_| SessionGone)?;
+        }
+        Ok(())
+    }
+
+    /// No more data from this side.
+    pub fn finish(&self) {
+        let _ = self.cmd.send(Cmd::Finish(self.id));
+    }
+
+    /// Abort the stream in both directions.
+    pub fn reset(&self, code: u64) {
+        let _ = self.cmd.send(Cmd::Reset(self.id, code));
+    }
+}
+
+/// The session task's side of one stream.
+#[derive(Debug)]
+pub struct StreamBridge {
+    id: StreamId,
+    to_app: mpsc::Sender<StreamMsg>,
+    credit: Arc<Semaphore>,
+    read_blocked: Arc<AtomicBool>,
+    pending: VecDeque<Bytes>,
+    finish_requested: bool,
+    finished: bool,
+    read_done: bool,
+}
+
+impl StreamBridge {
+    /// A bridge and its application handle for stream `id`.
+    pub fn new(id: StreamId, cmd: mpsc::UnboundedSender<Cmd>) -> (StreamBridge, StreamHandle) {
+        let (tx, rx) = mpsc::channel(READ_CHUNKS);
+        let credit = Arc::new(Semaphore::new(WRITE_CREDIT));
+        let read_blocked = Arc::new(AtomicBool::new(false));
+        let bridge = StreamBridge {
+            id,
+            to_app: tx,
+            credit: credit.clone(),
+            read_blocked: read_blocked.clone(),
+            pending: VecDeque::new(),
+            finish_requested: false,
+            finished: false,
+            read_done: false,
+        };
+        let handle = StreamHandle {
+            id,
+            reader: StreamReader {
+                id,
+                rx,
+                cmd: cmd.clone(),
+                read_blocked,
+            },
+            writer: StreamWriter { id, cmd, credit },
+        };
+        (bridge, handle)
+    }
+
+    /// Queue application bytes and write what the stream accepts.
+    pub fn write(&mut self, s: &mut Session, data: Bytes) {
+        self.pending.push_back(data);
+        self.flush(s);
+    }
+
+    /// The application finished writing.
+    pub fn finish(&mut self, s: &mut Session) {
+        self.finish_requested = true;
+        self.flush(s);
+    }
+
+    /// Write pending bytes; give their credit back as the stream accepts them.
+    pub fn flush(&mut self, s: &mut Session) {
+        while let Some(chunk) = self.pending.front_mut() {
+            match s.stream_write(self.id, chunk) {
+                Ok(0) => return,
+                Ok(n) => {
+                    self.credit.add_permits(n);
+                    if n == chunk.len() {
+                        self.pending.pop_front();
+                    } else {
+                        let _ = chunk.split_to(n);
+                        return;
+                    }
+                }
+                Err(_) => {
+                    // The stream is gone or stopped: drop what is left.
+                    let n: usize = self.pending.drain(..).map(|c| c.len()).sum();
+                    self.credit.add_permits(n);
+                    return;
+                }
+            }
+        }
+        if self.finish_requested && !self.finished {
+            self.finished = true;
+            let _ = s.stream_finish(self.id);
+        }
+    }
+
+    /// Move readable bytes to the application until its channel is full.
+    pub fn pump_read(&mut self, s: &mut Session) {
+        while !self.read_done {
+            // Set the flag first: if the channel turns out full, the reader is certain to
+            // see it after draining a chunk.
+            self.read_blocked.store(true, Ordering::Release);
+            let permit = match self.to_app.try_reserve() {
+                Ok(p) => p,
+                Err(mpsc::error::TrySendError::Full(())) => return,
+                Err(mpsc::error::TrySendError::Closed(())) => {
+                    self.read_done = true;
+                    let _ = s.stream_stop(self.id, 0);
+                    return;
+                }
+            };
+            self.read_blocked.store(false, Ordering::Release);
+            match s.stream_read(self.id, READ_CHUNK) {
+                Ok(Some(b)) if b.is_empty() => {
+                    permit.send(StreamMsg::Fin);
+                    self.read_done = true;
+                }
+                Ok(Some(b)) => permit.send(StreamMsg::Data(b)),
+                Ok(None) => return,
+                Err(braid_core::StreamError::Reset { code, .. }) => {
+                    permit.send(StreamMsg::Reset(code));
+                    self.read_done = true;
+                }
+                Err(_) => {
+                    permit.send(StreamMsg::Reset(0));
+                    self.read_done = true;
+                }
+            }
+        }
+    }
+
+    /// The session ended or reset the stream: tell the application.
+    pub fn abort(&mut self, code: u64) {
+        if !self.read_done {
+            self.read_done = true;
+            let _ = self.to_app.try_send(StreamMsg::Reset(code));
+        }
+        self.credit.close();
+    }
+
+    /// Both directions are over: the bridge can be dropped.
+    pub fn is_done(&self) -> bool {
+        self.read_done && (self.finished || self.credit.is_closed())
+    }
+}

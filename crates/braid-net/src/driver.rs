@@ -1,0 +1,274 @@
+//! The session task: one braid session driven by tokio.
+//!
+//! Owns: the loop that feeds a [`Session`] with received datagrams, timer expiries and
+//! application commands, sends what it emits (sealed by the packet protection), and moves
+//! stream bytes through [`StreamBridge`]s. Must not touch: sockets (it sends through a
+//! [`PathSender`] and receives from a channel) or what streams carry (the agent and the
+//! server decide that). The session itself stays sans-IO: this is the only place that turns
+//! wall-clock time into its `now`.
+
+use crate::bridge::{Cmd, StreamBridge, StreamHandle};
+use braid_core::{Event, Instant, PathId, Session, StreamId};
+use bytes::{Bytes, BytesMut};
+use std::collections::HashMap;
+use tokio::sync::mpsc;
+use tracing::{debug, info, warn};
+
+/// Seals outgoing and opens incoming packets (the AEAD of the networking layer).
+pub trait PacketProtection: Send + 'static {
+    /// Encrypt `packet` in place (its last `tag_len` bytes are the tag space).
+    fn seal(&mut self, packet: &mut [u8]) -> bool;
+    /// Verify and decrypt in place; false: drop the packet.
+    fn open(&mut self, packet: &mut [u8]) -> bool;
+}
+
+/// Sends datagrams on a path.
+pub trait PathSender: Send + 'static {
+    /// Send one datagram on `path`; errors are logged and the packet counts as lost.
+    fn send(&mut self, path: PathId, packet: &[u8]);
+}
+
+/// A datagram received for this session.
+#[derive(Debug)]
+pub struct Incoming {
+    /// Where it came from (the server uses this to follow the peer's addresses).
+    pub from: std::net::SocketAddr,
+    /// The whole UDP payload.
+    pub data: BytesMut,
+}
+
+/// Maps tokio's clock onto the core's nanoseconds.
+#[derive(Debug, Clone, Copy)]
+pub struct Clock {
+    epoch: tokio::time::Instant,
+}
+
+impl Clock {
+    /// A clock whose epoch is now.
+    pub fn new() -> Self {
+        Clock {
+            epoch: tokio::time::Instant::now(),
+        }
+    }
+    /// The core's `now`.
+    pub fn now(&self) -> Instant {
+        Instant(self.epoch.elapsed().as_nanos() as u64)
+    }
+    /// The tokio instant of a core instant.
+    pub fn to_tokio(&self, t: Instant) -> tokio::time::Instant {
+        self.epoch + std::time::Duration::from_nanos(t.as_nanos())
+    }
+}
+
+impl Default for Clock {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+/// Called for every authenticated packet before the session sees it; the server uses it
+/// to learn and re-validate peer addresses. Returns false to drop the packet.
+pub type AddressHook =
+    Box<dyn FnMut(&mut Session, Instant, PathId, std::net::SocketAddr) -> bool + Send>;
+
+/// Everything a session task needs.
+pub struct SessionTask<P: PacketProtection, S: PathSender> {
+    /// The session.
+    pub session: Session,
+    /// Packet protection.
+    pub protection: P,
+    /// Where datagrams go.
+    pub sender: S,
+    /// Datagrams for this session.
+    pub incoming: mpsc::Receiver<Incoming>,
+    /// Application commands.
+    pub cmd_rx: mpsc::UnboundedReceiver<Cmd>,
+    /// A sender for the same commands (given to new stream handles).
+    pub cmd_tx: mpsc::UnboundedSender<Cmd>,
+    /// Streams the peer opens are handed here.
+    pub accepted: Option<mpsc::UnboundedSender<StreamHandle>>,
+    /// Received datagrams are handed here.
+    pub datagrams: Option<mpsc::Sender<Bytes>>,
+    /// Path address bookkeeping (server).
+    pub on_packet: Option<AddressHook>,
+    /// Session events the owner wants to see (established, paths, closed).
+    pub events: Option<mpsc::UnboundedSender<Event>>,
+    /// The clock.
+    pub clock: Clock,
+}
+
+impl<P: PacketProtection, S: PathSender> SessionTask<P, S> {
+    /// Run until the session closes. Returns why it closed.
+    pub async fn run(mut self) -> Option<braid_core::SessionError> {
+        let mut bridges: HashMap<StreamId, StreamBridge> = HashMap::new();
+        let mut buf = vec![0u8; self.session.config().max_datagram_size];
+        let mut sleep = Box::pin(tokio::time::sleep_until(tokio::time::Instant::now()));
+        loop {
+            let now = self.clock.now();
+            // Send everything the session has.
+            while let Some(t) = self.session.poll_transmit(now, &mut buf) {
+                let pkt = &mut buf[..t.len];
+                if self.protection.seal(pkt) {
+                    self.sender.send(t.path, pkt);
+                }
+            }
+            // Events.
+            let mut closed = false;
+            while let Some(ev) = self.session.poll_event() {
+                match &ev {
+                    Event::StreamOpened(id) => {
+                        let (bridge, handle) = StreamBridge::new(*id, self.cmd_tx.clone());
+                        bridges.insert(*id, bridge);
+                        match &self.accepted {
+                            Some(acc) if acc.send(handle).is_ok() => {}
+                            _ => {
+                                let _ = self.session.stream_reset(*id, 1);
+                                let _ = self.session.stream_stop(*id, 1);
+                            }
+                        }
+                    }
+                    Event::StreamReadable(id) => {
+                        if let Some(b) = bridges.get_mut(id) {
+                            b.pump_read(&mut self.session);
+                        }
+                    }
+                    Event::StreamWritable(id) => {
+                        if let Some(b) = bridges.get_mut(id) {
+                            b.flush(&mut self.session);
+                        }
+                    }
+                    Event::StreamReset { id, code } => {
+                        if let Some(b) = bridges.get_mut(id) {
+                            b.pump_read(&mut self.session);
+                            b.abort(*code);
+                        }
+                    }
+                    Event::StreamStopped { id, .. } => {
+                        if let Some(b) = bridges.get_mut(id) {
+                            b.abort(0);
+                        }
+                    }
+                    Event::DatagramReceived => {
+                        while let Some(d) = self.session.recv_datagram() {
+                            if let Some(tx) = &self.datagrams {
+                                let _ = tx.try_send(d);
+                            }
+                        }
+                    }
+                    Event::Closed(e) => {
+                        info!(session = self.session.id(), "session closed: {e}");
+                        closed = true;
+                    }
+                    Event::PathValidated(p) => debug!(path = p, "path validated"),
+                    Event::PathClosed(p) => debug!(path = p, "path closed"),
+                    _ => {}
+                }
+                if let Some(tx) = &self.events {
+                    let _ = tx.send(ev);
+                }
+            }
+            bridges.retain(|_, b| !b.is_done());
+            if closed || (self.session.is_closed() && self.session.poll_timeout().is_none()) {
+                for b in bridges.values_mut() {
+                    b.abort(u64::MAX);
+                }
+                return self.session.error().cloned();
+            }
+            if let Some(t) = self.session.poll_timeout() {
+                sleep.as_mut().reset(self.clock.to_tokio(t));
+            } else {
+                sleep
+                    .as_mut()
+                    .reset(tokio::time::Instant::now() + std::time::Duration::from_secs(3600));
+            }
+            tokio::select! {
+                biased;
+                pkt = self.incoming.recv() => {
+                    let Some(pkt) = pkt else { return self.session.error().cloned() };
+                    self.receive(pkt);
+                    // Take what else is waiting, without going back to sleep.
+                    for _ in 0..64 {
+                        match self.incoming.try_recv() {
+                            Ok(pkt) => self.receive(pkt),
+                            Err(_) => break,
+                        }
+                    }
+                }
+                cmd = self.cmd_rx.recv() => {
+                    let Some(cmd) = cmd else { continue };
+                    self.command(cmd, &mut bridges);
+                    for _ in 0..256 {
+                        match self.cmd_rx.try_recv() {
+                            Ok(cmd) => self.command(cmd, &mut bridges),
+                            Err(_) => break,
+                        }
+                    }
+                }
+                _ = &mut sleep => {
+                    self.session.handle_timeout(self.clock.now());
+                }
+            }
+        }
+    }
+
+    fn receive(&mut self, mut pkt: Incoming) {
+        if !self.protection.open(&mut pkt.data) {
+            debug!(from = %pkt.from, "dropped a packet that failed authentication");
+            return;
+        }
+        let now = self.clock.now();
+        let Ok((hdr, _)) = braid_core::wire::PacketHeader::parse(&pkt.data) else {
+            return;
+        };
+        if let Some(hook) = self.on_packet.as_mut() {
+            if !hook(&mut self.session, now, hdr.path_id, pkt.from) {
+                return;
+            }
+        }
+        self.session.handle_datagram(now, pkt.data.freeze());
+    }
+
+    fn command(&mut self, cmd: Cmd, bridges: &mut HashMap<StreamId, StreamBridge>) {
+        let s = &mut self.session;
+        match cmd {
+            Cmd::Write(id, data) => match bridges.get_mut(&id) {
+                Some(b) => b.write(s, data),
+                None => warn!(stream = id, "write on a stream that is gone"),
+            },
+            Cmd::Finish(id) => {
+                if let Some(b) = bridges.get_mut(&id) {
+                    b.finish(s);
+                }
+            }
+            Cmd::Reset(id, code) => {
+                let _ = s.stream_reset(id, code);
+                let _ = s.stream_stop(id, code);
+                if let Some(b) = bridges.get_mut(&id) {
+                    b.abort(code);
+                }
+            }
+            Cmd::Wake(id) => {
+                if let Some(b) = bridges.get_mut(&id) {
+                    b.pump_read(s);
+                }
+            }
+            Cmd::Datagram(d) => {
+                if let Err(e) = s.send_datagram(d) {
+                    debug!("datagram dropped: {e}");
+                }
+            }
+            Cmd::Open(reply) => {
+                let r = s.open_stream().map(|id| {
+                    let (bridge, handle) = StreamBridge::new(id, self.cmd_tx.clone());
+                    bridges.insert(id, bridge);
+                    handle
+                });
+                let _ = reply.send(r);
+            }
+            Cmd::Close => {
+                let now = self.clock.now();
+                s.close(now, 0, "closed by the application");
+            }
+        }
+    }
+}

@@ -1,0 +1,17 @@
+//! braid-net: braid sessions over real networks.
+//!
+//! - [`driver`]: the tokio task that runs one session (timers, packets, streams),
+//! - [`bridge`]: streams between the session task and application-side tasks,
+//! - [`protect`]: the AEAD and replay window on every packet,
+//! - [`udp`]: path sockets bound to interfaces or source addresses,
+//! - [`splice`]: relaying a TCP connection over a stream,
+//! - [`agent`]: `braid agent` (SOCKS5, HTTP CONNECT, UDP ASSOCIATE),
+//! - [`server`]: `braid server` (authenticated sessions, TCP and UDP to legacy servers).
+
+pub mod agent;
+pub mod bridge;
+pub mod driver;
+pub mod protect;
+pub mod server;
+pub mod splice;
+pub mod udp;

@@ -1,0 +1,91 @@
+//! UDP sockets for paths: bound to a network interface (SO_BINDTODEVICE) or to a local
+//! source address, with large buffers.
+//!
+//! Owns: creating and configuring sockets, and sending a proxied datagram to a target.
+//! Must not touch: what is sent on them.
+
+use braid_proxy::TargetAddr;
+use socket2::{Domain, Protocol, Socket, Type};
+use std::io;
+use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
+use tokio::net::UdpSocket;
+
+/// Socket buffers: several bandwidth-delay products of a fast path.
+pub const SOCKET_BUFFER: usize = 8 << 20;
+
+/// How a path's socket is bound.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum PathBind {
+    /// To this network interface (needs CAP_NET_RAW or root).
+    Interface(String),
+    /// To this local source address.
+    Address(IpAddr),
+}
+
+impl std::str::FromStr for PathBind {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, String> {
+        if let Ok(ip) = s.parse::<IpAddr>() {
+            return Ok(PathBind::Address(ip));
+        }
+        if s.is_empty() || s.len() > 15 || s.contains(['/', ' ', '\0']) {
+            return Err(format!(
+                "{s:?} is neither a local IP address nor a network interface name (like eth0 or wwan0)"
+            ));
+        }
+        Ok(PathBind::Interface(s.to_string()))
+    }
+}
+
+/// Bind a non-blocking UDP socket to `addr`, optionally to a device, with big buffers.
+pub fn bind_udp(addr: SocketAddr, device: Option<&str>) -> io::Result<UdpSocket> {
+    let domain = if addr.is_ipv4() {
+        Domain::IPV4
+    } else {
+        Domain::IPV6
+    };
+    let sock = Socket::new(domain, Type::DGRAM, Some(Protocol::UDP))?;
+    if let Some(dev) = device {
+        sock.bind_device(Some(dev.as_bytes())).map_err(|e| {
+            io::Error::new(
+                e.kind(),
+                format!("cannot bind to interface {dev:?}: {e} (binding to a device needs root or CAP_NET_RAW)"),
+            )
+        })?;
+    }
+    let _ = sock.set_recv_buffer_size(SOCKET_BUFFER);
+    let _ = sock.set_send_buffer_size(SOCKET_BUFFER);
+    sock.set_nonblocking(true)?;
+    sock.bind(&addr.into())
+        .map_err(|e| io::Error::new(e.kind(), format!("cannot bind UDP socket to {addr}: {e}")))?;
+    UdpSocket::from_std(sock.into())
+}
+
+/// A socket for one path towards `server`.
+pub fn bind_path(bind: &PathBind, server: SocketAddr) -> io::Result<UdpSocket> {
+    match bind {
+        PathBind::Address(ip) => bind_udp(SocketAddr::new(*ip, 0), None),
+        PathBind::Interface(dev) => {
+            let any: IpAddr = if server.is_ipv4() {
+                Ipv4Addr::UNSPECIFIED.into()
+            } else {
+                Ipv6Addr::UNSPECIFIED.into()
+            };
+            bind_udp(SocketAddr::new(any, 0), Some(dev))
+        }
+    }
+}
+
+/// Send a proxied datagram, resolving a name first. Failures are dropped (UDP semantics).
+pub async fn send_datagram(sock: &UdpSocket, dest: &TargetAddr, payload: &[u8]) {
+    let to = match dest {
+        TargetAddr::Ip(a) => Some(*a),
+        TargetAddr::Domain(name, port) => tokio::net::lookup_host((name.as_str(), *port))
+            .await
+            .ok()
+            .and_then(|mut a| a.next()),
+    };
+    if let Some(to) = to {
+        let _ = sock.send_to(payload, to).await;
+    }
+}

@@ -1,0 +1,643 @@
+//! The HTTP/1.1 CONNECT front end: read and check a `CONNECT host:port HTTP/1.1` request head,
+//! then answer it.
+//!
+//! Owns: the request-head parser ([`parse_head`], a pure function on bytes), the async
+//! [`accept_connect`] that reads a head from a client stream, and the responses
+//! ([`respond_ok`], [`respond_error`], [`respond_http_error`]). Must not touch: listening
+//! sockets, the session, connecting to targets. Plain forwarding (`GET http://...`) is not
+//! supported: such requests get 405 and a body saying only CONNECT is supported.
+//!
+//! Limits ([`HttpLimits`]): the head may be at most `max_head_bytes` (8 KiB) including the
+//! blank line, with at most `max_headers` (100) header lines, and must arrive within
+//! `timeout` (10 s). Lines end in CRLF or a bare LF; obsolete line folding is refused.
+//!
+//! [`accept_connect`] never reads past the blank line that ends the head (it reads at most
+//! two bytes at a time near the end), so bytes the client sends right after the head — a TLS
+//! ClientHello, say — stay in the stream for the relay.
+//!
+//! No-panic contract: [`parse_head`] accepts any byte slice and returns `Ok(None)` (need more
+//! bytes), `Ok(Some(..))` or `Err(HttpError)`; [`accept_connect`] never panics on any input.
+
+use std::io;
+use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
+use std::time::Duration;
+
+use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
+
+use crate::addr::{TargetAddr, MAX_DOMAIN_LEN};
+use crate::auth::Credentials;
+use crate::target::ReplyCode;
+
+/// Limits and policy for [`accept_connect`].
+#[derive(Debug, Clone)]
+pub struct HttpLimits {
+    /// The largest request head, in bytes, including the terminating blank line.
+    pub max_head_bytes: usize,
+    /// The most header lines (after the request line).
+    pub max_headers: usize,
+    /// How long the client has to send the whole head.
+    pub timeout: Duration,
+    /// When set, a `Proxy-Authorization: Basic` header with these credentials is required.
+    pub auth: Option<Credentials>,
+}
+
+impl Default for HttpLimits {
+    /// 8 KiB, 100 headers, 10 s, no authentication.
+    fn default() -> Self {
+        HttpLimits {
+            max_head_bytes: 8 * 1024,
+            max_headers: 100,
+            timeout: Duration::from_secs(10),
+            auth: None,
+        }
+    }
+}
+
+/// Why a CONNECT request was refused. [`HttpError::status`] gives the HTTP status that
+/// [`accept_connect`] already sent for it.
+#[derive(Debug, thiserror::Error)]
+pub enum HttpError {
+    /// The head did not arrive within the limit (answered 408).
+    #[error("HTTP request head not received within {0:?}; the client stalled or is too slow")]
+    Timeout(Duration),
+    /// The client closed the connection before the head was complete.
+    #[error("client closed the connection before finishing the HTTP request head")]
+    Closed,
+    /// Reading or writing the client stream failed (nothing sent).
+    #[error("I/O error while reading the HTTP request: {0}")]
+    Io(#[from] io::Error),
+    /// No blank line within the size limit (answered 400).
+    #[error("HTTP request head exceeds {limit} bytes without ending in a blank line; send a shorter head")]
+    HeadTooLarge {
+        /// The limit in bytes.
+        limit: usize,
+    },
+    /// Too many header lines (answered 400).
+    #[error("HTTP request has more than {limit} header lines; send fewer headers")]
+    TooManyHeaders {
+        /// The limit.
+        limit: usize,
+    },
+    /// The bytes are not an HTTP/1.x request head (answered 400).
+    #[error("malformed HTTP request: {0}")]
+    Malformed(&'static str),
+    /// The HTTP version is not 1.0 or 1.1 (answered 400).
+    #[error("HTTP version is not HTTP/1.1 or HTTP/1.0; this proxy speaks HTTP/1.x CONNECT only")]
+    UnsupportedVersion,
+    /// The method is not CONNECT (answered 405).
+    #[error("HTTP method {0:?} is not supported; only CONNECT is (plain forwarding such as GET http://... is not supported)")]
+    MethodNotAllowed(String),
+    /// The CONNECT target has no port (answered 400).
+    #[error("CONNECT target has no port; use CONNECT host:port HTTP/1.1")]
+    MissingPort,
+    /// The port is not a number in 1..=65535 (answered 400).
+    #[error("CONNECT target port is not a number from 1 to 65535")]
+    BadPort,
+    /// The host part is not a name, an IPv4 address or a bracketed IPv6 address (answered 400).
+    #[error("CONNECT target host is invalid: {0}")]
+    BadHost(&'static str),
+    /// Credentials are required and none were sent (answered 407).
+    #[error("proxy authentication required; send Proxy-Authorization: Basic credentials")]
+    ProxyAuthRequired,
+    /// The credentials sent are wrong (answered 407).
+    #[error("wrong proxy credentials in Proxy-Authorization; check the client's proxy username and password")]
+    ProxyAuthFailed,
+}
+
+impl HttpError {
+    /// The HTTP status this error is answered with, or `None` when nothing can be sent.
+    pub fn status(&self) -> Option<u16> {
+        match self {
+            HttpError::Io(_) => None,
+            HttpError::Timeout(_) => Some(408),
+            HttpError::MethodNotAllowed(_) => Some(405),
+            HttpError::ProxyAuthRequired | HttpError::ProxyAuthFailed => Some(407),
+            _ => Some(400),
+        }
+    }
+}
+
+/// A parsed CONNECT head, borrowing the raw `Proxy-Authorization` value from the input.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ConnectHead<'a> {
+    /// Where to connect.
+    pub target: TargetAddr,
+    /// The `Proxy-Authorization` header value, if present (leading/trailing blanks trimmed).
+    pub proxy_authorization: Option<&'a [u8]>,
+}
+
+/// Skips leading empty lines (RFC 9112 §2.2 lets a server ignore them).
+fn leading_blank_len(buf: &[u8]) -> usize {
+    buf.iter()
+        .take_while(|&&b| b == b'\r' || b == b'\n')
+        .count()
+}
+
+/// The end (exclusive) of the head — just after the blank line — if it is in `buf`.
+fn find_head_end(buf: &[u8], start: usize) -> Option<usize> {
+    let mut i = start;
+    while i < buf.len() {
+        if buf.get(i) == Some(&b'\n') {
+            match (buf.get(i + 1), buf.get(i + 2)) {
+                (Some(b'\n'), _) => return Some(i + 2),
+                (Some(b'\r'), Some(b'\n')) => return Some(i + 3),
+                _ => {}
+            }
+        }
+        i += 1;
+    }
+    None
+}
+
+/// Parses a CONNECT request head at the start of `buf`.
+///
+/// Returns `Ok(None)` when the head is not complete yet and still within
+/// `limits.max_head_bytes`, `Ok(Some((head, consumed)))` with the bytes through the blank
+/// line, or the error to answer with. Authentication is not checked here (see
+/// [`Credentials::matches_basic`]); `limits.timeout` is not used.
+///
+/// No-panic contract: accepts any byte slice.
+pub fn parse_head<'a>(
+    buf: &'a [u8],
+    limits: &HttpLimits,
+) -> Result<Option<(ConnectHead<'a>, usize)>, HttpError> {
+    let start = leading_blank_len(buf);
+    let max = limits.max_head_bytes;
+    let end = match find_head_end(buf, start) {
+        Some(end) if end <= max => end,
+        Some(_) => return Err(HttpError::HeadTooLarge { limit: max }),
+        None if buf.len() >= max => return Err(HttpError::HeadTooLarge { limit: max }),
+        None => return Ok(None),
+    };
+    let head = buf.get(start..end).unwrap_or_default();
+    let mut lines = head.split(|&b| b == b'\n').map(|l| match l {
+        [rest @ .., b'\r'] => rest,
+        l => l,
+    });
+
+    let request_line = lines.next().unwrap_or_default();
+    let target = parse_request_line(request_line)?;
+
+    let mut proxy_authorization = None;
+    let mut count = 0usize;
+    for line in lines {
+        if line.is_empty() {
+            break; // the blank line ending the head
+        }
+        count += 1;
+        if count > limits.max_headers {
+            return Err(HttpError::TooManyHeaders {
+                limit: limits.max_headers,
+            });
+        }
+        let (name, value) = parse_header(line)?;
+        if name.eq_ignore_ascii_case(b"proxy-authorization") {
+            if proxy_authorization.is_some() {
+                return Err(HttpError::Malformed(
+                    "more than one Proxy-Authorization header",
+                ));
+            }
+            proxy_authorization = Some(value);
+        }
+    }
+    Ok(Some((
+        ConnectHead {
+            target,
+            proxy_authorization,
+        },
+        end,
+    )))
+}
+
+fn is_tchar(b: u8) -> bool {
+    b.is_ascii_alphanumeric() || b"!#$%&'*+-.^_`|~".contains(&b)
+}
+
+fn parse_request_line(line: &[u8]) -> Result<TargetAddr, HttpError> {
+    if line.contains(&b'\r') {
+        return Err(HttpError::Malformed(
+            "stray carriage return in the request line",
+        ));
+    }
+    let mut parts = line.split(|&b| b == b' ');
+    let (Some(method), Some(target), Some(version), None) =
+        (parts.next(), parts.next(), parts.next(), parts.next())
+    else {
+        return Err(HttpError::Malformed(
+            "request line is not 'METHOD target HTTP/1.1'",
+        ));
+    };
+    if method.is_empty() || method.len() > 32 || !method.iter().all(|&b| is_tchar(b)) {
+        return Err(HttpError::Malformed("request method is not a valid token"));
+    }
+    if target.is_empty() || !target.iter().all(|b| b.is_ascii_graphic()) {
+        return Err(HttpError::Malformed(
+            "request target is empty or holds non-printable bytes",
+        ));
+    }
+    if !version.starts_with(b"HTTP/") {
+        return Err(HttpError::Malformed(
+            "request line does not end in HTTP/1.1",
+        ));
+    }
+    if method != b"CONNECT" {
+        // Token characters are ASCII, so this is lossless.
+        return Err(HttpError::MethodNotAllowed(
+            String::from_utf8_lossy(method).into_owned(),
+        ));
+    }
+    if version != b"HTTP/1.1" && version != b"HTTP/1.0" {
+        return Err(HttpError::UnsupportedVersion);
+    }
+    parse_authority(target)
+}
+
+/// `name: value` with optional blanks around the value; no blank before the colon.
+fn parse_header(line: &[u8]) -> Result<(&[u8], &[u8]), HttpError> {
+    if matches!(line.first(), Some(b' ' | b'\t')) {
+        return Err(HttpError::Malformed(
+            "header line starts with whitespace (obsolete line folding is not accepted)",
+        ));
+    }
+    let Some(colon) = line.iter().position(|&b| b == b':') else {
+        return Err(HttpError::Malformed("header line has no ':'"));
+    };
+    let (name, value) = line.split_at(colon);
+    if name.is_empty() || !name.iter().all(|&b| is_tchar(b)) {
+        return Err(HttpError::Malformed("header name is empty or not a token"));
+    }
+    let value = value.get(1..).unwrap_or_default();
+    if value.iter().any(|&b| (b < 0x20 && b != b'\t') || b == 0x7f) {
+        return Err(HttpError::Malformed(
+            "header value holds a control character",
+        ));
+    }
+    let start = value
+        .iter()
+        .position(|&b| b != b' ' && b != b'\t')
+        .unwrap_or(value.len());
+    let end = value
+        .iter()
+        .rposition(|&b| b != b' ' && b != b'\t')
+        .map_or(start, |p| p + 1);
+    Ok((name, value.get(start..end).unwrap_or_default()))
+}
+
+/// `host:port`, `a.b.c.d:port` or `[v6]:port`.
+fn parse_authority(target: &[u8]) -> Result<TargetAddr, HttpError> {
+    let (host, port) = if let Some(rest) = target.strip_prefix(b"[") {
+        let Some(close) = rest.iter().position(|&b| b == b']') else {
+            return Err(HttpError::BadHost("'[' without a closing ']'"));
+        };
+        let (inner, after) = rest.split_at(close);
+        let after = after.get(1..).unwrap_or_default();
+        let ip = std::str::from_utf8(inner)
+            .ok()
+            .and_then(|s| s.parse::<Ipv6Addr>().ok())
+            .ok_or(HttpError::BadHost(
+                "the text in brackets is not an IPv6 address",
+            ))?;
+        let port = match after {
+            [] => return Err(HttpError::MissingPort),
+            [b':', port @ ..] => port,
+            _ => return Err(HttpError::BadHost("']' must be followed by ':port'")),
+        };
+        (HostKind::Ip(IpAddr::V6(ip)), port)
+    } else {
+        if target.contains(&b'/') {
+            return Err(HttpError::BadHost(
+                "a CONNECT target is host:port, not a URL",
+            ));
+        }
+        let Some(colon) = target.iter().rposition(|&b| b == b':') else {
+            return Err(HttpError::MissingPort);
+        };
+        let (host, port) = target.split_at(colon);
+        let port = port.get(1..).unwrap_or_default();
+        if host.contains(&b':') {
+            return Err(HttpError::BadHost(
+                "an IPv6 address must be written in brackets, as [2001:db8::1]:443",
+            ));
+        }
+        if host.is_empty() {
+            return Err(HttpError::BadHost("the host is empty"));
+        }
+        if host.len() > MAX_DOMAIN_LEN {
+            return Err(HttpError::BadHost("the host name is longer than 255 bytes"));
+        }
+        let valid = host
+            .iter()
+            .all(|&b| b.is_ascii_alphanumeric() || b == b'-' || b == b'.' || b == b'_');
+        if !valid {
+            return Err(HttpError::BadHost(
+                "the host name may hold only letters, digits, '-', '.' and '_'",
+            ));
+        }
+        match std::str::from_utf8(host)
+            .ok()
+            .and_then(|s| s.parse::<Ipv4Addr>().ok())
+        {
+            Some(ip) => (HostKind::Ip(IpAddr::V4(ip)), port),
+            None => (HostKind::Name(host), port),
+        }
+    };
+    let port = parse_port(port)?;
+    match host {
+        HostKind::Ip(ip) => Ok(TargetAddr::Ip(SocketAddr::new(ip, port))),
+        HostKind::Name(name) => {
+            let name = String::from_utf8_lossy(name).into_owned();
+            TargetAddr::domain(name, port).map_err(|_| HttpError::BadHost("invalid host name"))
+        }
+    }
+}
+
+enum HostKind<'a> {
+    Ip(IpAddr),
+    Name(&'a [u8]),
+}
+
+fn parse_port(port: &[u8]) -> Result<u16, HttpError> {
+    if port.is_empty() {
+        return Err(HttpError::MissingPort);
+    }
+    if port.len() > 5 || !port.iter().all(u8::is_ascii_digit) {
+        return Err(HttpError::BadPort);
+    }
+    let n = port
+        .iter()
+        .fold(0u32, |acc, &d| acc * 10 + u32::from(d - b'0'));
+    match u16::try_from(n) {
+        Ok(p) if p != 0 => Ok(p),
+        _ => Err(HttpError::BadPort),
+    }
+}
+
+/// How many bytes can be read without possibly reading past the blank line.
+fn safe_read_len(buf: &[u8]) -> usize {
+    match buf {
+        [.., b'\n'] | [.., b'\n', b'\r'] => 1,
+        _ => 2,
+    }
+}
+
+/// True when `buf` ends in a line break that follows an empty line.
+fn ends_with_blank_line(buf: &[u8]) -> bool {
+    matches!(buf, [.., b'\n', b'\n'] | [.., b'\n', b'\r', b'\n'])
+}
+
+/// Reads a CONNECT request head from `stream` and returns its target.
+///
+/// Checks `Proxy-Authorization: Basic` when `limits.auth` is set. On any refusal it sends
+/// the matching response (400 malformed/oversized/missing or bad port, 405 for a method
+/// other than CONNECT, 407 for missing or wrong credentials, 408 on timeout) and returns the
+/// error; the caller should then close the stream. On success nothing has been sent: open the
+/// target, then call [`respond_ok`] or [`respond_error`]. Never reads past the head and never
+/// panics on any input.
+pub async fn accept_connect<S>(stream: &mut S, limits: &HttpLimits) -> Result<TargetAddr, HttpError>
+where
+    S: AsyncRead + AsyncWrite + Unpin,
+{
+    let result = match tokio::time::timeout(limits.timeout, read_head(stream, limits)).await {
+        Ok(r) => r,
+        Err(_) => Err(HttpError::Timeout(limits.timeout)),
+    };
+    if let Err(e) = &result {
+        if e.status().is_some() {
+            // Best effort, and bounded: a client that does not read must not hold us.
+            let grace = limits.timeout.min(Duration::from_secs(2));
+            let _ = tokio::time::timeout(grace, respond_http_error(stream, e)).await;
+        }
+    }
+    result
+}
+
+async fn read_head<S>(stream: &mut S, limits: &HttpLimits) -> Result<TargetAddr, HttpError>
+where
+    S: AsyncRead + AsyncWrite + Unpin,
+{
+    let mut buf: Vec<u8> = Vec::with_capacity(256);
+    loop {
+        if ends_with_blank_line(&buf) || buf.len() >= limits.max_head_bytes {
+            if let Some((head, _used)) = parse_head(&buf, limits)? {
+                if let Some(creds) = &limits.auth {
+                    match head.proxy_authorization {
+                        None => return Err(HttpError::ProxyAuthRequired),
+                        Some(v) if !creds.matches_basic(v) => {
+                            return Err(HttpError::ProxyAuthFailed)
+                        }
+                        Some(_) => {}
+                    }
+                }
+                return Ok(head.target);
+            }
+        }
+        let mut chunk = [0u8; 2];
+        let want = safe_read_len(&buf).min(limits.max_head_bytes.saturating_sub(buf.len()).max(1));
+        let n = stream.read(&mut chunk[..want]).await?;
+        if n == 0 {
+            return Err(HttpError::Closed);
+        }
+        buf.extend_from_slice(chunk.get(..n).unwrap_or_default());
+    }
+}
+
+/// Sends `HTTP/1.1 200 Connection established` and an empty line; the tunnel starts after.
+pub async fn respond_ok<S: AsyncWrite + Unpin>(stream: &mut S) -> io::Result<()> {
+    stream
+        .write_all(b"HTTP/1.1 200 Connection established\r\n\r\n")
+        .await?;
+    stream.flush().await
+}
+
+/// Answers a CONNECT whose target could not be opened: 403 for not allowed, 504 for TTL
+/// expired / timed out, 405 for command not supported, 400 for address type not supported,
+/// 502 for refused, unreachable and general failure. [`ReplyCode::Succeeded`] sends the same
+/// as [`respond_ok`]. Not time-limited: wrap it in a timeout if needed.
+pub async fn respond_error<S: AsyncWrite + Unpin>(
+    stream: &mut S,
+    code: ReplyCode,
+) -> io::Result<()> {
+    let (status, body): (u16, &str) = match code {
+        ReplyCode::Succeeded => return respond_ok(stream).await,
+        ReplyCode::NotAllowed => (
+            403,
+            "connection to this target is not allowed by the proxy's rules",
+        ),
+        ReplyCode::TtlExpired => (504, "timed out connecting to the target"),
+        ReplyCode::CommandNotSupported => (405, "only CONNECT is supported"),
+        ReplyCode::AddressTypeNotSupported => (400, "this kind of target address is not supported"),
+        ReplyCode::ConnectionRefused => (502, "the target refused the connection"),
+        ReplyCode::HostUnreachable => (
+            502,
+            "the target host is unreachable or its name did not resolve",
+        ),
+        ReplyCode::NetworkUnreachable => (502, "the target network is unreachable"),
+        ReplyCode::GeneralFailure => (502, "could not connect to the target"),
+    };
+    write_response(stream, status, body).await
+}
+
+/// Sends the response for `err` (see [`HttpError::status`]); sends nothing for I/O errors.
+pub async fn respond_http_error<S: AsyncWrite + Unpin>(
+    stream: &mut S,
+    err: &HttpError,
+) -> io::Result<()> {
+    let Some(status) = err.status() else {
+        return Ok(());
+    };
+    let body = match err {
+        HttpError::MethodNotAllowed(_) => {
+            "only CONNECT is supported; this proxy does not forward GET or other methods".to_owned()
+        }
+        other => other.to_string(),
+    };
+    write_response(stream, status, &body).await
+}
+
+fn reason(status: u16) -> &'static str {
+    match status {
+        200 => "Connection established",
+        400 => "Bad Request",
+        403 => "Forbidden",
+        405 => "Method Not Allowed",
+        407 => "Proxy Authentication Required",
+        408 => "Request Timeout",
+        502 => "Bad Gateway",
+        504 => "Gateway Timeout",
+        _ => "Error",
+    }
+}
+
+/// The bytes of an error response with a one-line plain-text body.
+pub fn error_response(status: u16, body: &str) -> Vec<u8> {
+    let body = format!("{}\n", body.replace(['\r', '\n'], " "));
+    let extra = match status {
+        405 => "Allow: CONNECT\r\n",
+        407 => "Proxy-Authenticate: Basic realm=\"braid\"\r\n",
+        _ => "",
+    };
+    format!(
+        "HTTP/1.1 {status} {}\r\nContent-Type: text/plain; charset=utf-8\r\nContent-Length: {}\r\nConnection: close\r\n{extra}\r\n{body}",
+        reason(status),
+        body.len()
+    )
+    .into_bytes()
+}
+
+async fn write_response<S: AsyncWrite + Unpin>(
+    stream: &mut S,
+    status: u16,
+    body: &str,
+) -> io::Result<()> {
+    stream.write_all(&error_response(status, body)).await?;
+    stream.flush().await
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn parse(s: &str) -> Result<Option<TargetAddr>, HttpError> {
+        parse_head(s.as_bytes(), &HttpLimits::default()).map(|o| o.map(|(h, _)| h.target))
+    }
+
+    #[test]
+    fn targets() {
+        assert_eq!(
+            parse("CONNECT example.com:443 HTTP/1.1\r\nHost: example.com:443\r\n\r\n")
+                .unwrap()
+                .unwrap(),
+            TargetAddr::domain("example.com", 443).unwrap()
+        );
+        assert_eq!(
+            parse("CONNECT [2001:db8::1]:8443 HTTP/1.1\r\n\r\n")
+                .unwrap()
+                .unwrap(),
+            TargetAddr::Ip("[2001:db8::1]:8443".parse().unwrap())
+        );
+        assert_eq!(
+            parse("\r\nCONNECT 192.0.2.1:80 HTTP/1.0\n\n")
+                .unwrap()
+                .unwrap(),
+            TargetAddr::Ip("192.0.2.1:80".parse().unwrap())
+        );
+        assert!(parse("CONNECT a:1 HTTP/1.1\r\nHost: a\r\n")
+            .unwrap()
+            .is_none());
+    }
+
+    #[test]
+    fn refusals() {
+        let e = |s: &str| parse(s).unwrap_err();
+        assert!(matches!(
+            e("CONNECT example.com HTTP/1.1\r\n\r\n"),
+            HttpError::MissingPort
+        ));
+        assert!(matches!(
+            e("CONNECT example.com: HTTP/1.1\r\n\r\n"),
+            HttpError::MissingPort
+        ));
+        assert!(matches!(
+            e("CONNECT [::1] HTTP/1.1\r\n\r\n"),
+            HttpError::MissingPort
+        ));
+        assert!(matches!(
+            e("CONNECT a:0 HTTP/1.1\r\n\r\n"),
+            HttpError::BadPort
+        ));
+        assert!(matches!(
+            e("CONNECT a:65536 HTTP/1.1\r\n\r\n"),
+            HttpError::BadPort
+        ));
+        assert!(matches!(
+            e("CONNECT a:8x HTTP/1.1\r\n\r\n"),
+            HttpError::BadPort
+        ));
+        assert!(matches!(
+            e("CONNECT ::1:80 HTTP/1.1\r\n\r\n"),
+            HttpError::BadHost(_)
+        ));
+        assert!(matches!(
+            e("CONNECT [zz]:80 HTTP/1.1\r\n\r\n"),
+            HttpError::BadHost(_)
+        ));
+        assert!(matches!(
+            e("CONNECT u@h:80 HTTP/1.1\r\n\r\n"),
+            HttpError::BadHost(_)
+        ));
+        assert!(matches!(
+            e("GET http://a/ HTTP/1.1\r\n\r\n"),
+            HttpError::MethodNotAllowed(_)
+        ));
+        assert!(matches!(
+            e("CONNECT a:1 HTTP/2.0\r\n\r\n"),
+            HttpError::UnsupportedVersion
+        ));
+        assert!(matches!(e("\x16\x03\x01\x02\n\n"), HttpError::Malformed(_)));
+        assert!(matches!(
+            e("CONNECT a:1 HTTP/1.1\r\n folded\r\n\r\n"),
+            HttpError::Malformed(_)
+        ));
+        assert!(matches!(
+            e("CONNECT a:1 HTTP/1.1\r\nNo colon\r\n\r\n"),
+            HttpError::Malformed(_)
+        ));
+        let many = format!("CONNECT a:1 HTTP/1.1\r\n{}\r\n", "X: y\r\n".repeat(101));
+        assert!(matches!(e(&many), HttpError::TooManyHeaders { limit: 100 }));
+        let big = format!("CONNECT a:1 HTTP/1.1\r\nX: {}\r\n\r\n", "y".repeat(9000));
+        assert!(matches!(e(&big), HttpError::HeadTooLarge { .. }));
+    }
+
+    #[test]
+    fn safe_reads_never_pass_the_blank_line() {
+        let head = b"CONNECT a:1 HTTP/1.1\r\nX: y\r\n\r\nTAIL";
+        let mut buf = Vec::new();
+        let mut at = 0;
+        while !ends_with_blank_line(&buf) {
+            let n = safe_read_len(&buf);
+            buf.extend_from_slice(&head[at..at + n]);
+            at += n;
+        }
+        assert_eq!(&head[at..], b"TAIL");
+    }
+}

@@ -1,0 +1,36 @@
+//! braid-proxy: the proxy front ends of the braid agent and the small headers that carry
+//! proxied traffic over a session.
+//!
+//! Owns: protocol logic only — codecs and per-connection handshakes on any
+//! `AsyncRead + AsyncWrite` stream. Must not touch: listening sockets, the session, target
+//! connections, UDP sockets, configuration files (the network driver does those).
+//!
+//! - [`addr`]: [`TargetAddr`] and [`TargetRef`], domain validation,
+//! - [`wire`]: the shared `atyp | addr | port` encoding and [`ParseError`],
+//! - [`target`]: the stream-open header and its reply, [`ReplyCode`],
+//! - [`datagram`]: the DATAGRAM-frame payload carrying proxied UDP,
+//! - [`socks5`]: the SOCKS5 handshake (RFC 1928/1929) and the SOCKS5 UDP header,
+//! - [`http`]: the HTTP/1.1 CONNECT handshake,
+//! - [`auth`]: credentials, constant-time comparison, HTTP Basic.
+//!
+//! No-panic contract: every parser in this crate accepts any byte slice and reports malformed
+//! input as an error; every handshake reports malformed client input as an error. Property
+//! tests in `tests/` feed each parser random bytes.
+
+#![forbid(unsafe_code)]
+#![warn(missing_docs)]
+
+pub mod addr;
+pub mod auth;
+pub mod datagram;
+pub mod http;
+pub mod socks5;
+pub mod target;
+pub mod wire;
+
+pub use addr::{AddrError, TargetAddr, TargetRef};
+pub use auth::Credentials;
+pub use http::{HttpError, HttpLimits};
+pub use socks5::{AuthPolicy, SocksError, SocksRequest};
+pub use target::ReplyCode;
+pub use wire::{Invalid, ParseError};
