@@ -140,6 +140,8 @@ pub struct StreamBridge {
     finish_requested: bool,
     finished: bool,
     read_done: bool,
+    /// The end of the stream (FIN or reset), read but not yet delivered.
+    end: Option<StreamMsg>,
 }
 
 impl StreamBridge {
@@ -157,6 +159,7 @@ impl StreamBridge {
             finish_requested: false,
             finished: false,
             read_done: false,
+            end: None,
         };
         let handle = StreamHandle {
             id,
@@ -211,7 +214,9 @@ impl StreamBridge {
         }
     }
 
-    /// Move readable bytes to the application until its channel is full.
+    /// Move readable bytes to the application until its channel is full. The stream's
+    /// chunks (one per packet) are coalesced into messages of up to `READ_CHUNK` bytes: one
+    /// wake-up and one socket write per message, not per packet.
     pub fn pump_read(&mut self, s: &mut Session) {
         while !self.read_done {
             // Set the flag first: if the channel turns out full, the reader is certain to
@@ -227,21 +232,60 @@ impl StreamBridge {
                 }
             };
             self.read_blocked.store(false, Ordering::Release);
-            match s.stream_read(self.id, READ_CHUNK) {
-                Ok(Some(b)) if b.is_empty() => {
-                    permit.send(StreamMsg::Fin);
-                    self.read_done = true;
+            if let Some(end) = self.end.take() {
+                permit.send(end);
+                self.read_done = true;
+                return;
+            }
+            let mut data = bytes::BytesMut::new();
+            let mut single: Option<Bytes> = None;
+            loop {
+                let have = single.as_ref().map_or(0, |b| b.len()) + data.len();
+                if have >= READ_CHUNK {
+                    break;
                 }
-                Ok(Some(b)) => permit.send(StreamMsg::Data(b)),
-                Ok(None) => return,
-                Err(braid_core::StreamError::Reset { code, .. }) => {
-                    permit.send(StreamMsg::Reset(code));
-                    self.read_done = true;
+                match s.stream_read(self.id, READ_CHUNK - have) {
+                    Ok(Some(b)) if b.is_empty() => {
+                        self.end = Some(StreamMsg::Fin);
+                        break;
+                    }
+                    Ok(Some(b)) => {
+                        if single.is_none() && data.is_empty() {
+                            single = Some(b);
+                        } else {
+                            if let Some(first) = single.take() {
+                                data.reserve(READ_CHUNK);
+                                data.extend_from_slice(&first);
+                            }
+                            data.extend_from_slice(&b);
+                        }
+                    }
+                    Ok(None) => break,
+                    Err(braid_core::StreamError::Reset { code, .. }) => {
+                        self.end = Some(StreamMsg::Reset(code));
+                        break;
+                    }
+                    Err(_) => {
+                        self.end = Some(StreamMsg::Reset(0));
+                        break;
+                    }
                 }
-                Err(_) => {
-                    permit.send(StreamMsg::Reset(0));
-                    self.read_done = true;
-                }
+            }
+            let msg = match single {
+                Some(b) => Some(b),
+                None if !data.is_empty() => Some(data.freeze()),
+                None => None,
+            };
+            match msg {
+                Some(b) => permit.send(StreamMsg::Data(b)),
+                None => match self.end.take() {
+                    Some(end) => {
+                        permit.send(end);
+                        self.read_done = true;
+                        return;
+                    }
+                    None => return,
+                },
             }
         }
     }

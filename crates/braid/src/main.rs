@@ -1,6 +1,9 @@
-//! The `braid` command: simulation today; agent, server and testbed in later issues.
+//! The `braid` command: the simulator (`sim`, `demo`) and the real thing (`keygen`,
+//! `server`, `agent`).
 
+mod bench;
 mod demo;
+mod net;
 
 use anyhow::{Context, Result};
 use braid_sim::{run_scenario, Scenario};
@@ -33,6 +36,21 @@ enum Command {
         #[arg(long)]
         json: bool,
     },
+    /// Make a key pair for a server or an agent.
+    Keygen(net::KeygenArgs),
+    /// Run the server proxy: accepts agents, talks plain TCP to legacy servers.
+    Server(net::ServerArgs),
+    /// Run the agent on the multi-homed device: SOCKS5 and HTTP CONNECT over every path.
+    Agent(net::AgentArgs),
+    /// Benchmark one stream through agent and server on loopback against plain TCP.
+    Bench {
+        /// Bytes to move in each measurement (like 1GB or 500MB).
+        #[arg(long, default_value = "1GB")]
+        size: String,
+        /// Print one JSON object on stdout instead of a table.
+        #[arg(long)]
+        json: bool,
+    },
 }
 
 fn main() -> ExitCode {
@@ -40,6 +58,10 @@ fn main() -> ExitCode {
     let r = match cli.command {
         Command::Sim { scenario, json } => sim(&scenario, json),
         Command::Demo { json } => demo::run(json),
+        Command::Keygen(a) => net::keygen(a).map(|()| true),
+        Command::Server(a) => net::server(a).map(|()| true),
+        Command::Agent(a) => net::agent(a).map(|()| true),
+        Command::Bench { size, json } => bench_cmd(&size, json),
     };
     match r {
         Ok(true) => ExitCode::SUCCESS,
@@ -79,6 +101,20 @@ fn sim(path: &std::path::Path, json: bool) -> Result<bool> {
     let report = run_scenario(&scn, progress_printer(&scn.name))?;
     print_report(&report, json)?;
     Ok(report.all_verified())
+}
+
+fn bench_cmd(size: &str, json: bool) -> Result<bool> {
+    let size = braid_sim::units::parse_size(size).map_err(|e| anyhow::anyhow!("--size: {e}"))?;
+    let r = bench::loopback(size)?;
+    if json {
+        println!(
+            "{}",
+            serde_json::to_string(&r).context("encoding the report as JSON")?
+        );
+    } else {
+        bench::print(&r);
+    }
+    Ok(true)
 }
 
 /// One JSON object on stdout, or the readable table.
