@@ -166,13 +166,17 @@ fn frame() -> impl Strategy<Value = F> {
         vi().prop_map(F::MaxData),
         (vi(), vi()).prop_map(|(id, max)| F::MaxStreamData { id, max }),
         vi().prop_map(F::MaxStreams),
-        (vi(), vi(), vi(), vi(), vi()).prop_map(|(a, b, c, d, e)| F::Hello(HelloParams {
-            max_data: a,
-            max_stream_data: b,
-            max_streams: c,
-            idle_timeout_ms: d,
-            max_datagram: e,
-        })),
+        (vi(), vi(), vi(), vi(), vi(), vi(), vi()).prop_map(|(a, b, c, d, e, f, g)| F::Hello(
+            HelloParams {
+                max_data: a,
+                max_stream_data: b,
+                max_streams: c,
+                idle_timeout_ms: d,
+                max_datagram: e,
+                cc: f,
+                scheduler: g,
+            }
+        )),
         (any::<bool>(), any::<[u8; 8]>()).prop_map(|(response, data)| F::Token { response, data }),
         (vi(), bytes()).prop_map(|(code, reason)| F::Close { code, reason }),
         (any::<u8>(), vi(), path_state()).prop_map(|(path, seq, state)| F::PathStatus {
@@ -1172,6 +1176,8 @@ fn packet_for_another_session_is_dropped() {
             max_streams: 10,
             idle_timeout_ms: 30_000,
             max_datagram: 0,
+            cc: 1,
+            scheduler: 0,
         }),
         F::Token {
             response: false,

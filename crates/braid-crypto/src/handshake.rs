@@ -21,10 +21,10 @@
 //!
 //! Freshness: the server refuses a message 1 whose timestamp is more than `max_skew_ms` away
 //! from its own clock, and the [`ReplayGuard`] refuses one whose timestamp is not newer
-//! than the newest already accepted from the same client key. A client that retries must
-//! therefore start a new [`ClientHandshake`] with a later timestamp instead of resending the
-//! same bytes, and two handshakes of one client key need distinct milliseconds (use e.g.
-//! `max(now, last + 1)`).
+//! than the newest already accepted from the same client key. Two handshakes of one client
+//! key therefore need distinct milliseconds (use e.g. `max(now, last + 1)`). A client whose
+//! reply was lost resends the same message 1 bytes: the braid server answers an identical
+//! copy for a session it already accepted with its cached reply (see braid-net's server).
 //!
 //! No-panic contract: [`ServerHandshake::respond`] and [`ClientHandshake::finish`] accept
 //! any bytes and return a [`HandshakeError`] for anything malformed or forged.

@@ -43,6 +43,7 @@ pub struct Emulator {
     /// The address the server sees packets coming from.
     pub server_side: SocketAddr,
     cut: Arc<AtomicBool>,
+    rebind: Arc<AtomicBool>,
     stop: Arc<AtomicBool>,
     stats: Arc<EmuStats>,
     thread: Option<JoinHandle<()>>,
@@ -69,17 +70,24 @@ impl Emulator {
         let agent_side = agent.local_addr()?;
         let server_side = upstream.local_addr()?;
         let cut = Arc::new(AtomicBool::new(false));
+        let rebind = Arc::new(AtomicBool::new(false));
         let stop = Arc::new(AtomicBool::new(false));
         let stats = Arc::new(EmuStats::default());
         let model = PathModel::new(spec, seed);
-        let (c, s, st) = (cut.clone(), stop.clone(), stats.clone());
+        let flags = Flags {
+            cut: cut.clone(),
+            rebind: rebind.clone(),
+            stop: stop.clone(),
+        };
+        let st = stats.clone();
         let thread = std::thread::Builder::new()
             .name(format!("emu-{}", spec.name))
-            .spawn(move || relay(model, agent, upstream, server, c, s, st))?;
+            .spawn(move || relay(model, agent, upstream, server, flags, st))?;
         Ok(Emulator {
             agent_side,
             server_side,
             cut,
+            rebind,
             stop,
             stats,
             thread: Some(thread),
@@ -89,6 +97,12 @@ impl Emulator {
     /// Cut the path (every packet is dropped) or restore it.
     pub fn set_cut(&self, cut: bool) {
         self.cut.store(cut, Ordering::Relaxed);
+    }
+
+    /// Move the server-facing side to a new local port, as a NAT rebinding does: from now
+    /// on the server sees this path's packets come from a new address.
+    pub fn rebind(&self) {
+        self.rebind.store(true, Ordering::Relaxed);
     }
 
     /// Counters.
@@ -106,20 +120,35 @@ impl Drop for Emulator {
     }
 }
 
+struct Flags {
+    cut: Arc<AtomicBool>,
+    rebind: Arc<AtomicBool>,
+    stop: Arc<AtomicBool>,
+}
+
 fn relay(
     mut model: PathModel<Bytes>,
     agent: UdpSocket,
-    upstream: UdpSocket,
+    mut upstream: UdpSocket,
     server: SocketAddr,
-    cut: Arc<AtomicBool>,
-    stop: Arc<AtomicBool>,
+    flags: Flags,
     stats: Arc<EmuStats>,
 ) {
+    let Flags { cut, rebind, stop } = flags;
     let start = Instant::now();
     let mut last_agent: Option<SocketAddr> = None;
     let mut buf = vec![0u8; 65536];
     let mut out = Vec::new();
     while !stop.load(Ordering::Relaxed) {
+        if rebind.swap(false, Ordering::Relaxed) {
+            let ip = upstream.local_addr().map(|a| a.ip());
+            if let Ok(s) = ip.and_then(|ip| UdpSocket::bind(SocketAddr::new(ip, 0))) {
+                if s.set_nonblocking(true).is_ok() {
+                    set_buffers(s.as_raw_fd(), SOCKET_BUFFER);
+                    upstream = s;
+                }
+            }
+        }
         let now = start.elapsed().as_nanos() as u64;
         model.advance(now, &mut out);
         for (_, dir, pkt) in out.drain(..) {

@@ -358,10 +358,10 @@ async fn open(
     let (tx, rx) = oneshot::channel();
     cmd.send(Cmd::Open(tx))
         .map_err(|_| ReplyCode::NetworkUnreachable)?;
-    let h = rx
-        .await
-        .map_err(|_| ReplyCode::NetworkUnreachable)?
-        .map_err(|_| ReplyCode::GeneralFailure)?;
+    let h = rx.await.map_err(|_| ReplyCode::NetworkUnreachable)?.map_err(|e| {
+        warn!("cannot open a stream to {target}: {e} (the server's limit on connections per agent)");
+        ReplyCode::GeneralFailure
+    })?;
     let (mut reader, writer) = (h.reader, h.writer);
     let mut req = Vec::new();
     target::emit_request(target, &mut req).map_err(|_| ReplyCode::AddressTypeNotSupported)?;

@@ -68,6 +68,9 @@ impl ServerConfig {
 
 struct Entry {
     tx: mpsc::Sender<Incoming>,
+    /// The agent's message 1, byte for byte: only an identical retransmission gets...
+    request: Vec<u8>,
+    /// ...our cached reply (smaller than the request, so never an amplifier).
     reply: Vec<u8>,
 }
 
@@ -128,8 +131,13 @@ impl Server {
                 },
                 PacketType::Handshake => {
                     if let Some(e) = sessions.get(&h.session_id) {
-                        // Our reply was lost: send the same one again.
-                        let _ = self.socket.try_send_to(&e.reply, from);
+                        // Our reply was lost and the agent sent the very same message 1:
+                        // send the same reply again. Anything else is dropped.
+                        if e.request == pkt {
+                            let _ = self.socket.try_send_to(&e.reply, from);
+                        } else {
+                            debug!(%from, "dropped a handshake for a session that exists");
+                        }
                         continue;
                     }
                     if sessions.len() >= self.cfg.max_sessions {
@@ -155,7 +163,14 @@ impl Server {
                                 keys,
                                 done_tx.clone(),
                             );
-                            sessions.insert(h.session_id, Entry { tx, reply });
+                            sessions.insert(
+                                h.session_id,
+                                Entry {
+                                    tx,
+                                    request: pkt.to_vec(),
+                                    reply,
+                                },
+                            );
                         }
                         Err(e) => warn!(%from, "handshake refused: {e}"),
                     }
@@ -222,9 +237,24 @@ impl Server {
             clock,
         };
         let connect_timeout = self.cfg.connect_timeout;
+        let max_streams = self.cfg.max_streams as usize;
         tokio::spawn(async move {
+            let open = Arc::new(std::sync::atomic::AtomicUsize::new(0));
             while let Some(h) = acc_rx.recv().await {
-                tokio::spawn(serve_stream(h, connect_timeout));
+                let n = open.fetch_add(1, std::sync::atomic::Ordering::Relaxed) + 1;
+                if n == max_streams {
+                    // The session's MAX_STREAMS keeps the agent from opening more.
+                    warn!(
+                        session = format_args!("{id:016x}"),
+                        limit = max_streams,
+                        "stream limit reached: this agent's new connections are refused until one closes"
+                    );
+                }
+                let open = open.clone();
+                tokio::spawn(async move {
+                    serve_stream(h, connect_timeout).await;
+                    open.fetch_sub(1, std::sync::atomic::Ordering::Relaxed);
+                });
             }
         });
         tokio::spawn(udp_flows(dg_rx, cmd_tx, self.cfg.max_udp_flows));

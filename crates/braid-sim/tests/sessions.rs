@@ -545,3 +545,27 @@ name = "v"
         );
     }
 }
+
+/// The agent's owner picks the congestion controller and scheduler: the server adopts
+/// them from HELLO, so a download (sent by the server) uses what the agent was told.
+#[test]
+fn the_server_adopts_the_clients_controller_and_scheduler() {
+    let scn = Scenario::from_toml_str(LINKS, Path::new("<sessions>")).unwrap();
+    let plans = plan(&scn).unwrap();
+    let mut client = braid_sim::runner::session_config(&scn, &plans[0], 1);
+    client.cc = braid_core::CcAlgorithm::Bbr;
+    client.scheduler = braid_core::SchedulerKind::RoundRobin;
+    let server = braid_sim::runner::session_config(&scn, &plans[0], 2);
+    assert_eq!(server.cc, braid_core::CcAlgorithm::Cubic);
+    let paths: Vec<Option<braid_sim::PathSpec>> = scn.paths.iter().cloned().map(Some).collect();
+    let mut w = World::new(&paths, 1, client, server);
+    assert_eq!(
+        w.run(30_000_000_000, &mut Handshake { paths: vec![0, 1] }),
+        Outcome::Done
+    );
+    assert_eq!(w.server.config().cc, braid_core::CcAlgorithm::Bbr);
+    assert_eq!(
+        w.server.config().scheduler,
+        braid_core::SchedulerKind::RoundRobin
+    );
+}

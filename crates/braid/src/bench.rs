@@ -1,4 +1,4 @@
-//! `braid bench loopback`: one stream through agent and server on loopback, encryption on,
+//! `braid bench [--size N] [--json]`: one stream through agent and server on loopback, encryption on,
 //! one path, no impairment — next to plain TCP over loopback in the same run.
 //!
 //! Server, agent and the traffic source/sink each run on their own thread with their own

@@ -88,7 +88,7 @@ pub struct AgentArgs {
     /// Packet scheduler: minrtt or rr.
     #[arg(long)]
     pub scheduler: Option<String>,
-    /// Congestion controller: reno, cubic or bbr.
+    /// Congestion controller for both directions: bbr (default), cubic or reno.
     #[arg(long)]
     pub cc: Option<String>,
     /// Log level: error, warn, info, debug or trace.
@@ -243,7 +243,12 @@ pub fn agent(a: AgentArgs) -> Result<()> {
         (None, None) => AuthPolicy::NoAuth,
         _ => bail!("--socks-user and --socks-pass go together"),
     };
-    let mut transport = braid_core::Config::default();
+    // Real links (WiFi, cellular) lose packets at random; a model-based controller does not
+    // mistake that for congestion (see docs/results.md), so it is the agent's default.
+    let mut transport = braid_core::Config {
+        cc: braid_core::CcAlgorithm::Bbr,
+        ..braid_core::Config::default()
+    };
     if let Some(s) = a.scheduler.or(f.scheduler) {
         transport.scheduler = s
             .parse()

@@ -173,6 +173,7 @@ impl Session {
                     self.state = State::Established;
                     if self.side == Side::Server {
                         self.pending.hello = true;
+                        self.adopt_client_choices(now, &params);
                     } else {
                         // Validate the other paths now that the server knows the session.
                         for p in self.paths.values_mut() {
@@ -236,6 +237,27 @@ impl Session {
                     self.events.push_back(Event::DatagramReceived);
                 }
                 self.datagrams_in.push_back(packet.slice_ref(d));
+            }
+        }
+    }
+
+    /// The client chooses the congestion controller and scheduler for both directions (the
+    /// agent's owner knows the links); unknown codes leave the server's own settings.
+    fn adopt_client_choices(&mut self, now: Instant, params: &crate::wire::HelloParams) {
+        if let Some((_, cc)) = crate::cc::CcAlgorithm::ALL.get(params.cc as usize) {
+            if *cc != self.cfg.cc {
+                self.cfg.cc = *cc;
+                let mss = self.cfg.max_datagram_size as u64;
+                let iw = self.cfg.initial_window_packets * mss;
+                for p in self.paths.values_mut() {
+                    p.cc = cc.build(mss, iw, now);
+                }
+            }
+        }
+        if let Some((_, k)) = crate::sched::SchedulerKind::ALL.get(params.scheduler as usize) {
+            if *k != self.cfg.scheduler {
+                self.cfg.scheduler = *k;
+                self.sched = k.build();
             }
         }
     }

@@ -259,6 +259,14 @@ impl Session {
             max_streams: self.local_max_streams,
             idle_timeout_ms: self.cfg.idle_timeout.as_millis() as u64,
             max_datagram: self.cfg.max_datagram_payload as u64,
+            cc: crate::cc::CcAlgorithm::ALL
+                .iter()
+                .position(|(_, a)| *a == self.cfg.cc)
+                .unwrap_or(0) as u64,
+            scheduler: crate::sched::SchedulerKind::ALL
+                .iter()
+                .position(|(_, k)| *k == self.cfg.scheduler)
+                .unwrap_or(0) as u64,
         }
     }
 

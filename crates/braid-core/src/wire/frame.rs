@@ -69,6 +69,11 @@ pub struct HelloParams {
     pub max_streams: u64,
     /// Idle timeout, milliseconds.
     pub idle_timeout_ms: u64,
+    /// Congestion controller the client asks both ends to use (index into
+    /// `CcAlgorithm::ALL`); the server adopts it. Ignored when the client receives it.
+    pub cc: u64,
+    /// Scheduler the client asks both ends to use (index into `SchedulerKind::ALL`).
+    pub scheduler: u64,
     /// Largest DATAGRAM payload it accepts (0: none).
     pub max_datagram: u64,
 }
@@ -295,6 +300,8 @@ fn parse_one<'a>(r: &mut Reader<'a>) -> Result<Frame<'a>, WireError> {
             max_streams: r.varint()?,
             idle_timeout_ms: r.varint()?,
             max_datagram: r.varint()?,
+            cc: r.varint()?,
+            scheduler: r.varint()?,
         }),
         ty::PATH_CHALLENGE | ty::PATH_RESPONSE => {
             let mut d = [0u8; 8];
@@ -468,7 +475,9 @@ pub mod emit {
             w.varint(p.max_stream_data)?;
             w.varint(p.max_streams)?;
             w.varint(p.idle_timeout_ms)?;
-            w.varint(p.max_datagram)
+            w.varint(p.max_datagram)?;
+            w.varint(p.cc)?;
+            w.varint(p.scheduler)
         })
     }
 
@@ -601,6 +610,8 @@ mod tests {
             max_streams: 3,
             idle_timeout_ms: 4,
             max_datagram: 5,
+            cc: 2,
+            scheduler: 1,
         };
         emit::hello(&mut w, &hp).unwrap();
         emit::path_token(&mut w, false, &[1; 8]).unwrap();

@@ -172,7 +172,14 @@ pub async fn rig() -> Rig {
         socks_auth: AuthPolicy::NoAuth,
         http_limits: HttpLimits::default(),
         open_timeout: Duration::from_secs(15),
-        transport: braid_core::Config::default(),
+        transport: braid_core::Config {
+            // Measurements for docs/results.md choose the controller; tests use the default.
+            cc: std::env::var("BRAID_TEST_CC")
+                .ok()
+                .and_then(|c| c.parse().ok())
+                .unwrap_or_default_cc(),
+            ..braid_core::Config::default()
+        },
     };
     let mut agent = Agent::start(acfg).await.unwrap();
     assert!(
@@ -200,4 +207,14 @@ pub async fn curl(args: Vec<String>) -> Vec<u8> {
         String::from_utf8_lossy(&out.stderr)
     );
     out.stdout
+}
+
+trait DefaultCc {
+    fn unwrap_or_default_cc(self) -> braid_core::CcAlgorithm;
+}
+
+impl DefaultCc for Option<braid_core::CcAlgorithm> {
+    fn unwrap_or_default_cc(self) -> braid_core::CcAlgorithm {
+        self.unwrap_or(braid_core::Config::default().cc)
+    }
 }
