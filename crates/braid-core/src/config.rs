@@ -50,6 +50,10 @@ pub struct Config {
     pub max_paths: usize,
     /// Seed for this session's random choices (challenge tokens).
     pub seed: u64,
+    /// When nothing new is left to send, copy data in flight on much slower paths onto a
+    /// faster one with room (cuts the tail of transfers over unequal paths). Linux MPTCP's
+    /// minRTT has no such thing; turn it off to compare with it.
+    pub tail_reinjection: bool,
 }
 
 impl Default for Config {
@@ -75,6 +79,7 @@ impl Default for Config {
             amplification_factor: 1,
             max_paths: 8,
             seed: 0,
+            tail_reinjection: true,
         }
     }
 }

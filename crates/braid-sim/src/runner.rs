@@ -76,6 +76,7 @@ pub fn session_config(scn: &Scenario, plan: &Plan, seed: u64) -> Config {
         cc: plan.cc,
         scheduler: plan.scheduler,
         idle_timeout: Duration::from_nanos(scn.path_timeout),
+        tail_reinjection: plan.variant.tail_reinjection,
         seed,
         ..Config::default()
     }
@@ -120,14 +121,27 @@ pub fn run_scenario(
     let mut handshakes = Vec::new();
     let wall = std::time::Instant::now();
     let mut virtual_ns = 0u64;
-    for (i, job) in jobs.iter().enumerate() {
-        let (r, hs, t) = run_job(scn, &plans[job.plan], job);
-        virtual_ns += t;
-        results.push(r);
-        if let Some(hs) = hs {
-            handshakes.push(hs);
+    if scn.workload.shared_session {
+        let mut done = 0;
+        for (p, plan) in plans.iter().enumerate() {
+            let mine: Vec<&Job> = jobs.iter().filter(|j| j.plan == p).collect();
+            let (rs, hs, t) = run_shared(scn, plan, &mine);
+            virtual_ns += t;
+            done += rs.len();
+            results.extend(rs);
+            handshakes.extend(hs);
+            progress(done, jobs.len());
         }
-        progress(i + 1, jobs.len());
+    } else {
+        for (i, job) in jobs.iter().enumerate() {
+            let (r, hs, t) = run_job(scn, &plans[job.plan], job);
+            virtual_ns += t;
+            results.push(r);
+            if let Some(hs) = hs {
+                handshakes.push(hs);
+            }
+            progress(i + 1, jobs.len());
+        }
     }
     handshakes.sort_by(f64::total_cmp);
     let handshake_s = handshakes.get(handshakes.len() / 2).copied();
@@ -194,6 +208,51 @@ fn run_job(scn: &Scenario, plan: &Plan, job: &Job) -> (RunResult, Option<f64>, N
     let mut app = Transfer::new(scn.workload.direction, job.size, splitmix64(seed ^ 0x7a5));
     run_transfer(scn, &mut world, &ids, &mut app, &mut result);
     (result, Some(handshake_s), world.now())
+}
+
+/// All transfers of one variant, one after the other on one session (the scenario seed).
+fn run_shared(scn: &Scenario, plan: &Plan, jobs: &[&Job]) -> (Vec<RunResult>, Option<f64>, Nanos) {
+    let seed = scn.seed;
+    let mut world = build_world(scn, plan, seed);
+    let ids: Vec<PathId> = plan.variant.paths.iter().map(|&i| i as PathId).collect();
+    let hs = world.run(scn.time_limit, &mut Handshake { paths: ids.clone() });
+    let mut out = Vec::with_capacity(jobs.len());
+    if hs != Outcome::Done {
+        for job in jobs {
+            let mut r = RunResult::new(&plan.variant.name, job.repetition, seed, job.size);
+            r.error = Some(format!("session could not be established: {hs:?}"));
+            out.push(r);
+        }
+        return (out, None, world.now());
+    }
+    let handshake_s = world.now() as f64 / 1e9;
+    for (k, job) in jobs.iter().enumerate() {
+        if k > 0 && scn.workload.gap > 0 {
+            let until = world.now() + scn.workload.gap;
+            world.run(until, &mut Idle);
+        }
+        let mut r = RunResult::new(&plan.variant.name, job.repetition, seed, job.size);
+        let payload_seed = splitmix64(seed ^ 0x7a5 ^ (k as u64) << 20);
+        let mut app = Transfer::new(scn.workload.direction, job.size, payload_seed);
+        run_transfer(scn, &mut world, &ids, &mut app, &mut r);
+        let failed = r.error.is_some();
+        out.push(r);
+        if failed || world.client.is_closed() {
+            break;
+        }
+    }
+    (out, Some(handshake_s), world.now())
+}
+
+/// An application that does nothing (idle time on a shared session).
+struct Idle;
+
+impl App for Idle {
+    fn on_wake(&mut self, _now: Nanos, w: &mut Endpoints<'_>) -> bool {
+        while w.client.poll_event().is_some() {}
+        while w.server.poll_event().is_some() {}
+        false
+    }
 }
 
 /// Run one transfer on an established world and fill in `result`.

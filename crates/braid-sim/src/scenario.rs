@@ -150,6 +150,11 @@ pub struct Workload {
     pub sizes: Vec<u64>,
     /// How often the whole list runs, each time with its own seed.
     pub repetitions: u32,
+    /// Run every transfer of a variant one after the other on one session (as the agent
+    /// keeps it: windows and RTT estimates carry over), instead of a fresh session each.
+    pub shared_session: bool,
+    /// Idle time between transfers on a shared session.
+    pub gap: Nanos,
 }
 
 /// Which system a variant runs. Only `Braid` runs in the simulator.
@@ -175,6 +180,9 @@ pub struct VariantSpec {
     pub cc: String,
     /// Indices into `Scenario::paths`.
     pub paths: Vec<usize>,
+    /// Copy data in flight on slow paths onto a fast one at the end of a transfer
+    /// (default true; false gives Linux MPTCP's plain behaviour).
+    pub tail_reinjection: bool,
 }
 
 // ---------------------------------------------------------------------------------------
@@ -273,6 +281,8 @@ struct RawWorkload {
     size: Option<UnitStr>,
     sizes: Option<Vec<UnitStr>>,
     repetitions: Option<u32>,
+    session: Option<String>,
+    gap: Option<UnitStr>,
 }
 
 #[derive(Deserialize)]
@@ -283,6 +293,7 @@ struct RawVariant {
     scheduler: Option<String>,
     cc: Option<String>,
     paths: Option<Vec<String>>,
+    tail_reinjection: Option<bool>,
 }
 
 // ---------------------------------------------------------------------------------------
@@ -701,10 +712,34 @@ impl Resolver<'_> {
         if repetitions == 0 {
             return Err(self.err("workload.repetitions", "expected at least 1, got 0"));
         }
+        let shared_session = match w.session.as_deref() {
+            None | Some("fresh") => false,
+            Some("shared") => true,
+            Some(other) => {
+                return Err(self.err(
+                    "workload.session",
+                    format!("expected \"fresh\" or \"shared\", got {other:?}"),
+                ))
+            }
+        };
+        let gap = match &w.gap {
+            None => 0,
+            Some(g) if shared_session => {
+                parse_duration(&g.0).map_err(|m| self.err("workload.gap", m))?
+            }
+            Some(_) => {
+                return Err(self.err(
+                    "workload.gap",
+                    "a gap between transfers needs session = \"shared\"",
+                ))
+            }
+        };
         Ok(Workload {
             direction: w.direction.unwrap_or(Direction::Down),
             sizes,
             repetitions,
+            shared_session,
+            gap,
         })
     }
 
@@ -757,6 +792,7 @@ impl Resolver<'_> {
             scheduler: v.scheduler.unwrap_or_else(|| "minrtt".to_string()),
             cc: v.cc.unwrap_or_else(|| "cubic".to_string()),
             paths: idx,
+            tail_reinjection: v.tail_reinjection.unwrap_or(true),
         })
     }
 }

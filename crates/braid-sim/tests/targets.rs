@@ -86,3 +86,25 @@ fn same_scenario_and_seed_give_the_same_run_bit_for_bit() {
         serde_json::to_string(&b.results).unwrap()
     );
 }
+
+fn median_completion(r: &Report, variant: &str) -> f64 {
+    let mut v: Vec<f64> = r
+        .results
+        .iter()
+        .filter(|x| x.variant == variant)
+        .map(|x| x.completion_s)
+        .collect();
+    v.sort_by(f64::total_cmp);
+    v[v.len() / 2]
+}
+
+#[test]
+fn ecf_completes_one_megabyte_transfers_15_percent_sooner_than_minrtt() {
+    let r = run("ecf-blest.toml");
+    let minrtt = median_completion(&r, "minrtt");
+    let ecf = median_completion(&r, "ecf");
+    assert!(ecf <= 0.85 * minrtt, "ecf {ecf} s vs minrtt {minrtt} s");
+    // ECF is as good as using the fast path alone.
+    let fast = median_completion(&r, "fast-only");
+    assert!(ecf <= 1.02 * fast, "ecf {ecf} s vs fast-only {fast} s");
+}

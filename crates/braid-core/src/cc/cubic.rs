@@ -1,6 +1,7 @@
 //! CUBIC congestion control (RFC 9438), counting bytes, with the Reno-friendly region and
 //! fast convergence.
 
+use super::hystart::{Growth, HyStart};
 use super::{cwnd_limited, AckEvent, CongestionController, LossEvent, Recovery};
 use crate::time::Instant;
 
@@ -14,6 +15,7 @@ pub struct Cubic {
     cwnd: u64,
     ssthresh: u64,
     recovery: Recovery,
+    hystart: HyStart,
     epoch_start: Option<Instant>,
     w_max: f64, // segments
     k: f64,     // seconds
@@ -29,6 +31,7 @@ impl Cubic {
             cwnd: initial_window,
             ssthresh: u64::MAX,
             recovery: Recovery::default(),
+            hystart: HyStart::default(),
             epoch_start: None,
             w_max: 0.0,
             k: 0.0,
@@ -55,7 +58,11 @@ impl CongestionController for Cubic {
             return;
         }
         if self.cwnd < self.ssthresh {
-            self.cwnd += ev.acked_bytes;
+            match self.hystart.on_ack(ev) {
+                Growth::Full => self.cwnd += ev.acked_bytes,
+                Growth::Conservative(b) => self.cwnd += b,
+                Growth::Exit => self.ssthresh = self.cwnd,
+            }
             return;
         }
         let epoch = match self.epoch_start {
@@ -93,6 +100,7 @@ impl CongestionController for Cubic {
         if !self.recovery.on_loss(ev) {
             return;
         }
+        self.hystart.reset();
         if ev.persistent {
             self.cwnd = 2 * self.mss;
             self.epoch_start = None;

@@ -6,6 +6,7 @@
 
 mod bbr;
 mod cubic;
+mod hystart;
 mod reno;
 
 pub use bbr::Bbr;

@@ -1,5 +1,6 @@
 //! NewReno congestion control (RFC 9002 §7), counting bytes.
 
+use super::hystart::{Growth, HyStart};
 use super::{cwnd_limited, AckEvent, CongestionController, LossEvent, Recovery};
 
 /// NewReno state.
@@ -9,6 +10,7 @@ pub struct Reno {
     cwnd: u64,
     ssthresh: u64,
     recovery: Recovery,
+    hystart: HyStart,
     acked_in_ca: u64,
 }
 
@@ -20,6 +22,7 @@ impl Reno {
             cwnd: initial_window,
             ssthresh: u64::MAX,
             recovery: Recovery::default(),
+            hystart: HyStart::default(),
             acked_in_ca: 0,
         }
     }
@@ -37,7 +40,11 @@ impl CongestionController for Reno {
             return;
         }
         if self.cwnd < self.ssthresh {
-            self.cwnd += ev.acked_bytes;
+            match self.hystart.on_ack(ev) {
+                Growth::Full => self.cwnd += ev.acked_bytes,
+                Growth::Conservative(b) => self.cwnd += b,
+                Growth::Exit => self.ssthresh = self.cwnd,
+            }
         } else {
             self.acked_in_ca += ev.acked_bytes;
             while self.acked_in_ca >= self.cwnd {
@@ -50,6 +57,7 @@ impl CongestionController for Reno {
         if !self.recovery.on_loss(ev) {
             return;
         }
+        self.hystart.reset();
         if ev.persistent {
             self.cwnd = 2 * self.mss;
             return;

@@ -156,7 +156,8 @@ impl Session {
         // 3. Data and control frames where the scheduler says.
         if self.has_data() {
             self.refresh_infos(now);
-            if let Some(pid) = self.sched.select(now, &self.scratch_infos) {
+            let ctx = self.sched_context();
+            if let Some(pid) = self.sched.select(now, &self.scratch_infos, &ctx) {
                 if let Some(t) = self.send_data(now, pid, buf) {
                     return Some(t);
                 }
@@ -167,9 +168,10 @@ impl Session {
                     p.mark_app_limited();
                 }
             }
-            if self.reinject_tail(now) {
+            if self.cfg.tail_reinjection && self.reinject_tail(now) {
                 self.refresh_infos(now);
-                if let Some(pid) = self.sched.select(now, &self.scratch_infos) {
+                let ctx = self.sched_context();
+                if let Some(pid) = self.sched.select(now, &self.scratch_infos, &ctx) {
                     if let Some(t) = self.send_data(now, pid, buf) {
                         return Some(t);
                     }
@@ -272,6 +274,21 @@ impl Session {
 
     pub(super) fn has_data(&self) -> bool {
         self.pending.any() || !self.datagrams_out.is_empty() || !self.send_queue.is_empty()
+    }
+
+    /// What schedulers may know about the data waiting to be sent.
+    pub(super) fn sched_context(&self) -> crate::sched::SchedContext {
+        let pending_bytes = self
+            .send_queue
+            .iter()
+            .filter_map(|id| self.streams.get(id))
+            .map(|st| st.send.retransmit.total() + (st.send.write_offset() - st.send.next_new))
+            .sum();
+        crate::sched::SchedContext {
+            pending_bytes,
+            send_window: self.peer_max_data.saturating_sub(self.sent_new_data),
+            mss: self.cfg.max_datagram_size as u64,
+        }
     }
 
     pub(super) fn refresh_infos(&mut self, now: Instant) {

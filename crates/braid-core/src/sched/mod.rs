@@ -47,13 +47,25 @@ impl PathInfo {
     }
 }
 
+/// What a scheduler may know about the data waiting to be sent.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct SchedContext {
+    /// Stream bytes queued and not yet sent (new data and data to resend).
+    pub pending_bytes: u64,
+    /// Bytes the peer's session-level flow control still lets us send.
+    pub send_window: u64,
+    /// Largest packet, bytes.
+    pub mss: u64,
+}
+
 /// A scheduler decides, packet by packet, which path sends.
 pub trait Scheduler: fmt::Debug + Send {
     /// Name as used in scenarios.
     fn name(&self) -> &'static str;
 
-    /// The path for the next data packet, or `None` to wait (for window or pacing).
-    fn select(&mut self, now: Instant, paths: &[PathInfo]) -> Option<PathId>;
+    /// The path for the next data packet, or `None` to wait (for window or pacing, or
+    /// because waiting for a faster path is better).
+    fn select(&mut self, now: Instant, paths: &[PathInfo], ctx: &SchedContext) -> Option<PathId>;
 
     /// The path that carries acknowledgements of packets received on `acked`.
     /// Default: the same path when usable, otherwise the lowest-RTT usable path.
@@ -71,7 +83,7 @@ pub trait Scheduler: fmt::Debug + Send {
 }
 
 /// Paths that may carry data now: active ones if any active path is usable, else standby.
-fn candidate_state(paths: &[PathInfo]) -> Option<PathState> {
+pub(crate) fn candidate_state(paths: &[PathInfo]) -> Option<PathState> {
     if paths.iter().any(|p| p.eligible(PathState::Active)) {
         Some(PathState::Active)
     } else if paths.iter().any(|p| p.eligible(PathState::Standby)) {
@@ -81,48 +93,15 @@ fn candidate_state(paths: &[PathInfo]) -> Option<PathState> {
     }
 }
 
-/// Lowest smoothed RTT among paths with room (the Linux MPTCP default).
-#[derive(Debug, Default)]
-pub struct MinRtt;
+mod blest;
+mod ecf;
+mod simple;
+mod wrr;
 
-impl Scheduler for MinRtt {
-    fn name(&self) -> &'static str {
-        "minrtt"
-    }
-    fn select(&mut self, _now: Instant, paths: &[PathInfo]) -> Option<PathId> {
-        let state = candidate_state(paths)?;
-        paths
-            .iter()
-            .filter(|p| p.eligible(state) && p.send_ready)
-            .min_by_key(|p| (p.srtt, p.id))
-            .map(|p| p.id)
-    }
-}
-
-/// Each path with room in turn.
-#[derive(Debug, Default)]
-pub struct RoundRobin {
-    last: Option<PathId>,
-}
-
-impl Scheduler for RoundRobin {
-    fn name(&self) -> &'static str {
-        "rr"
-    }
-    fn select(&mut self, _now: Instant, paths: &[PathInfo]) -> Option<PathId> {
-        let state = candidate_state(paths)?;
-        let ready = |p: &&PathInfo| p.eligible(state) && p.send_ready;
-        let after = self.last.map_or(0, |l| l as u16 + 1);
-        let pick = paths
-            .iter()
-            .filter(ready)
-            .filter(|p| p.id as u16 >= after)
-            .min_by_key(|p| p.id)
-            .or_else(|| paths.iter().filter(ready).min_by_key(|p| p.id))?;
-        self.last = Some(pick.id);
-        Some(pick.id)
-    }
-}
+pub use blest::Blest;
+pub use ecf::Ecf;
+pub use simple::{MinRtt, RoundRobin};
+pub use wrr::WeightedRoundRobin;
 
 /// The schedulers this build offers.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -131,6 +110,12 @@ pub enum SchedulerKind {
     MinRtt,
     /// [`RoundRobin`].
     RoundRobin,
+    /// [`WeightedRoundRobin`].
+    WeightedRoundRobin,
+    /// [`Ecf`].
+    Ecf,
+    /// [`Blest`].
+    Blest,
 }
 
 impl SchedulerKind {
@@ -138,6 +123,9 @@ impl SchedulerKind {
     pub const ALL: &'static [(&'static str, SchedulerKind)] = &[
         ("minrtt", SchedulerKind::MinRtt),
         ("rr", SchedulerKind::RoundRobin),
+        ("wrr", SchedulerKind::WeightedRoundRobin),
+        ("ecf", SchedulerKind::Ecf),
+        ("blest", SchedulerKind::Blest),
     ];
 
     /// A fresh scheduler.
@@ -145,6 +133,9 @@ impl SchedulerKind {
         match self {
             SchedulerKind::MinRtt => Box::new(MinRtt),
             SchedulerKind::RoundRobin => Box::<RoundRobin>::default(),
+            SchedulerKind::WeightedRoundRobin => Box::<WeightedRoundRobin>::default(),
+            SchedulerKind::Ecf => Box::<Ecf>::default(),
+            SchedulerKind::Blest => Box::<Blest>::default(),
         }
     }
 }
@@ -180,7 +171,15 @@ impl fmt::Display for SchedulerKind {
 mod tests {
     use super::*;
 
-    fn info(id: PathId, srtt_ms: u64, ready: bool) -> PathInfo {
+    fn ctx() -> SchedContext {
+        SchedContext {
+            pending_bytes: 1 << 20,
+            send_window: 1 << 30,
+            mss: 1472,
+        }
+    }
+
+    pub(crate) fn info(id: PathId, srtt_ms: u64, ready: bool) -> PathInfo {
         PathInfo {
             id,
             state: PathState::Active,
@@ -201,15 +200,15 @@ mod tests {
         let mut s = MinRtt;
         let now = Instant(0);
         assert_eq!(
-            s.select(now, &[info(0, 120, true), info(1, 20, true)]),
+            s.select(now, &[info(0, 120, true), info(1, 20, true)], &ctx()),
             Some(1)
         );
         assert_eq!(
-            s.select(now, &[info(0, 120, true), info(1, 20, false)]),
+            s.select(now, &[info(0, 120, true), info(1, 20, false)], &ctx()),
             Some(0)
         );
         assert_eq!(
-            s.select(now, &[info(0, 120, false), info(1, 20, false)]),
+            s.select(now, &[info(0, 120, false), info(1, 20, false)], &ctx()),
             None
         );
     }
@@ -221,10 +220,10 @@ mod tests {
         let mut standby = info(1, 10, true);
         standby.state = PathState::Standby;
         // The active path is merely full: wait rather than use the standby path.
-        assert_eq!(s.select(now, &[info(0, 50, false), standby]), None);
+        assert_eq!(s.select(now, &[info(0, 50, false), standby], &ctx()), None);
         let mut failed = info(0, 50, true);
         failed.potentially_failed = true;
-        assert_eq!(s.select(now, &[failed, standby]), Some(1));
+        assert_eq!(s.select(now, &[failed, standby], &ctx()), Some(1));
     }
 
     #[test]
@@ -232,7 +231,9 @@ mod tests {
         let mut s = RoundRobin::default();
         let now = Instant(0);
         let ps = [info(0, 10, true), info(1, 10, true), info(2, 10, false)];
-        let picks: Vec<_> = (0..4).map(|_| s.select(now, &ps).unwrap()).collect();
+        let picks: Vec<_> = (0..4)
+            .map(|_| s.select(now, &ps, &ctx()).unwrap())
+            .collect();
         assert_eq!(picks, vec![0, 1, 0, 1]);
         assert_eq!("rr".parse::<SchedulerKind>(), Ok(SchedulerKind::RoundRobin));
         assert!("nope"

@@ -1,0 +1,47 @@
+//! The two classic schedulers: minRTT (the Linux MPTCP default) and round-robin.
+
+use super::{candidate_state, PathId, PathInfo, SchedContext, Scheduler};
+use crate::time::Instant;
+
+/// Lowest smoothed RTT among paths with room (the Linux MPTCP default).
+#[derive(Debug, Default)]
+pub struct MinRtt;
+
+impl Scheduler for MinRtt {
+    fn name(&self) -> &'static str {
+        "minrtt"
+    }
+    fn select(&mut self, _now: Instant, paths: &[PathInfo], _ctx: &SchedContext) -> Option<PathId> {
+        let state = candidate_state(paths)?;
+        paths
+            .iter()
+            .filter(|p| p.eligible(state) && p.send_ready)
+            .min_by_key(|p| (p.srtt, p.id))
+            .map(|p| p.id)
+    }
+}
+
+/// Each path with room in turn.
+#[derive(Debug, Default)]
+pub struct RoundRobin {
+    last: Option<PathId>,
+}
+
+impl Scheduler for RoundRobin {
+    fn name(&self) -> &'static str {
+        "rr"
+    }
+    fn select(&mut self, _now: Instant, paths: &[PathInfo], _ctx: &SchedContext) -> Option<PathId> {
+        let state = candidate_state(paths)?;
+        let ready = |p: &&PathInfo| p.eligible(state) && p.send_ready;
+        let after = self.last.map_or(0, |l| l as u16 + 1);
+        let pick = paths
+            .iter()
+            .filter(ready)
+            .filter(|p| p.id as u16 >= after)
+            .min_by_key(|p| p.id)
+            .or_else(|| paths.iter().filter(ready).min_by_key(|p| p.id))?;
+        self.last = Some(pick.id);
+        Some(pick.id)
+    }
+}
