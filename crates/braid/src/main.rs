@@ -4,6 +4,7 @@
 mod bench;
 mod demo;
 mod net;
+mod report_cmd;
 
 use anyhow::{Context, Result};
 use braid_sim::{run_scenario, Scenario};
@@ -29,6 +30,19 @@ enum Command {
         /// Print one JSON object on stdout instead of a table.
         #[arg(long)]
         json: bool,
+        /// Also record the results (with the scenario file and git revision) into this
+        /// SQLite database.
+        #[arg(long, value_name = "FILE")]
+        db: Option<PathBuf>,
+    },
+    /// Write an HTML report with plots from the results database.
+    Report {
+        /// The results database [default: braid-results.sqlite].
+        #[arg(long, value_name = "FILE")]
+        db: Option<PathBuf>,
+        /// Directory for index.html and the plots [default: braid-report].
+        #[arg(long, value_name = "DIR")]
+        out: Option<PathBuf>,
     },
     /// Run the built-in two-path demonstration in the simulator.
     Demo {
@@ -56,7 +70,8 @@ enum Command {
 fn main() -> ExitCode {
     let cli = Cli::parse();
     let r = match cli.command {
-        Command::Sim { scenario, json } => sim(&scenario, json),
+        Command::Sim { scenario, json, db } => sim(&scenario, json, db.as_deref()),
+        Command::Report { db, out } => report_cmd::run(db, out).map(|()| true),
         Command::Demo { json } => demo::run(json),
         Command::Keygen(a) => net::keygen(a).map(|()| true),
         Command::Server(a) => net::server(a).map(|()| true),
@@ -105,9 +120,14 @@ pub(crate) fn progress_printer(label: &str) -> impl FnMut(usize, usize) {
     }
 }
 
-fn sim(path: &std::path::Path, json: bool) -> Result<bool> {
+fn sim(path: &std::path::Path, json: bool, db: Option<&std::path::Path>) -> Result<bool> {
     let scn = Scenario::load(path)?;
     let report = run_scenario(&scn, progress_printer(&scn.name))?;
+    if let Some(db) = db {
+        let id = report_cmd::store_report(db, &report, path)?;
+        // On stderr, so that --json stays one object on stdout.
+        eprintln!("recorded run {id} in {}", db.display());
+    }
     print_report(&report, json)?;
     Ok(report.all_verified())
 }
