@@ -7,7 +7,7 @@
 //! lost are handed back to the session, which decides what their frames mean; that is how a
 //! lost frame can be resent on any path.
 
-use crate::cc::{AckEvent, CcAlgorithm, CongestionController, LossEvent, RateSample};
+use crate::cc::{AckEvent, CcAlgorithm, CongestionController, Coupling, LossEvent, RateSample};
 use crate::config::Config;
 use crate::pacer::Pacer;
 use crate::ranges::RangeSet;
@@ -143,6 +143,8 @@ pub struct Path {
     pub(crate) bytes_sent_unvalidated: u64,
     pub(crate) probes_due: u32,
     pub(crate) stats: PathStats,
+    /// Summary of all the session's paths, refreshed by the session (coupled controllers).
+    pub(crate) coupling: Coupling,
 }
 
 impl Path {
@@ -193,6 +195,7 @@ impl Path {
             bytes_sent_unvalidated: 0,
             probes_due: 0,
             stats: PathStats::default(),
+            coupling: Coupling::default(),
         }
     }
 
@@ -397,6 +400,7 @@ impl Path {
                 rtt: &self.rtt,
                 rtt_sample,
                 rate,
+                coupling: self.coupling,
             });
         }
         self.refresh_pacer(now);
@@ -468,6 +472,7 @@ impl Path {
                 largest_lost_sent: newest,
                 persistent,
                 in_flight: self.in_flight,
+                coupling: self.coupling,
             });
             self.refresh_pacer(now);
         }

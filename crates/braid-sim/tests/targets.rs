@@ -108,3 +108,29 @@ fn ecf_completes_one_megabyte_transfers_15_percent_sooner_than_minrtt() {
     let fast = median_completion(&r, "fast-only");
     assert!(ecf <= 1.02 * fast, "ecf {ecf} s vs fast-only {fast} s");
 }
+
+#[test]
+fn four_cellular_paths_give_three_times_the_median_single_path_for_4mb() {
+    let r = run("cellular-4g.toml");
+    let goodput = |variant: &str| {
+        r.results
+            .iter()
+            .find(|x| x.variant == variant && x.size_bytes == 4_000_000)
+            .map(|x| x.goodput_bps)
+            .expect("4 MB result")
+    };
+    let mut single: Vec<f64> = ["csl", "3hk", "cmhk", "smartone"]
+        .iter()
+        .map(|v| goodput(v))
+        .collect();
+    single.sort_by(f64::total_cmp);
+    let median = (single[1] + single[2]) / 2.0;
+    for v in ["4-cubic", "4-lia", "4-balia"] {
+        let g = goodput(v);
+        assert!(
+            g >= 3.0 * median,
+            "{v}: {g} vs median single path {median} ({:.2}x)",
+            g / median
+        );
+    }
+}

@@ -300,6 +300,7 @@ mod tests {
                     prior_delivered: prior.saturating_sub(500_000),
                     delivered,
                 },
+                coupling: Default::default(),
             });
             b.on_loss(&LossEvent {
                 now,
@@ -307,6 +308,7 @@ mod tests {
                 largest_lost_sent: now,
                 persistent: false,
                 in_flight: 0,
+                coupling: Default::default(),
             });
         }
         let w = b.window();

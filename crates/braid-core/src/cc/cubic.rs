@@ -150,6 +150,7 @@ mod tests {
             rtt,
             rtt_sample: None,
             rate: RateSample::default(),
+            coupling: Default::default(),
         });
     }
 
@@ -167,6 +168,7 @@ mod tests {
             largest_lost_sent: now,
             persistent: false,
             in_flight: 0,
+            coupling: Default::default(),
         });
         assert_eq!(c.window(), 14 * mss);
         assert!(!c.in_slow_start());
@@ -177,6 +179,7 @@ mod tests {
             largest_lost_sent: now - Duration::from_millis(5),
             persistent: false,
             in_flight: 0,
+            coupling: Default::default(),
         });
         assert_eq!(c.window(), 14 * mss);
         // After about K seconds the window is back near w_max = 20 segments.

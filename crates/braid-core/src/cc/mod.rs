@@ -5,11 +5,13 @@
 //! scheduling; a controller only reacts to the events the path hands it.
 
 mod bbr;
+mod coupled;
 mod cubic;
 mod hystart;
 mod reno;
 
 pub use bbr::Bbr;
+pub use coupled::{Balia, Lia};
 pub use cubic::Cubic;
 pub use reno::Reno;
 
@@ -32,6 +34,22 @@ pub struct RateSample {
     pub delivered: u64,
 }
 
+/// What coupled multipath controllers (LIA, BALIA) need to know about all the session's
+/// usable paths, this one included: windows in bytes, rates in bytes per second.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct Coupling {
+    /// Usable paths.
+    pub paths: u32,
+    /// Sum of their congestion windows.
+    pub total_cwnd: u64,
+    /// Sum of cwnd / srtt.
+    pub sum_rate: f64,
+    /// Largest cwnd / srtt.
+    pub max_rate: f64,
+    /// Largest cwnd / srtt².
+    pub max_cwnd_rtt2: f64,
+}
+
 /// What a controller learns from one ACK frame.
 #[derive(Debug, Clone, Copy)]
 pub struct AckEvent<'a> {
@@ -51,6 +69,8 @@ pub struct AckEvent<'a> {
     pub rtt_sample: Option<Duration>,
     /// Delivery-rate sample.
     pub rate: RateSample,
+    /// The session's paths, for coupled controllers.
+    pub coupling: Coupling,
 }
 
 /// What a controller learns when loss detection declares packets lost.
@@ -66,6 +86,8 @@ pub struct LossEvent {
     pub persistent: bool,
     /// Bytes in flight after removing the lost packets.
     pub in_flight: u64,
+    /// The session's paths, for coupled controllers.
+    pub coupling: Coupling,
 }
 
 /// A per-path congestion controller.
@@ -106,6 +128,11 @@ pub enum CcAlgorithm {
     Cubic,
     /// A BBR-style model-based controller (does not treat random loss as congestion).
     Bbr,
+    /// Linked Increases (RFC 6356): coupled, no more aggressive than one TCP on the best path.
+    Lia,
+    /// Balanced Linked Adaptation (Peng et al.): coupled, between LIA's friendliness and
+    /// uncoupled responsiveness.
+    Balia,
 }
 
 impl CcAlgorithm {
@@ -114,6 +141,8 @@ impl CcAlgorithm {
         ("reno", CcAlgorithm::Reno),
         ("cubic", CcAlgorithm::Cubic),
         ("bbr", CcAlgorithm::Bbr),
+        ("lia", CcAlgorithm::Lia),
+        ("balia", CcAlgorithm::Balia),
     ];
 
     /// Build a controller for a path with this maximum datagram size.
@@ -127,6 +156,8 @@ impl CcAlgorithm {
             CcAlgorithm::Reno => Box::new(Reno::new(mss, initial_window)),
             CcAlgorithm::Cubic => Box::new(Cubic::new(mss, initial_window)),
             CcAlgorithm::Bbr => Box::new(Bbr::new(mss, initial_window, now)),
+            CcAlgorithm::Lia => Box::new(Lia::new(mss, initial_window)),
+            CcAlgorithm::Balia => Box::new(Balia::new(mss, initial_window)),
         }
     }
 }

@@ -64,6 +64,7 @@ impl Session {
 
     /// Rebuild the timer table from the session's state.
     pub(super) fn update_timers(&mut self, now: Instant) {
+        self.refresh_coupling();
         self.timers.clear();
         match self.state {
             State::Closed => return,
@@ -96,6 +97,23 @@ impl Session {
             if (p.probes_due > 0 && self.amplification_ok(p.id, 64)) || self.validation_ready(p) {
                 self.timers.arm(Timer::Loss(p.id), now);
             }
+        }
+    }
+
+    /// Give every path the summary coupled controllers need (all usable paths).
+    fn refresh_coupling(&mut self) {
+        let mut c = crate::cc::Coupling::default();
+        for p in self.paths.values().filter(|p| p.usable()) {
+            let cwnd = p.cc.window();
+            let rtt = p.rtt.smoothed().as_secs_f64().max(1e-6);
+            c.paths += 1;
+            c.total_cwnd += cwnd;
+            c.sum_rate += cwnd as f64 / rtt;
+            c.max_rate = c.max_rate.max(cwnd as f64 / rtt);
+            c.max_cwnd_rtt2 = c.max_cwnd_rtt2.max(cwnd as f64 / (rtt * rtt));
+        }
+        for p in self.paths.values_mut() {
+            p.coupling = c;
         }
     }
 
