@@ -236,6 +236,8 @@ impl RecvStream {
 
     /// Store a STREAM frame's data.
     pub fn on_data(&mut self, offset: u64, data: Bytes, fin: bool) -> RecvOutcome {
+        // Before anything changes: a FIN alone makes a stream readable too.
+        let was_readable = self.is_readable();
         let end = offset + data.len() as u64;
         if end > self.max_advertised {
             return RecvOutcome::FlowControl;
@@ -260,7 +262,6 @@ impl RecvStream {
                 readable: false,
             };
         }
-        let was_readable = self.is_readable();
         let from = offset.max(self.read_offset);
         if from < end {
             for gap in self.received.gaps_in(from..end) {
@@ -376,6 +377,24 @@ mod tests {
         assert_eq!(out, data);
         assert!(r.take_fin());
         assert!(!r.take_fin());
+    }
+
+    #[test]
+    fn fin_alone_after_all_data_was_read_makes_the_stream_readable() {
+        // Regression: readability was judged after the final size was recorded, so a FIN
+        // arriving on its own after the application had read everything raised no
+        // readable signal and the end of the stream was never delivered.
+        let mut r = RecvStream::new(100);
+        assert!(matches!(
+            r.on_data(0, Bytes::from_static(b"ok"), false),
+            RecvOutcome::Ok { readable: true, .. }
+        ));
+        assert_eq!(r.read_chunk(10).as_deref(), Some(&b"ok"[..]));
+        assert!(matches!(
+            r.on_data(2, Bytes::new(), true),
+            RecvOutcome::Ok { readable: true, .. }
+        ));
+        assert!(r.take_fin());
     }
 
     #[test]

@@ -37,6 +37,9 @@ pub struct Incoming {
     pub data: BytesMut,
 }
 
+/// Where the handle of a newly opened stream goes.
+type OpenReply = tokio::sync::oneshot::Sender<Result<StreamHandle, braid_core::StreamError>>;
+
 /// Maps tokio's clock onto the core's nanoseconds.
 #[derive(Debug, Clone, Copy)]
 pub struct Clock {
@@ -101,6 +104,8 @@ impl<P: PacketProtection, S: PathSender> SessionTask<P, S> {
     /// Run until the session closes. Returns why it closed.
     pub async fn run(mut self) -> Option<braid_core::SessionError> {
         let mut bridges: HashMap<StreamId, StreamBridge> = HashMap::new();
+        // Streams asked for before the session finished its handshake.
+        let mut pending_opens: Vec<OpenReply> = Vec::new();
         let mut buf = vec![0u8; self.session.config().max_datagram_size];
         let mut sleep = Box::pin(tokio::time::sleep_until(tokio::time::Instant::now()));
         loop {
@@ -155,6 +160,11 @@ impl<P: PacketProtection, S: PathSender> SessionTask<P, S> {
                             }
                         }
                     }
+                    Event::Established => {
+                        for reply in pending_opens.drain(..) {
+                            self.open(reply, &mut bridges);
+                        }
+                    }
                     Event::Closed(e) => {
                         info!(session = self.session.id(), "session closed: {e}");
                         closed = true;
@@ -196,10 +206,10 @@ impl<P: PacketProtection, S: PathSender> SessionTask<P, S> {
                 }
                 cmd = self.cmd_rx.recv() => {
                     let Some(cmd) = cmd else { continue };
-                    self.command(cmd, &mut bridges);
+                    self.command(cmd, &mut bridges, &mut pending_opens);
                     for _ in 0..256 {
                         match self.cmd_rx.try_recv() {
-                            Ok(cmd) => self.command(cmd, &mut bridges),
+                            Ok(cmd) => self.command(cmd, &mut bridges, &mut pending_opens),
                             Err(_) => break,
                         }
                     }
@@ -228,7 +238,21 @@ impl<P: PacketProtection, S: PathSender> SessionTask<P, S> {
         self.session.handle_datagram(now, pkt.data.freeze());
     }
 
-    fn command(&mut self, cmd: Cmd, bridges: &mut HashMap<StreamId, StreamBridge>) {
+    fn open(&mut self, reply: OpenReply, bridges: &mut HashMap<StreamId, StreamBridge>) {
+        let r = self.session.open_stream().map(|id| {
+            let (bridge, handle) = StreamBridge::new(id, self.cmd_tx.clone());
+            bridges.insert(id, bridge);
+            handle
+        });
+        let _ = reply.send(r);
+    }
+
+    fn command(
+        &mut self,
+        cmd: Cmd,
+        bridges: &mut HashMap<StreamId, StreamBridge>,
+        pending_opens: &mut Vec<OpenReply>,
+    ) {
         let s = &mut self.session;
         match cmd {
             Cmd::Write(id, data) => match bridges.get_mut(&id) {
@@ -258,12 +282,11 @@ impl<P: PacketProtection, S: PathSender> SessionTask<P, S> {
                 }
             }
             Cmd::Open(reply) => {
-                let r = s.open_stream().map(|id| {
-                    let (bridge, handle) = StreamBridge::new(id, self.cmd_tx.clone());
-                    bridges.insert(id, bridge);
-                    handle
-                });
-                let _ = reply.send(r);
+                if s.is_established() || s.is_closed() {
+                    self.open(reply, bridges);
+                } else {
+                    pending_opens.push(reply);
+                }
             }
             Cmd::Close => {
                 let now = self.clock.now();

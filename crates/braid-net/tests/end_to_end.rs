@@ -201,3 +201,39 @@ async fn download_survives_nat_rebinding_of_every_path() {
     let got = dl.await.unwrap();
     assert_eq!(sha(&got), sha(&data));
 }
+
+/// Regression: a target that closes without sending anything left the proxied connection
+/// hanging (the stream's lone FIN raised no readable signal at the agent).
+#[tokio::test]
+async fn a_target_that_sends_nothing_closes_the_client_connection() {
+    let rig = rig().await;
+    let silent = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let target = silent.local_addr().unwrap();
+    tokio::spawn(async move {
+        while let Ok((s, _)) = silent.accept().await {
+            drop(s);
+        }
+    });
+    let mut c = tokio::net::TcpStream::connect(rig.agent.socks.unwrap())
+        .await
+        .unwrap();
+    c.write_all(&[5, 1, 0]).await.unwrap();
+    let mut r = [0u8; 2];
+    c.read_exact(&mut r).await.unwrap();
+    let SocketAddr::V4(t) = target else {
+        unreachable!()
+    };
+    let mut req = vec![5, 1, 0, 1];
+    req.extend_from_slice(&t.ip().octets());
+    req.extend_from_slice(&t.port().to_be_bytes());
+    c.write_all(&req).await.unwrap();
+    let mut rep = [0u8; 10];
+    c.read_exact(&mut rep).await.unwrap();
+    assert_eq!(rep[1], 0);
+    let mut rest = Vec::new();
+    let n = tokio::time::timeout(Duration::from_secs(5), c.read_to_end(&mut rest))
+        .await
+        .expect("the end of the stream arrives")
+        .unwrap();
+    assert_eq!(n, 0);
+}

@@ -5,6 +5,7 @@ mod bench;
 mod demo;
 mod net;
 mod report_cmd;
+mod testbed_cmd;
 
 use anyhow::{Context, Result};
 use braid_sim::{run_scenario, Scenario};
@@ -56,6 +57,9 @@ enum Command {
     Server(net::ServerArgs),
     /// Run the agent on the multi-homed device: SOCKS5 and HTTP CONNECT over every path.
     Agent(net::AgentArgs),
+    /// Run a scenario on the namespace testbed (root; real kernels, emulated links).
+    #[command(subcommand)]
+    Testbed(testbed_cmd::TestbedCommand),
     /// Benchmark one stream through agent and server on loopback against plain TCP.
     Bench {
         /// Bytes to move in each measurement (like 1GB or 500MB).
@@ -77,6 +81,7 @@ fn main() -> ExitCode {
         Command::Server(a) => net::server(a).map(|()| true),
         Command::Agent(a) => net::agent(a).map(|()| true),
         Command::Bench { size, json } => bench_cmd(&size, json),
+        Command::Testbed(c) => testbed_cmd::dispatch(c),
     };
     match r {
         Ok(true) => ExitCode::SUCCESS,
