@@ -235,7 +235,7 @@ pub fn set_buffers(fd: i32, bytes: usize) {
 }
 
 /// Block until one of `fds` is readable or `timeout` passed (nanosecond resolution).
-fn wait_readable(fds: &[i32], timeout: Duration) {
+pub fn wait_readable(fds: &[i32], timeout: Duration) {
     let mut pfds: Vec<libc::pollfd> = fds
         .iter()
         .map(|&fd| libc::pollfd {

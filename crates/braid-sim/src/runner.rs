@@ -39,7 +39,7 @@ pub fn plan(scn: &Scenario) -> Result<Vec<Plan>, ScenarioError> {
                         "variant {:?} has kind {:?}, which runs real kernel stacks and needs the testbed \
                          (`braid testbed run`); `braid sim` runs only kind = \"braid\"",
                         v.name,
-                        kind_name(v.kind)
+                        v.kind.name()
                     ),
                 ));
             }
@@ -58,16 +58,6 @@ pub fn plan(scn: &Scenario) -> Result<Vec<Plan>, ScenarioError> {
             })
         })
         .collect()
-}
-
-fn kind_name(k: VariantKind) -> &'static str {
-    match k {
-        VariantKind::Braid => "braid",
-        VariantKind::Tcp => "tcp",
-        VariantKind::Mptcp => "mptcp",
-        VariantKind::SsMptcp => "ss-mptcp",
-        VariantKind::Bond => "bond",
-    }
 }
 
 /// Session configuration for one side of a variant.

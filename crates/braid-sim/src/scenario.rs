@@ -169,6 +169,19 @@ pub enum VariantKind {
     Bond,
 }
 
+impl VariantKind {
+    /// The name used in scenario files.
+    pub fn name(self) -> &'static str {
+        match self {
+            VariantKind::Braid => "braid",
+            VariantKind::Tcp => "tcp",
+            VariantKind::Mptcp => "mptcp",
+            VariantKind::SsMptcp => "ss-mptcp",
+            VariantKind::Bond => "bond",
+        }
+    }
+}
+
 /// One configuration to compare.
 #[derive(Debug, Clone, Serialize)]
 pub struct VariantSpec {

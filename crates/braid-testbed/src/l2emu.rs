@@ -419,38 +419,12 @@ fn relay(cfg: EmuConfig, socks: [Fd; 2], sh: Shared) {
             }
         }
         busy = 0;
-        wait_readable(
+        braid_emu::wait_readable(
             &[socks[0].0, socks[1].0],
             wait.max(Duration::from_micros(5)),
         );
     }
     c.cpu_ns.store(thread_cpu_ns(), Ordering::Relaxed);
-}
-
-/// Blocks until a descriptor is readable or `timeout` passed (nanosecond resolution).
-fn wait_readable(fds: &[libc::c_int], timeout: Duration) {
-    let mut pfds: Vec<libc::pollfd> = fds
-        .iter()
-        .map(|&fd| libc::pollfd {
-            fd,
-            events: libc::POLLIN,
-            revents: 0,
-        })
-        .collect();
-    let ts = libc::timespec {
-        tv_sec: timeout.as_secs() as libc::time_t,
-        tv_nsec: timeout.subsec_nanos() as libc::c_long,
-    };
-    // SAFETY: pfds is a valid array of pfds.len() pollfds, ts a valid timespec, and a null
-    // mask leaves the signal mask unchanged.
-    unsafe {
-        libc::ppoll(
-            pfds.as_mut_ptr(),
-            pfds.len() as libc::nfds_t,
-            &ts,
-            std::ptr::null(),
-        );
-    }
 }
 
 #[cfg(test)]

@@ -286,7 +286,7 @@ pub fn run_scenario(
     let mut samples = Vec::with_capacity(total);
     let mut transferred_s = 0.0;
     for v in &scn.variants {
-        let what = format!("{}: setting up {}", v.name, kind_name(v.kind));
+        let what = format!("{}: setting up {}", v.name, v.kind.name());
         progress(&Progress {
             done: results.len(),
             total,
@@ -333,16 +333,6 @@ pub fn run_scenario(
         },
         samples,
     })
-}
-
-fn kind_name(k: VariantKind) -> &'static str {
-    match k {
-        VariantKind::Braid => "braid",
-        VariantKind::Tcp => "tcp",
-        VariantKind::Mptcp => "mptcp",
-        VariantKind::SsMptcp => "ss-mptcp",
-        VariantKind::Bond => "bond",
-    }
 }
 
 /// One variant's running stack. Field order is drop order: helpers first.
