@@ -1,8 +1,8 @@
 //! CUBIC congestion control (RFC 9438), counting bytes, with the Reno-friendly region and
 //! fast convergence.
 
-use super::hystart::{Growth, HyStart};
-use super::{cwnd_limited, AckEvent, CongestionController, LossEvent, Recovery};
+use super::hystart::HyStart;
+use super::{loss_based_ack, AckEvent, CongestionController, LossEvent, Recovery};
 use crate::time::Instant;
 
 const C: f64 = 0.4;
@@ -51,18 +51,8 @@ impl CongestionController for Cubic {
     }
 
     fn on_ack(&mut self, ev: &AckEvent<'_>) {
-        if self.recovery.on_ack(ev.largest_acked_sent) {
-            return;
-        }
-        if !cwnd_limited(ev.prior_in_flight, self.cwnd, self.mss) {
-            return;
-        }
-        if self.cwnd < self.ssthresh {
-            match self.hystart.on_ack(ev) {
-                Growth::Full => self.cwnd += ev.acked_bytes,
-                Growth::Conservative(b) => self.cwnd += b,
-                Growth::Exit => self.ssthresh = self.cwnd,
-            }
+        let (rec, hs) = (&mut self.recovery, &mut self.hystart);
+        if !loss_based_ack(rec, hs, ev, &mut self.cwnd, &mut self.ssthresh, self.mss) {
             return;
         }
         let epoch = match self.epoch_start {

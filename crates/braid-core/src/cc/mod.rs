@@ -218,6 +218,31 @@ impl Recovery {
     }
 }
 
+/// The ACK handling Reno and CUBIC share: the recovery period, growth only when the window
+/// was in use, and slow start with HyStart++. Returns true when the controller's own
+/// congestion-avoidance growth applies.
+pub(crate) fn loss_based_ack(
+    recovery: &mut Recovery,
+    hystart: &mut hystart::HyStart,
+    ev: &AckEvent<'_>,
+    cwnd: &mut u64,
+    ssthresh: &mut u64,
+    mss: u64,
+) -> bool {
+    if recovery.on_ack(ev.largest_acked_sent) || !cwnd_limited(ev.prior_in_flight, *cwnd, mss) {
+        return false;
+    }
+    if *cwnd >= *ssthresh {
+        return true;
+    }
+    match hystart.on_ack(ev) {
+        hystart::Growth::Full => *cwnd += ev.acked_bytes,
+        hystart::Growth::Conservative(b) => *cwnd += b,
+        hystart::Growth::Exit => *ssthresh = *cwnd,
+    }
+    false
+}
+
 /// Growth is allowed only when the window was actually in use (RFC 9002 §7.8).
 pub(crate) fn cwnd_limited(prior_in_flight: u64, cwnd: u64, mss: u64) -> bool {
     prior_in_flight + 3 * mss >= cwnd || prior_in_flight >= cwnd / 2 + cwnd / 4

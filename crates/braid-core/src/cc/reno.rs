@@ -1,7 +1,7 @@
 //! NewReno congestion control (RFC 9002 §7), counting bytes.
 
-use super::hystart::{Growth, HyStart};
-use super::{cwnd_limited, AckEvent, CongestionController, LossEvent, Recovery};
+use super::hystart::HyStart;
+use super::{loss_based_ack, AckEvent, CongestionController, LossEvent, Recovery};
 
 /// NewReno state.
 #[derive(Debug, Clone)]
@@ -33,24 +33,14 @@ impl CongestionController for Reno {
         "reno"
     }
     fn on_ack(&mut self, ev: &AckEvent<'_>) {
-        if self.recovery.on_ack(ev.largest_acked_sent) {
+        let (rec, hs) = (&mut self.recovery, &mut self.hystart);
+        if !loss_based_ack(rec, hs, ev, &mut self.cwnd, &mut self.ssthresh, self.mss) {
             return;
         }
-        if !cwnd_limited(ev.prior_in_flight, self.cwnd, self.mss) {
-            return;
-        }
-        if self.cwnd < self.ssthresh {
-            match self.hystart.on_ack(ev) {
-                Growth::Full => self.cwnd += ev.acked_bytes,
-                Growth::Conservative(b) => self.cwnd += b,
-                Growth::Exit => self.ssthresh = self.cwnd,
-            }
-        } else {
-            self.acked_in_ca += ev.acked_bytes;
-            while self.acked_in_ca >= self.cwnd {
-                self.acked_in_ca -= self.cwnd;
-                self.cwnd += self.mss;
-            }
+        self.acked_in_ca += ev.acked_bytes;
+        while self.acked_in_ca >= self.cwnd {
+            self.acked_in_ca -= self.cwnd;
+            self.cwnd += self.mss;
         }
     }
     fn on_loss(&mut self, ev: &LossEvent) {
