@@ -9,7 +9,7 @@ use braid_crypto::StaticKeypair;
 use braid_net::agent::{Agent, AgentConfig, AgentPath};
 use braid_net::udp::PathBind;
 use braid_proxy::{AuthPolicy, HttpLimits};
-use common::{body, curl, http_server, rig, sha};
+use common::{body, curl, http_server, rig, sha, socks_args};
 use std::sync::Arc;
 use std::time::Duration;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
@@ -53,14 +53,7 @@ async fn hostile_input_everywhere_leaves_a_running_transfer_intact() {
     let web = http_server(data.clone()).await;
     let socks = rig.agent.socks.unwrap();
     let http = rig.agent.http.unwrap();
-    let args = vec![
-        "-sS".into(),
-        "--max-time".into(),
-        "120".into(),
-        "--socks5-hostname".into(),
-        socks.to_string(),
-        format!("http://{web}/file"),
-    ];
+    let args = socks_args(socks.to_string(), 120, vec![format!("http://{web}/file")]);
     let transfer = tokio::spawn(curl(args));
 
     // 1. Random bytes, oversized and truncated datagrams at the server port.
@@ -210,26 +203,22 @@ async fn replayed_packets_are_dropped() {
     let file = std::env::temp_dir().join(format!("braid-replay-{}", std::process::id()));
     std::fs::write(&file, &up).unwrap();
     let socks = agent.socks.unwrap().to_string();
-    let got = curl(vec![
-        "-sS".into(),
-        "--max-time".into(),
-        "60".into(),
-        "--socks5-hostname".into(),
+    let got = curl(socks_args(
         socks.clone(),
-        format!("http://{web}/file"),
-    ])
+        60,
+        vec![format!("http://{web}/file")],
+    ))
     .await;
     assert_eq!(sha(&got), sha(&data));
-    let got = curl(vec![
-        "-sS".into(),
-        "--max-time".into(),
-        "60".into(),
-        "--socks5-hostname".into(),
+    let got = curl(socks_args(
         socks,
-        "-T".into(),
-        file.display().to_string(),
-        format!("http://{web}/up"),
-    ])
+        60,
+        vec![
+            "-T".into(),
+            file.display().to_string(),
+            format!("http://{web}/up"),
+        ],
+    ))
     .await;
     let _ = std::fs::remove_file(&file);
     assert_eq!(String::from_utf8_lossy(&got), sha(&up));

@@ -4,7 +4,7 @@
 
 mod common;
 
-use common::{body, curl, http_server, rig, sha};
+use common::{body, curl, http_server, rig, sha, socks_args};
 use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Duration;
@@ -18,14 +18,11 @@ async fn download_through_socks5_over_three_impaired_paths() {
     let web = http_server(data.clone()).await;
     let socks = rig.agent.socks.unwrap();
     let t0 = std::time::Instant::now();
-    let got = curl(vec![
-        "-sS".into(),
-        "--max-time".into(),
-        "120".into(),
-        "--socks5-hostname".into(),
+    let got = curl(socks_args(
         socks.to_string(),
-        format!("http://{web}/file"),
-    ])
+        120,
+        vec![format!("http://{web}/file")],
+    ))
     .await;
     let secs = t0.elapsed().as_secs_f64();
     // For docs/results.md: the three emulated paths sum to 350 Mbit/s.
@@ -59,14 +56,7 @@ async fn download_survives_a_path_cut_mid_transfer() {
     let data = Arc::new(body(100 << 20));
     let web = http_server(data.clone()).await;
     let socks = rig.agent.socks.unwrap();
-    let args = vec![
-        "-sS".into(),
-        "--max-time".into(),
-        "120".into(),
-        "--socks5-hostname".into(),
-        socks.to_string(),
-        format!("http://{web}/file"),
-    ];
+    let args = socks_args(socks.to_string(), 120, vec![format!("http://{web}/file")]);
     let dl = tokio::spawn(curl(args));
     tokio::time::sleep(Duration::from_millis(300)).await;
     rig.emus[0].set_cut(true);
@@ -163,16 +153,15 @@ async fn upload_through_socks5() {
     let data = body(100 << 20);
     let file = std::env::temp_dir().join(format!("braid-upload-socks-{}", std::process::id()));
     std::fs::write(&file, &data).unwrap();
-    let got = curl(vec![
-        "-sS".into(),
-        "--max-time".into(),
-        "120".into(),
-        "--socks5-hostname".into(),
+    let got = curl(socks_args(
         rig.agent.socks.unwrap().to_string(),
-        "-T".into(),
-        file.display().to_string(),
-        format!("http://{web}/upload"),
-    ])
+        120,
+        vec![
+            "-T".into(),
+            file.display().to_string(),
+            format!("http://{web}/upload"),
+        ],
+    ))
     .await;
     let _ = std::fs::remove_file(&file);
     assert_eq!(String::from_utf8_lossy(&got), sha(&data));
@@ -185,14 +174,11 @@ async fn download_survives_nat_rebinding_of_every_path() {
     let rig = rig().await;
     let data = Arc::new(body(60 << 20));
     let web = http_server(data.clone()).await;
-    let args = vec![
-        "-sS".into(),
-        "--max-time".into(),
-        "120".into(),
-        "--socks5-hostname".into(),
+    let args = socks_args(
         rig.agent.socks.unwrap().to_string(),
-        format!("http://{web}/file"),
-    ];
+        120,
+        vec![format!("http://{web}/file")],
+    );
     let dl = tokio::spawn(curl(args));
     for e in &rig.emus {
         tokio::time::sleep(Duration::from_millis(200)).await;

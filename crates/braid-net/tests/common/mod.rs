@@ -218,3 +218,17 @@ impl DefaultCc for Option<braid_core::CcAlgorithm> {
         self.unwrap_or(braid_core::Config::default().cc)
     }
 }
+
+/// curl arguments for a request through the agent's SOCKS5 port (names resolved by the
+/// server), then `tail` (more options and the URL).
+pub fn socks_args(socks: impl ToString, max_time_s: u32, tail: Vec<String>) -> Vec<String> {
+    let mut a = vec![
+        "-sS".to_string(),
+        "--max-time".to_string(),
+        max_time_s.to_string(),
+        "--socks5-hostname".to_string(),
+        socks.to_string(),
+    ];
+    a.extend(tail);
+    a
+}
