@@ -54,6 +54,18 @@ pub struct Config {
     /// faster one with room (cuts the tail of transfers over unequal paths). Linux MPTCP's
     /// minRTT has no such thing; turn it off to compare with it.
     pub tail_reinjection: bool,
+    /// OPERETTA's user utility, 0 (least energy per bit) to 1 (most throughput). Only the
+    /// `operetta` scheduler reads it.
+    pub alpha: f64,
+    /// Super-aggregation: acknowledgements of a path in congestion avoidance may travel on
+    /// another path's uplink, as many as that uplink sustains.
+    pub ack_offload: bool,
+    /// Super-aggregation: a path found in a blackout is frozen (no window cut, no timer
+    /// backoff, its data moved to the other paths) until it answers again.
+    pub blackout_freeze: bool,
+    /// Super-aggregation: an isolated loss without queue build-up is resent on another path
+    /// and does not shrink the lossy path's window.
+    pub loss_recovery: bool,
 }
 
 impl Default for Config {
@@ -80,6 +92,10 @@ impl Default for Config {
             max_paths: 8,
             seed: 0,
             tail_reinjection: true,
+            alpha: 1.0,
+            ack_offload: false,
+            blackout_freeze: false,
+            loss_recovery: false,
         }
     }
 }

@@ -166,8 +166,8 @@ fn frame() -> impl Strategy<Value = F> {
         vi().prop_map(F::MaxData),
         (vi(), vi()).prop_map(|(id, max)| F::MaxStreamData { id, max }),
         vi().prop_map(F::MaxStreams),
-        (vi(), vi(), vi(), vi(), vi(), vi(), vi()).prop_map(|(a, b, c, d, e, f, g)| F::Hello(
-            HelloParams {
+        ((vi(), vi(), vi(), vi(), vi()), (vi(), vi(), vi(), vi())).prop_map(
+            |((a, b, c, d, e), (f, g, h, i))| F::Hello(HelloParams {
                 max_data: a,
                 max_stream_data: b,
                 max_streams: c,
@@ -175,8 +175,10 @@ fn frame() -> impl Strategy<Value = F> {
                 max_datagram: e,
                 cc: f,
                 scheduler: g,
-            }
-        )),
+                features: h,
+                alpha_milli: i,
+            })
+        ),
         (any::<bool>(), any::<[u8; 8]>()).prop_map(|(response, data)| F::Token { response, data }),
         (vi(), bytes()).prop_map(|(code, reason)| F::Close { code, reason }),
         (any::<u8>(), vi(), path_state()).prop_map(|(path, seq, state)| F::PathStatus {
@@ -1178,6 +1180,8 @@ fn packet_for_another_session_is_dropped() {
             max_datagram: 0,
             cc: 1,
             scheduler: 0,
+            features: 0,
+            alpha_milli: 1000,
         }),
         F::Token {
             response: false,

@@ -67,6 +67,10 @@ pub fn session_config(scn: &Scenario, plan: &Plan, seed: u64) -> Config {
         scheduler: plan.scheduler,
         idle_timeout: Duration::from_nanos(scn.path_timeout),
         tail_reinjection: plan.variant.tail_reinjection,
+        alpha: plan.variant.alpha,
+        ack_offload: plan.variant.ack_offload,
+        blackout_freeze: plan.variant.blackout_freeze,
+        loss_recovery: plan.variant.loss_recovery,
         seed,
         ..Config::default()
     }

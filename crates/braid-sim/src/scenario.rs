@@ -196,6 +196,13 @@ pub struct VariantSpec {
     /// Copy data in flight on slow paths onto a fast one at the end of a transfer
     /// (default true; false gives Linux MPTCP's plain behaviour).
     pub tail_reinjection: bool,
+    /// OPERETTA's utility alpha, 0..=1 (default 1: most throughput).
+    pub alpha: f64,
+    /// Super-aggregation mechanisms; each defaults to true under the `super` scheduler and
+    /// to false under every other.
+    pub ack_offload: bool,
+    pub blackout_freeze: bool,
+    pub loss_recovery: bool,
 }
 
 // ---------------------------------------------------------------------------------------
@@ -307,6 +314,10 @@ struct RawVariant {
     cc: Option<String>,
     paths: Option<Vec<String>>,
     tail_reinjection: Option<bool>,
+    alpha: Option<f64>,
+    ack_offload: Option<bool>,
+    blackout_freeze: Option<bool>,
+    loss_recovery: Option<bool>,
 }
 
 // ---------------------------------------------------------------------------------------
@@ -799,13 +810,30 @@ impl Resolver<'_> {
                 idx
             }
         };
+        let alpha =
+            match v.alpha {
+                None => 1.0,
+                Some(a) if (0.0..=1.0).contains(&a) => a,
+                Some(a) => return Err(self.err(
+                    format!("{k}.alpha"),
+                    format!(
+                        "expected a number from 0 (least energy) to 1 (most throughput), got {a}"
+                    ),
+                )),
+            };
+        let scheduler = v.scheduler.unwrap_or_else(|| "minrtt".to_string());
+        let all_on = scheduler == "super";
         Ok(VariantSpec {
             name,
             kind: v.kind.unwrap_or_default(),
-            scheduler: v.scheduler.unwrap_or_else(|| "minrtt".to_string()),
+            scheduler,
             cc: v.cc.unwrap_or_else(|| "cubic".to_string()),
             paths: idx,
             tail_reinjection: v.tail_reinjection.unwrap_or(true),
+            alpha,
+            ack_offload: v.ack_offload.unwrap_or(all_on),
+            blackout_freeze: v.blackout_freeze.unwrap_or(all_on),
+            loss_recovery: v.loss_recovery.unwrap_or(all_on),
         })
     }
 }

@@ -357,19 +357,15 @@ impl Session {
     }
 
     fn abandon_path(&mut self, now: Instant, id: PathId) {
-        let mut lost = std::mem::take(&mut self.scratch_lost);
-        if let Some(p) = self.paths.get_mut(&id) {
-            if p.abandoned {
-                return;
-            }
-            p.abandoned = true;
-            p.drain_all(&mut lost);
-            self.events.push_back(Event::PathClosed(id));
-        }
-        for pkt in lost.drain(..) {
-            self.on_frames_lost(now, &pkt.frames);
-        }
-        self.scratch_lost = lost;
+        let Some(p) = self.paths.get_mut(&id).filter(|p| !p.abandoned) else {
+            return;
+        };
+        p.abandoned = true;
+        // Into the shared list: it may already hold losses that an ACK earlier in the same
+        // packet found on another path (dropping them lost that data for good).
+        p.drain_all(&mut self.scratch_lost);
+        self.events.push_back(Event::PathClosed(id));
+        self.process_acked_and_lost(now);
     }
 
     /// The network driver saw authenticated packets of a path arrive from a new address

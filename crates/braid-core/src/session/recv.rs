@@ -254,6 +254,11 @@ impl Session {
                 }
             }
         }
+        use crate::wire::features as f;
+        self.cfg.ack_offload = params.features & f::ACK_OFFLOAD != 0;
+        self.cfg.blackout_freeze = params.features & f::BLACKOUT_FREEZE != 0;
+        self.cfg.loss_recovery = params.features & f::LOSS_RECOVERY != 0;
+        self.cfg.alpha = params.alpha_milli.min(1000) as f64 / 1000.0;
         if let Some((_, k)) = crate::sched::SchedulerKind::ALL.get(params.scheduler as usize) {
             if *k != self.cfg.scheduler {
                 self.cfg.scheduler = *k;

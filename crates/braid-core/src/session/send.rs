@@ -269,7 +269,25 @@ impl Session {
                 .iter()
                 .position(|(_, k)| *k == self.cfg.scheduler)
                 .unwrap_or(0) as u64,
+            features: self.feature_bits(),
+            alpha_milli: (self.cfg.alpha.clamp(0.0, 1.0) * 1000.0).round() as u64,
         }
+    }
+
+    /// The super-aggregation mechanisms this side uses, as HELLO feature bits.
+    pub(super) fn feature_bits(&self) -> u64 {
+        use crate::wire::features as f;
+        let mut bits = 0;
+        if self.cfg.ack_offload {
+            bits |= f::ACK_OFFLOAD;
+        }
+        if self.cfg.blackout_freeze {
+            bits |= f::BLACKOUT_FREEZE;
+        }
+        if self.cfg.loss_recovery {
+            bits |= f::LOSS_RECOVERY;
+        }
+        bits
     }
 
     pub(super) fn has_data(&self) -> bool {

@@ -76,6 +76,21 @@ pub struct HelloParams {
     pub scheduler: u64,
     /// Largest DATAGRAM payload it accepts (0: none).
     pub max_datagram: u64,
+    /// Mechanisms the client asks both ends to use, a bit each (see [`features`]); the
+    /// server adopts them. Unknown bits are ignored.
+    pub features: u64,
+    /// The OPERETTA utility alpha in thousandths (0..=1000), adopted by the server.
+    pub alpha_milli: u64,
+}
+
+/// Bits of [`HelloParams::features`].
+pub mod features {
+    /// ACK offload: acknowledgements of the primary path travel on a secondary uplink.
+    pub const ACK_OFFLOAD: u64 = 1;
+    /// Blackout freeze: a path in a confirmed blackout is frozen, not backed off.
+    pub const BLACKOUT_FREEZE: u64 = 2;
+    /// Random-loss recovery: isolated losses are resent on another path without a cut.
+    pub const LOSS_RECOVERY: u64 = 4;
 }
 
 /// An ACK frame: the packets received on `path`, as descending ranges.
@@ -302,6 +317,8 @@ fn parse_one<'a>(r: &mut Reader<'a>) -> Result<Frame<'a>, WireError> {
             max_datagram: r.varint()?,
             cc: r.varint()?,
             scheduler: r.varint()?,
+            features: r.varint()?,
+            alpha_milli: r.varint()?,
         }),
         ty::PATH_CHALLENGE | ty::PATH_RESPONSE => {
             let mut d = [0u8; 8];
@@ -477,7 +494,9 @@ pub mod emit {
             w.varint(p.idle_timeout_ms)?;
             w.varint(p.max_datagram)?;
             w.varint(p.cc)?;
-            w.varint(p.scheduler)
+            w.varint(p.scheduler)?;
+            w.varint(p.features)?;
+            w.varint(p.alpha_milli)
         })
     }
 
@@ -612,6 +631,8 @@ mod tests {
             max_datagram: 5,
             cc: 2,
             scheduler: 1,
+            features: 5,
+            alpha_milli: 250,
         };
         emit::hello(&mut w, &hp).unwrap();
         emit::path_token(&mut w, false, &[1; 8]).unwrap();

@@ -13,7 +13,7 @@ pub mod frame;
 pub mod packet;
 pub mod varint;
 
-pub use frame::{AckFrame, Frame, FrameIter, HelloParams, PathState};
+pub use frame::{features, AckFrame, Frame, FrameIter, HelloParams, PathState};
 pub use packet::{PacketHeader, PacketType, VERSION};
 
 /// What is wrong with a received packet.
