@@ -68,6 +68,20 @@ pub struct Config {
     pub loss_recovery: bool,
 }
 
+impl Config {
+    /// This configuration with `scheduler`; `super` also turns on every super-aggregation
+    /// mechanism (each can be turned off again afterwards).
+    pub fn with_scheduler(mut self, scheduler: SchedulerKind) -> Config {
+        self.scheduler = scheduler;
+        if scheduler == SchedulerKind::Super {
+            self.ack_offload = true;
+            self.blackout_freeze = true;
+            self.loss_recovery = true;
+        }
+        self
+    }
+}
+
 impl Default for Config {
     fn default() -> Self {
         Config {

@@ -8,8 +8,10 @@
 //! - [`path`]: per-path recovery, RTT, congestion control and pacing,
 //! - [`stream`]: stream buffers and reassembly,
 //! - [`sched`]: packet schedulers, [`cc`]: congestion controllers,
+//! - [`blackout`]: blackout detection of a path (super-aggregation),
 //! - [`wire`]: the wire format, [`ranges`], [`rtt`], [`pacer`], [`rng`], [`time`]: helpers.
 
+pub mod blackout;
 pub mod cc;
 pub mod config;
 pub mod pacer;

@@ -7,6 +7,7 @@
 //! lost are handed back to the session, which decides what their frames mean; that is how a
 //! lost frame can be resent on any path.
 
+use crate::blackout::BlackoutWatch;
 use crate::cc::{AckEvent, CcAlgorithm, CongestionController, Coupling, LossEvent, RateSample};
 use crate::config::Config;
 use crate::pacer::Pacer;
@@ -46,6 +47,7 @@ pub(crate) enum SentFrame {
     StopSending(StreamId),
     PathStatus(PathId),
     PathAbandon(PathId),
+    PathBlackout(PathId),
     Hello,
     PathChallenge(PathId),
 }
@@ -53,6 +55,8 @@ pub(crate) enum SentFrame {
 /// A packet in flight (or an ack-only packet awaiting its fate).
 #[derive(Debug, Clone)]
 pub(crate) struct SentPacket {
+    /// The path it was sent on.
+    pub path: PathId,
     pub time_sent: Instant,
     pub size: u32,
     pub ack_eliciting: bool,
@@ -64,6 +68,8 @@ pub(crate) struct SentPacket {
     is_app_limited: bool,
     /// Its stream data was already queued on other paths after a probe timeout.
     pub reinjected: bool,
+    /// Declared lost and judged a random (not a congestion) loss: the window was kept.
+    pub random_loss: bool,
 }
 
 /// Counters of one path, for reports.
@@ -89,6 +95,12 @@ pub struct PathStats {
     pub cwnd: u64,
     /// Smoothed RTT now, microseconds.
     pub srtt_us: u64,
+    /// Losses judged random (isolated, no queue build-up): the window was not cut.
+    pub random_losses: u64,
+    /// Blackouts confirmed on this path or reported by the peer (the path was frozen).
+    pub blackouts: u64,
+    /// Acknowledgements of this path carried on another path's uplink (ACK offload).
+    pub acks_offloaded: u64,
 }
 
 /// One path.
@@ -142,6 +154,12 @@ pub struct Path {
     pub(crate) bytes_received_unvalidated: u64,
     pub(crate) bytes_sent_unvalidated: u64,
     pub(crate) probes_due: u32,
+    /// Blackout detection and the frozen state (super-aggregation).
+    pub(crate) watch: BlackoutWatch,
+    /// Judge isolated losses without queue build-up random and keep the window.
+    pub(crate) random_loss_recovery: bool,
+    /// Packets received in the current receive window (about one RTT) and the last full one.
+    rx_window: (Instant, u32, u32),
     pub(crate) stats: PathStats,
     /// Summary of all the session's paths, refreshed by the session (coupled controllers).
     pub(crate) coupling: Coupling,
@@ -194,6 +212,9 @@ impl Path {
             bytes_received_unvalidated: 0,
             bytes_sent_unvalidated: 0,
             probes_due: 0,
+            watch: BlackoutWatch::default(),
+            random_loss_recovery: cfg.loss_recovery,
+            rx_window: (now, 0, 0),
             stats: PathStats::default(),
             coupling: Coupling::default(),
         }
@@ -209,9 +230,14 @@ impl Path {
         }
     }
 
-    /// Validated and not abandoned.
+    /// Validated, not abandoned and not frozen by a blackout.
     pub fn usable(&self) -> bool {
-        self.validated && !self.abandoned
+        self.validated && !self.abandoned && !self.watch.frozen()
+    }
+
+    /// Frozen by a confirmed blackout.
+    pub fn frozen(&self) -> bool {
+        self.watch.frozen()
     }
 
     /// Room in the congestion window for another packet.
@@ -244,6 +270,7 @@ impl Path {
     /// Statistics, with the current window and RTT filled in.
     pub fn stats(&self) -> PathStats {
         let mut s = self.stats;
+        s.blackouts = self.watch.freezes;
         s.cwnd = self.cc.window();
         s.srtt_us = self.rtt.smoothed().as_micros() as u64;
         s
@@ -257,14 +284,18 @@ impl Path {
         now: Instant,
         size: usize,
         ack_eliciting: bool,
+        probe: bool,
         frames: SmallVec<[SentFrame; 3]>,
     ) {
-        let in_flight = ack_eliciting;
+        // Probes of a frozen path are not congestion-controlled: their loss says nothing
+        // about congestion and must not shrink the window the path resumes with.
+        let in_flight = ack_eliciting && !probe;
         if self.in_flight == 0 {
             self.first_sent_time = now;
             self.delivered_time = now;
         }
         let pkt = SentPacket {
+            path: self.id,
             time_sent: now,
             size: size as u32,
             ack_eliciting,
@@ -275,6 +306,7 @@ impl Path {
             first_sent_time: self.first_sent_time,
             is_app_limited: self.app_limited_until > self.delivered,
             reinjected: false,
+            random_loss: false,
         };
         if self.sent.is_empty() {
             self.sent_base = self.next_pn;
@@ -310,6 +342,7 @@ impl Path {
         now: Instant,
         ack: &AckFrame<'_>,
         max_ack_delay: Duration,
+        carried_elsewhere: bool,
         acked: &mut Vec<SentPacket>,
         lost: &mut Vec<SentPacket>,
     ) {
@@ -356,7 +389,10 @@ impl Path {
                 .map_or(largest_new, |l| l.max(largest_new)),
         );
         let mut rtt_sample = None;
-        if largest_new == ack.largest && eliciting {
+        // An ACK that came back over another path (ACK offload) took that path's delay:
+        // it says nothing about this path's round trip once we have a sample.
+        if largest_new == ack.largest && eliciting && (!carried_elsewhere || !self.rtt.has_sample())
+        {
             let sample = now - largest_sent;
             let delay = Duration::from_micros(ack.ack_delay_us).min(max_ack_delay);
             self.rtt.update(sample, delay);
@@ -447,8 +483,82 @@ impl Path {
         self.on_lost(now, first_lost, lost);
     }
 
-    fn on_lost(&mut self, now: Instant, first: usize, lost: &[SentPacket]) {
-        let lost = &lost[first..];
+    /// At most two packets lost at once, with no queue on the path (the latest RTT within
+    /// a quarter of the minimum, plus a millisecond of slack): a random loss, such as a
+    /// corrupted radio frame. Losses from a full queue come with a raised RTT or in bursts.
+    fn losses_look_random(&self, lost: &[SentPacket]) -> bool {
+        let n = lost.iter().filter(|p| p.in_flight).count();
+        if n == 0 || n > 2 || !self.rtt.has_sample() {
+            return false;
+        }
+        let min = self.rtt.min();
+        let now = self.rtt.latest().max(self.rtt.smoothed());
+        now <= min + min / 4 + Duration::from_millis(1)
+    }
+
+    /// When an acknowledgement of our oldest ack-eliciting packet in flight was due
+    /// (`None` when nothing of ours is in flight).
+    pub(crate) fn ack_expected(&self, max_ack_delay: Duration) -> Option<Instant> {
+        if self.ack_eliciting_in_flight == 0 {
+            return None;
+        }
+        let oldest = self
+            .sent
+            .iter()
+            .flatten()
+            .find(|p| p.in_flight && p.ack_eliciting)?;
+        Some(oldest.time_sent + self.rtt.pto_base(max_ack_delay))
+    }
+
+    /// A blackout froze the path: forget every packet in flight without a congestion
+    /// signal (their frames are returned for resending elsewhere) and without backing off
+    /// the probe timer, so the path resumes with the window and timers it had.
+    pub(crate) fn freeze(&mut self, now: Instant, out: &mut Vec<SentPacket>) -> bool {
+        if !self.watch.freeze(now) {
+            return false;
+        }
+        self.drain_all(out);
+        self.pto_count = 0;
+        self.last_pto = None;
+        self.probes_due = 0;
+        true
+    }
+
+    /// The first packet after a blackout arrived: sending resumes at the previous rate.
+    pub(crate) fn on_unfrozen(&mut self, now: Instant) {
+        self.refresh_pacer(now);
+    }
+
+    /// Packets received per second lately (0 when the path went quiet).
+    pub(crate) fn rx_rate(&self, now: Instant) -> f64 {
+        let rtt = self.rtt.smoothed().as_secs_f64().max(1e-6);
+        self.rx_per_rtt(now) as f64 / rtt
+    }
+
+    /// Packets received per round trip lately (0 when the path went quiet).
+    pub(crate) fn rx_per_rtt(&self, now: Instant) -> u32 {
+        let (start, _, last) = self.rx_window;
+        if now.saturating_since(start) > self.rtt.smoothed() * 2 {
+            0
+        } else {
+            last
+        }
+    }
+
+    fn on_lost(&mut self, now: Instant, first: usize, lost: &mut [SentPacket]) {
+        let lost = &mut lost[first..];
+        if self.random_loss_recovery && self.losses_look_random(lost) {
+            for p in lost.iter_mut() {
+                if p.in_flight {
+                    self.in_flight -= p.size as u64;
+                    self.ack_eliciting_in_flight -= 1;
+                }
+                p.random_loss = true;
+            }
+            self.stats.packets_lost += lost.len() as u64;
+            self.stats.random_losses += lost.len() as u64;
+            return;
+        }
         let mut bytes = 0;
         let mut newest = None;
         let mut oldest = None;
@@ -563,6 +673,12 @@ impl Path {
         if self.largest_recv.is_none_or(|(l, _)| pn > l) {
             self.largest_recv = Some((pn, now));
         }
+        let (start, count, _) = self.rx_window;
+        if now.saturating_since(start) >= self.rtt.smoothed() {
+            self.rx_window = (now, 1, count);
+        } else {
+            self.rx_window.1 += 1;
+        }
         self.last_recv = now;
         if ack_eliciting {
             // Packets that elicit nothing are acknowledged only alongside others.
@@ -596,6 +712,16 @@ impl Path {
     }
 
     /// The ranges to put in an ACK frame (highest first) and the ack delay in microseconds.
+    /// The largest packet number received on this path (0 if none).
+    pub(crate) fn largest_received(&self) -> u64 {
+        self.largest_recv.map_or(0, |(pn, _)| pn)
+    }
+
+    /// The largest of our packet numbers the peer acknowledged on this path.
+    pub(crate) fn largest_acked(&self) -> Option<u64> {
+        self.largest_acked
+    }
+
     pub(crate) fn ack_contents(
         &self,
         now: Instant,

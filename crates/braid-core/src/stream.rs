@@ -157,6 +157,19 @@ impl SendStream {
         }
     }
 
+    /// The first part of `r` still unacknowledged (`None` when all of it was, or the
+    /// stream was reset).
+    pub fn unacked_within(&self, r: Range<u64>) -> Option<Range<u64>> {
+        if self.reset.is_some() {
+            return None;
+        }
+        let r = r.start.max(self.base)..r.end.min(self.write_offset());
+        if r.start >= r.end {
+            return None;
+        }
+        self.acked.gaps_in(r).into_iter().next()
+    }
+
     /// A STREAM frame's range must be sent again (lost, or reinjected onto another path).
     /// Returns true when anything was queued.
     pub fn on_lost(&mut self, r: Range<u64>, fin: bool) -> bool {

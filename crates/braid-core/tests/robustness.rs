@@ -101,6 +101,7 @@ enum F {
         state: PathState,
     },
     PathAbandon(u8),
+    PathBlackout(u8, u64),
     Datagram(Vec<u8>),
 }
 
@@ -187,6 +188,7 @@ fn frame() -> impl Strategy<Value = F> {
             state
         }),
         any::<u8>().prop_map(F::PathAbandon),
+        (any::<u8>(), vi()).prop_map(|(p, l)| F::PathBlackout(p, l)),
         bytes().prop_map(F::Datagram),
     ]
 }
@@ -229,6 +231,7 @@ fn emit_frame(w: &mut Writer<'_>, f: &F) -> Option<()> {
         F::Close { code, reason } => emit::close(w, *code, reason),
         F::PathStatus { path, seq, state } => emit::path_status(w, *path, *seq, *state),
         F::PathAbandon(p) => emit::path_abandon(w, *p),
+        F::PathBlackout(p, l) => emit::path_blackout(w, *p, *l),
         F::Datagram(d) => emit::datagram(w, d),
     }
 }
@@ -295,6 +298,10 @@ fn expected(f: &F) -> Vec<Frame<'_>> {
             state: *state,
         }],
         F::PathAbandon(p) => vec![Frame::PathAbandon { path: *p }],
+        F::PathBlackout(p, l) => vec![Frame::PathBlackout {
+            path: *p,
+            largest: *l,
+        }],
         F::Datagram(d) => vec![Frame::Datagram(d)],
     }
 }

@@ -583,6 +583,7 @@ impl Store {
                         name: p.name,
                         bytes: p.bytes,
                         energy_j,
+                        ..Default::default()
                     })
                 })
                 .collect::<Result<Vec<_>>>()?;

@@ -18,11 +18,13 @@ fn result(variant: &str, rep: u32, size: u64, goodput: f64) -> RunResult {
             name: "wifi".into(),
             bytes: size / 2,
             energy_j: 0.5,
+            ..Default::default()
         },
         PathResult {
             name: "lte".into(),
             bytes: size / 2,
             energy_j: 1.0,
+            ..Default::default()
         },
     ];
     r

@@ -6,7 +6,7 @@ use serde::Serialize;
 use std::fmt::Write;
 
 /// Bytes and energy of one path during one transfer.
-#[derive(Debug, Clone, Serialize, PartialEq)]
+#[derive(Debug, Clone, Default, Serialize, PartialEq)]
 pub struct PathResult {
     /// Path name from the scenario.
     pub name: String,
@@ -14,6 +14,15 @@ pub struct PathResult {
     pub bytes: u64,
     /// Joules the path's interface used during the transfer.
     pub energy_j: f64,
+    /// Losses on this path the sender judged random (window kept; loss recovery).
+    #[serde(default)]
+    pub random_losses: u64,
+    /// Blackouts that froze this path (either end).
+    #[serde(default)]
+    pub blackouts: u64,
+    /// Acknowledgements of this path the receiver sent over another path (ACK offload).
+    #[serde(default)]
+    pub acks_offloaded: u64,
 }
 
 /// One transfer.
@@ -109,7 +118,19 @@ impl Report {
             let per_path: Vec<String> = r
                 .paths
                 .iter()
-                .map(|p| format!("{} {}", p.name, format_size(p.bytes)))
+                .map(|p| {
+                    let mut t = format!("{} {}", p.name, format_size(p.bytes));
+                    for (n, what) in [
+                        (p.acks_offloaded, "ACKs offloaded"),
+                        (p.random_losses, "random losses"),
+                        (p.blackouts, "blackouts"),
+                    ] {
+                        if n > 0 {
+                            t += &format!(" ({n} {what})");
+                        }
+                    }
+                    t
+                })
                 .collect();
             let _ = writeln!(
                 s,

@@ -268,7 +268,12 @@ pub fn run_transfer(
             continue;
         };
         let bytes = link.stats(dir).delivered_bytes;
-        before.push((id, bytes, link.energy_j_until(start)));
+        before.push((
+            id,
+            bytes,
+            link.energy_j_until(start),
+            mechanism_counts(world, dir, id),
+        ));
     }
     let sender_retx = |w: &World| match dir {
         Dir::Down => w.server.stats().retransmitted_bytes,
@@ -317,7 +322,7 @@ pub fn run_transfer(
     };
     let mut capacity_bits = 0.0;
     let mut energy = 0.0;
-    for (id, bytes0, e0) in before {
+    for (id, bytes0, e0, m0) in before {
         let Some(link) = world.link_mut(id) else {
             continue;
         };
@@ -328,7 +333,16 @@ pub fn run_transfer(
             name: String::new(),
             bytes: link.stats(dir).delivered_bytes - bytes0,
             energy_j: e,
+            random_losses: 0,
+            blackouts: 0,
+            acks_offloaded: 0,
         });
+        let m = mechanism_counts(world, dir, id);
+        if let Some(r) = result.paths.last_mut() {
+            r.random_losses = m.0 - m0.0;
+            r.blackouts = m.1 - m0.1;
+            r.acks_offloaded = m.2 - m0.2;
+        }
     }
     for (r, &id) in result.paths.iter_mut().zip(ids) {
         r.name = scn.paths[id as usize].name.clone();
@@ -345,6 +359,22 @@ pub fn run_transfer(
     };
     result.energy_j = energy;
     result.retransmitted_bytes = sender_retx(world) - retx0;
+}
+
+/// Super-aggregation counters of path `id`: random losses (sender), blackouts (the larger
+/// count of the two ends), ACKs offloaded (receiver).
+fn mechanism_counts(world: &World, dir: Dir, id: PathId) -> (u64, u64, u64) {
+    let (sender, receiver) = match dir {
+        Dir::Down => (&world.server, &world.client),
+        Dir::Up => (&world.client, &world.server),
+    };
+    let s = sender.path_stats(id).unwrap_or_default();
+    let r = receiver.path_stats(id).unwrap_or_default();
+    (
+        s.random_losses,
+        s.blackouts.max(r.blackouts),
+        r.acks_offloaded,
+    )
 }
 
 /// The application model of one transfer on a new stream. Download: the client sends an

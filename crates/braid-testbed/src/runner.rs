@@ -797,6 +797,7 @@ fn one_transfer(
                 .unwrap_or(0)
                 .saturating_sub(before.get(k).copied().unwrap_or(0)),
             energy_j: 0.0,
+            ..Default::default()
         });
     }
     if out.completion_s > 0.0 {

@@ -85,7 +85,8 @@ pub struct AgentArgs {
     /// Require this SOCKS5 password (with --socks-user).
     #[arg(long)]
     pub socks_pass: Option<String>,
-    /// Packet scheduler: minrtt or rr.
+    /// Packet scheduler: minrtt, rr, wrr, ecf, blest or super (minrtt with ACK offload,
+    /// blackout freeze and random-loss recovery).
     #[arg(long)]
     pub scheduler: Option<String>,
     /// Congestion controller for both directions: bbr (default), cubic or reno.
@@ -250,9 +251,10 @@ pub fn agent(a: AgentArgs) -> Result<()> {
         ..braid_core::Config::default()
     };
     if let Some(s) = a.scheduler.or(f.scheduler) {
-        transport.scheduler = s
+        let kind = s
             .parse()
             .map_err(|e: String| anyhow::anyhow!("--scheduler: {e}"))?;
+        transport = transport.with_scheduler(kind);
     }
     if let Some(c) = a.cc.or(f.cc) {
         transport.cc = c

@@ -1,4 +1,5 @@
-//! The two classic schedulers: minRTT (the Linux MPTCP default) and round-robin.
+//! The two classic schedulers, minRTT (the Linux MPTCP default) and round-robin, and
+//! `super`: minRTT data placement with every super-aggregation mechanism on.
 
 use super::{candidate_state, PathId, PathInfo, SchedContext, Scheduler};
 use crate::time::Instant;
@@ -18,6 +19,21 @@ impl Scheduler for MinRtt {
             .filter(|p| p.eligible(state) && p.send_ready)
             .min_by_key(|p| (p.srtt, p.id))
             .map(|p| p.id)
+    }
+}
+
+/// Super-aggregation: data goes where minRTT puts it; what makes it "super" are the
+/// session's mechanisms (ACK offload, blackout freeze, random-loss recovery), which a
+/// session configured with this scheduler turns on (see `Config::with_scheduler`).
+#[derive(Debug, Default)]
+pub struct Super(MinRtt);
+
+impl Scheduler for Super {
+    fn name(&self) -> &'static str {
+        "super"
+    }
+    fn select(&mut self, now: Instant, paths: &[PathInfo], ctx: &SchedContext) -> Option<PathId> {
+        self.0.select(now, paths, ctx)
     }
 }
 

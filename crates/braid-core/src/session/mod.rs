@@ -12,6 +12,7 @@
 
 mod recv;
 mod send;
+mod superagg;
 mod timers;
 
 use crate::config::Config;
@@ -142,6 +143,8 @@ struct Pending {
     stop_sending: BTreeSet<StreamId>,
     path_status: BTreeSet<PathId>,
     path_abandon: BTreeSet<PathId>,
+    /// Paths whose confirmed blackout the peer must hear about.
+    path_blackout: BTreeSet<PathId>,
 }
 
 impl Pending {
@@ -154,6 +157,7 @@ impl Pending {
             || !self.stop_sending.is_empty()
             || !self.path_status.is_empty()
             || !self.path_abandon.is_empty()
+            || !self.path_blackout.is_empty()
     }
 }
 
@@ -196,6 +200,8 @@ pub struct Session {
     scratch_acked: Vec<SentPacket>,
     scratch_lost: Vec<SentPacket>,
     scratch_infos: Vec<PathInfo>,
+    /// Stream ranges lost at random on one path, to resend on another (loss recovery).
+    fetch: VecDeque<superagg::Fetch>,
 }
 
 impl Session {
@@ -235,6 +241,7 @@ impl Session {
             scratch_acked: Vec::new(),
             scratch_lost: Vec::new(),
             scratch_infos: Vec::new(),
+            fetch: VecDeque::new(),
             cfg,
         }
     }
@@ -711,6 +718,15 @@ impl Session {
                         self.pending.path_abandon.insert(p);
                     }
                 }
+                SentFrame::PathBlackout(p) => {
+                    if self
+                        .paths
+                        .get(&p)
+                        .is_some_and(|p| p.frozen() && !p.abandoned)
+                    {
+                        self.pending.path_blackout.insert(p);
+                    }
+                }
                 SentFrame::PathChallenge(p) => {
                     if let Some(p) = self.paths.get_mut(&p) {
                         if !p.validated && !p.abandoned && p.challenge.is_some() {
@@ -736,7 +752,11 @@ impl Session {
             self.on_frames_acked(&p.frames);
         }
         for p in lost.drain(..) {
-            self.on_frames_lost(now, &p.frames);
+            if p.random_loss {
+                self.route_random_loss(now, &p);
+            } else {
+                self.on_frames_lost(now, &p.frames);
+            }
         }
         self.scratch_acked = acked;
         self.scratch_lost = lost;

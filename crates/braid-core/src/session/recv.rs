@@ -52,11 +52,13 @@ impl Session {
         let Some(path) = self.paths.get_mut(&pid) else {
             return;
         };
+        let prev_recv = path.last_recv;
         if !path.on_received(now, hdr.packet_number, ack_eliciting, cfg) {
             return;
         }
         path.record_received_bytes(data.len());
         self.last_recv = now;
+        self.on_path_alive(now, pid, prev_recv);
         for f in frames {
             self.on_frame(now, pid, f, &data);
             if self.is_closed() {
@@ -119,6 +121,7 @@ impl Session {
                         now,
                         &a,
                         max_ack_delay,
+                        pid != a.path,
                         &mut self.scratch_acked,
                         &mut self.scratch_lost,
                     );
@@ -224,6 +227,7 @@ impl Session {
                 }
             }
             Frame::PathAbandon { path } => self.abandon_path(now, path),
+            Frame::PathBlackout { path, largest } => self.on_blackout_report(now, path, largest),
             Frame::Datagram(d) => {
                 if d.len() > self.cfg.max_datagram_payload {
                     self.stats.datagrams_dropped += 1;

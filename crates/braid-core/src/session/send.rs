@@ -15,10 +15,12 @@ use smallvec::SmallVec;
 /// Packets carrying a PATH_CHALLENGE are padded to this size (or the datagram size).
 const CHALLENGE_PADDED: usize = 1200;
 
-struct Packet<'a> {
-    w: Writer<'a>,
-    frames: SmallVec<[SentFrame; 3]>,
-    ack_eliciting: bool,
+pub(super) struct Packet<'a> {
+    pub(super) w: Writer<'a>,
+    pub(super) frames: SmallVec<[SentFrame; 3]>,
+    pub(super) ack_eliciting: bool,
+    /// A blackout probe: ack-eliciting but outside congestion control.
+    pub(super) probe: bool,
     pad_to: usize,
 }
 
@@ -45,7 +47,7 @@ impl Session {
         t
     }
 
-    fn begin<'a>(&self, pid: PathId, buf: &'a mut [u8]) -> Option<Packet<'a>> {
+    pub(super) fn begin<'a>(&self, pid: PathId, buf: &'a mut [u8]) -> Option<Packet<'a>> {
         let p = self.paths.get(&pid)?;
         let end = buf.len() - self.cfg.tag_len;
         let mut w = Writer::new(&mut buf[..end]);
@@ -60,11 +62,17 @@ impl Session {
             w,
             frames: SmallVec::new(),
             ack_eliciting: false,
+            probe: false,
             pad_to: 0,
         })
     }
 
-    fn finish(&mut self, now: Instant, pid: PathId, mut pkt: Packet<'_>) -> Option<Transmit> {
+    pub(super) fn finish(
+        &mut self,
+        now: Instant,
+        pid: PathId,
+        mut pkt: Packet<'_>,
+    ) -> Option<Transmit> {
         if pkt.w.pos() < pkt.pad_to {
             let n = (pkt.pad_to - pkt.w.pos()).min(pkt.w.remaining());
             emit::padding(&mut pkt.w, n);
@@ -72,7 +80,7 @@ impl Session {
         let body = pkt.w.pos();
         let len = body + self.cfg.tag_len;
         let p = self.paths.get_mut(&pid)?;
-        p.on_sent(now, len, pkt.ack_eliciting, pkt.frames);
+        p.on_sent(now, len, pkt.ack_eliciting, pkt.probe, pkt.frames);
         Some(Transmit { path: pid, len })
     }
 
@@ -88,7 +96,7 @@ impl Session {
         }
     }
 
-    fn write_ack(&mut self, now: Instant, for_path: PathId, pkt: &mut Packet<'_>) {
+    pub(super) fn write_ack(&mut self, now: Instant, for_path: PathId, pkt: &mut Packet<'_>) {
         let Some(p) = self.paths.get_mut(&for_path) else {
             return;
         };
@@ -126,6 +134,12 @@ impl Session {
     }
 
     fn send_next(&mut self, now: Instant, buf: &mut [u8]) -> Option<Transmit> {
+        // 0. Blackout probes (super-aggregation's blackout freeze).
+        if let Some(pid) = self.blackout_probe_path() {
+            if let Some(t) = self.send_blackout_probe(now, pid, buf) {
+                return Some(t);
+            }
+        }
         // 1. Probes after a probe timeout, on the path that timed out.
         if let Some(pid) = self
             .paths
@@ -153,7 +167,13 @@ impl Session {
             return self.send_ack_only(now, buf);
         }
 
-        // 3. Data and control frames where the scheduler says.
+        // 3. Random losses resent on another path, then data and control frames where the
+        //    scheduler says.
+        if !self.fetch.is_empty() {
+            if let Some(t) = self.send_fetch(now, buf) {
+                return Some(t);
+            }
+        }
         if self.has_data() {
             self.refresh_infos(now);
             let ctx = self.sched_context();
@@ -291,7 +311,10 @@ impl Session {
     }
 
     pub(super) fn has_data(&self) -> bool {
-        self.pending.any() || !self.datagrams_out.is_empty() || !self.send_queue.is_empty()
+        self.pending.any()
+            || !self.datagrams_out.is_empty()
+            || !self.send_queue.is_empty()
+            || !self.fetch.is_empty()
     }
 
     /// What schedulers may know about the data waiting to be sent.
@@ -361,9 +384,9 @@ impl Session {
             .find(|p| p.ack_due(now) && !p.abandoned)
             .map(|p| p.id)?;
         self.refresh_infos(now);
-        let carrier = self
-            .sched
-            .ack_path(now, for_path, &self.scratch_infos)
+        let offload = self.offload_carrier(now, for_path);
+        let carrier = offload
+            .or_else(|| self.sched.ack_path(now, for_path, &self.scratch_infos))
             .filter(|c| self.paths.get(c).is_some_and(|p| !p.abandoned))
             .unwrap_or(for_path);
         if !self.amplification_ok(carrier, 64) {
@@ -377,6 +400,15 @@ impl Session {
         self.write_ack(now, for_path, &mut pkt);
         if carrier != for_path {
             self.write_ack(now, carrier, &mut pkt);
+        }
+        if offload.is_some() {
+            // Offloaded ACKs ride under the carrier's congestion control: it learns how
+            // many its uplink sustains.
+            emit::ping(&mut pkt.w)?;
+            pkt.ack_eliciting = true;
+            if let Some(p) = self.paths.get_mut(&for_path) {
+                p.stats.acks_offloaded += 1;
+            }
         }
         self.finish(now, carrier, pkt)
     }
@@ -470,6 +502,14 @@ impl Session {
             }
             self.pending.path_abandon.remove(&pid);
             wrote.push(SentFrame::PathAbandon(pid));
+        }
+        while let Some(&pid) = self.pending.path_blackout.first() {
+            let largest = self.paths.get(&pid).map_or(0, |p| p.largest_received());
+            if emit::path_blackout(w, pid, largest).is_none() {
+                break;
+            }
+            self.pending.path_blackout.remove(&pid);
+            wrote.push(SentFrame::PathBlackout(pid));
         }
         if !wrote.is_empty() {
             pkt.ack_eliciting = true;

@@ -18,6 +18,8 @@ pub enum Timer {
     Pacing(PathId),
     /// A path should send a keepalive.
     Keepalive(PathId),
+    /// A path's blackout watch: probe a silent path, confirm a blackout, re-probe.
+    Blackout(PathId),
     /// A CLOSE frame is waiting to be sent.
     Close,
 }
@@ -98,6 +100,9 @@ impl Session {
                 self.timers.arm(Timer::Loss(p.id), now);
             }
         }
+        for (pid, at) in self.blackout_deadlines() {
+            self.timers.arm(Timer::Blackout(pid), at.max(now));
+        }
     }
 
     /// Give every path the summary coupled controllers need (all usable paths).
@@ -151,6 +156,7 @@ impl Session {
                 self.on_pto(now, pid);
             }
         }
+        self.on_blackout_timers(now);
         self.process_acked_and_lost(now);
         self.update_timers(now);
     }

@@ -26,6 +26,7 @@ pub mod ty {
     pub const CLOSE: u64 = 0x1c;
     pub const PATH_STATUS: u64 = 0x1d;
     pub const PATH_ABANDON: u64 = 0x1e;
+    pub const PATH_BLACKOUT: u64 = 0x20;
     pub const DATAGRAM: u64 = 0x30;
 }
 
@@ -193,6 +194,9 @@ pub enum Frame<'a> {
     },
     /// The sender stops using a path for good.
     PathAbandon { path: u8 },
+    /// The sender of this frame confirmed a blackout of `path`: nothing arrived on it after
+    /// the packet numbered `largest` (the largest it received on that path, 0 if none).
+    PathBlackout { path: u8, largest: u64 },
     /// An unreliable datagram.
     Datagram(&'a [u8]),
 }
@@ -339,6 +343,10 @@ fn parse_one<'a>(r: &mut Reader<'a>) -> Result<Frame<'a>, WireError> {
             state: PathState::from_code(r.varint()?)?,
         },
         ty::PATH_ABANDON => Frame::PathAbandon { path: path_id(r)? },
+        ty::PATH_BLACKOUT => Frame::PathBlackout {
+            path: path_id(r)?,
+            largest: r.varint()?,
+        },
         ty::DATAGRAM => Frame::Datagram(r.len_prefixed()?),
         other => return Err(WireError::UnknownFrame(other)),
     })
@@ -540,6 +548,15 @@ pub mod emit {
         })
     }
 
+    /// PATH_BLACKOUT.
+    pub fn path_blackout(w: &mut Writer<'_>, path: u8, largest: u64) -> Option<()> {
+        atomic(w, |w| {
+            w.varint(ty::PATH_BLACKOUT)?;
+            w.u8(path)?;
+            w.varint(largest)
+        })
+    }
+
     /// DATAGRAM.
     pub fn datagram(w: &mut Writer<'_>, data: &[u8]) -> Option<()> {
         atomic(w, |w| {
@@ -640,12 +657,13 @@ mod tests {
         emit::close(&mut w, 3, b"bye").unwrap();
         emit::path_status(&mut w, 1, 9, PathState::Frozen).unwrap();
         emit::path_abandon(&mut w, 6).unwrap();
+        emit::path_blackout(&mut w, 2, 77).unwrap();
         emit::datagram(&mut w, b"dg").unwrap();
         emit::padding(&mut w, 3).unwrap();
         let n = w.pos();
         let frames: Vec<_> = FrameIter::new(&buf[..n]).map(|f| f.unwrap()).collect();
         assert_eq!(
-            &frames[..15],
+            &frames[..16],
             &[
                 Frame::Ping,
                 Frame::ResetStream {
@@ -682,10 +700,14 @@ mod tests {
                     state: PathState::Frozen
                 },
                 Frame::PathAbandon { path: 6 },
+                Frame::PathBlackout {
+                    path: 2,
+                    largest: 77
+                },
                 Frame::Datagram(b"dg"),
             ]
         );
-        assert!(frames[15..].iter().all(|f| *f == Frame::Padding));
+        assert!(frames[16..].iter().all(|f| *f == Frame::Padding));
     }
 
     #[test]
