@@ -136,7 +136,8 @@ impl BlackoutWatch {
             return Verdict::Probe;
         }
         if self.confirm_at.is_some() {
-            self.freeze(now);
+            // The session freezes the path (`Path::freeze`), which calls `freeze`.
+            self.confirm_at = None;
             return Verdict::Freeze;
         }
         self.probe_due = true;
@@ -175,6 +176,7 @@ mod tests {
         w.on_probe_sent(ms(240));
         assert_eq!(w.deadline(last, None), Some(ms(320)));
         assert_eq!(w.on_timer(ms(320), last, None, WAIT), Verdict::Freeze);
+        assert!(w.freeze(ms(320)));
         assert!(w.frozen() && w.probe_due());
         w.on_probe_sent(ms(320));
         assert_eq!(w.deadline(last, None), Some(ms(420)));

@@ -150,6 +150,9 @@ pub struct Path {
     ack_immediate: bool,
     ack_pending: bool,
     pub(crate) last_recv: Instant,
+    /// The last sign of life of the path: a packet received on it, or an acknowledgement
+    /// of our packets on it (which may come back over another path).
+    pub(crate) last_heard: Instant,
     pub(crate) last_sent: Instant,
     pub(crate) bytes_received_unvalidated: u64,
     pub(crate) bytes_sent_unvalidated: u64,
@@ -208,6 +211,7 @@ impl Path {
             ack_immediate: false,
             ack_pending: false,
             last_recv: now,
+            last_heard: now,
             last_sent: now,
             bytes_received_unvalidated: 0,
             bytes_sent_unvalidated: 0,
@@ -342,10 +346,9 @@ impl Path {
         now: Instant,
         ack: &AckFrame<'_>,
         max_ack_delay: Duration,
-        carried_elsewhere: bool,
         acked: &mut Vec<SentPacket>,
         lost: &mut Vec<SentPacket>,
-    ) {
+    ) -> bool {
         let first_acked = acked.len();
         let prior_in_flight = self.in_flight;
         let end = self.sent_base + self.sent.len() as u64;
@@ -382,17 +385,16 @@ impl Path {
             }
         }
         let Some((largest_new, largest_sent, eliciting)) = newest else {
-            return;
+            return false;
         };
         self.largest_acked = Some(
             self.largest_acked
                 .map_or(largest_new, |l| l.max(largest_new)),
         );
         let mut rtt_sample = None;
-        // An ACK that came back over another path (ACK offload) took that path's delay:
-        // it says nothing about this path's round trip once we have a sample.
-        if largest_new == ack.largest && eliciting && (!carried_elsewhere || !self.rtt.has_sample())
-        {
+        // An ACK that came back over another path (ACK offload) gives a sample too: the
+        // feedback loop it measures is the one loss recovery and pacing must follow.
+        if largest_new == ack.largest && eliciting {
             let sample = now - largest_sent;
             let delay = Duration::from_micros(ack.ack_delay_us).min(max_ack_delay);
             self.rtt.update(sample, delay);
@@ -440,6 +442,7 @@ impl Path {
             });
         }
         self.refresh_pacer(now);
+        true
     }
 
     fn refresh_pacer(&mut self, now: Instant) {
@@ -513,19 +516,20 @@ impl Path {
     /// A blackout froze the path: forget every packet in flight without a congestion
     /// signal (their frames are returned for resending elsewhere) and without backing off
     /// the probe timer, so the path resumes with the window and timers it had.
+    /// Returns false when the path was frozen already (the drain is repeated regardless).
     pub(crate) fn freeze(&mut self, now: Instant, out: &mut Vec<SentPacket>) -> bool {
-        if !self.watch.freeze(now) {
-            return false;
-        }
+        let newly = self.watch.freeze(now);
         self.drain_all(out);
         self.pto_count = 0;
         self.last_pto = None;
         self.probes_due = 0;
-        true
+        newly
     }
 
     /// The first packet after a blackout arrived: sending resumes at the previous rate.
     pub(crate) fn on_unfrozen(&mut self, now: Instant) {
+        self.pto_count = 0;
+        self.last_pto = None;
         self.refresh_pacer(now);
     }
 

@@ -52,13 +52,12 @@ impl Session {
         let Some(path) = self.paths.get_mut(&pid) else {
             return;
         };
-        let prev_recv = path.last_recv;
         if !path.on_received(now, hdr.packet_number, ack_eliciting, cfg) {
             return;
         }
         path.record_received_bytes(data.len());
         self.last_recv = now;
-        self.on_path_alive(now, pid, prev_recv);
+        self.on_path_alive(now, pid);
         for f in frames {
             self.on_frame(now, pid, f, &data);
             if self.is_closed() {
@@ -117,14 +116,16 @@ impl Session {
             Frame::Ack(a) => {
                 let max_ack_delay = self.cfg.max_ack_delay;
                 if let Some(p) = self.paths.get_mut(&a.path).filter(|p| !p.abandoned) {
-                    p.on_ack_frame(
+                    let newly = p.on_ack_frame(
                         now,
                         &a,
                         max_ack_delay,
-                        pid != a.path,
                         &mut self.scratch_acked,
                         &mut self.scratch_lost,
                     );
+                    if newly {
+                        self.on_path_alive(now, a.path);
+                    }
                 }
             }
             Frame::Stream {

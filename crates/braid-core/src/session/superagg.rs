@@ -8,8 +8,10 @@
 //!   carrier's own congestion controller measures how many its uplink sustains; the rest
 //!   stay on the primary path. The ACKs that find room are the first after the carrier's
 //!   budget refilled, which favours the front of each window. On a half-duplex medium
-//!   (802.11) this gives the data the airtime the ACKs took. The sender takes no RTT
-//!   sample from an ACK that came back over another path.
+//!   (802.11) this gives the data the airtime the ACKs took. The sender's RTT samples
+//!   then measure the loop data-out-on-one-path, ACK-back-on-another, which is the loop its
+//!   loss recovery and pacing run on (skipping those samples starved the estimator and
+//!   misled the random-loss classifier: measured, see docs/results.md).
 //! - **Blackout freeze** (`blackout_freeze`): each end watches its paths
 //!   ([`crate::blackout`]); a confirmed blackout freezes the path here and is reported to
 //!   the peer in PATH_BLACKOUT over another path. A frozen path sends nothing but probes:
@@ -80,9 +82,9 @@ impl Session {
             .filter(|p| p.validated && !p.abandoned)
             .filter_map(|p| {
                 let at = if p.watch.probe_due() {
-                    Some(p.last_recv)
+                    Some(p.last_heard)
                 } else {
-                    p.watch.deadline(p.last_recv, p.ack_expected(mad))
+                    p.watch.deadline(p.last_heard, p.ack_expected(mad))
                 };
                 at.map(|t| (p.id, t))
             })
@@ -102,10 +104,9 @@ impl Session {
             let Some(p) = self.paths.get_mut(&pid) else {
                 continue;
             };
-            let (last, expected) = (p.last_recv, p.ack_expected(mad));
+            let (last, expected) = (p.last_heard, p.ack_expected(mad));
             let wait = p.rtt.pto_base(mad);
             if p.watch.on_timer(now, last, expected, wait) == Verdict::Freeze {
-                // The watch froze itself; drain the path as a freeze does.
                 self.freeze_path(now, pid, true);
             }
         }
@@ -122,10 +123,7 @@ impl Session {
         else {
             return;
         };
-        // `freeze` is false when the watch already froze (confirmed here): drain anyway.
-        if !p.freeze(now, &mut out) && p.in_flight > 0 {
-            p.drain_all(&mut out);
-        }
+        p.freeze(now, &mut out);
         for pkt in &out {
             self.on_frames_lost(now, &pkt.frames);
         }
@@ -134,11 +132,13 @@ impl Session {
         }
     }
 
-    /// A packet arrived on `pid`, whose previous arrival was at `prev`.
-    pub(super) fn on_path_alive(&mut self, now: Instant, pid: PathId, prev: Instant) {
+    /// A sign of life of `pid`: a packet arrived on it, or an acknowledgement of our
+    /// packets on it (over any path).
+    pub(super) fn on_path_alive(&mut self, now: Instant, pid: PathId) {
         let Some(p) = self.paths.get_mut(&pid) else {
             return;
         };
+        let prev = std::mem::replace(&mut p.last_heard, now);
         if p.watch.on_packet(now, prev) {
             p.on_unfrozen(now);
             self.pending.path_blackout.remove(&pid);

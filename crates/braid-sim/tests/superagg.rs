@@ -1,0 +1,99 @@
+//! Super-aggregation targets (issue 5, paper 000), checked on every test run on the
+//! scenarios users run (`scenarios/super-*.toml`). The simulator is deterministic: these
+//! are exact regressions, and each compares the mechanism with the same stack without it
+//! in the same run, so a mechanism that stops working fails its test.
+
+use braid_sim::{run_scenario, Report, RunResult, Scenario};
+use std::path::PathBuf;
+
+/// Runs only `variants` of a shipped scenario; every transfer must be verified.
+fn run(name: &str, variants: &[&str]) -> Report {
+    let path = PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+        .join("../../scenarios")
+        .join(name);
+    let mut scn = Scenario::load(&path).unwrap_or_else(|e| panic!("{e}"));
+    scn.variants.retain(|v| variants.contains(&v.name.as_str()));
+    assert_eq!(
+        scn.variants.len(),
+        variants.len(),
+        "{name}: missing variants"
+    );
+    let report = run_scenario(&scn, |_, _| {}).unwrap_or_else(|e| panic!("{e}"));
+    for r in &report.results {
+        assert!(r.verified, "{name}: {} failed: {:?}", r.variant, r.error);
+    }
+    report
+}
+
+fn get<'a>(r: &'a Report, variant: &str) -> &'a RunResult {
+    r.results.iter().find(|x| x.variant == variant).unwrap()
+}
+
+fn mbit(r: &RunResult) -> f64 {
+    r.goodput_bps / 1e6
+}
+
+#[test]
+fn ack_offload_gives_25_percent_more_on_half_duplex_wifi_with_3g() {
+    let r = run("super-ack-offload.toml", &["aggregated", "ack-offload"]);
+    let (base, off) = (get(&r, "aggregated"), get(&r, "ack-offload"));
+    assert!(
+        off.goodput_bps >= 1.25 * base.goodput_bps,
+        "ack offload {:.2} Mbit/s vs every ACK on Wi-Fi {:.2}",
+        mbit(off),
+        mbit(base)
+    );
+    let acks = |x: &RunResult| x.paths.iter().map(|p| p.acks_offloaded).sum::<u64>();
+    assert_eq!(acks(base), 0, "the mechanism is off in the baseline");
+    assert!(acks(off) > 10_000, "{:?}", off.paths);
+}
+
+#[test]
+fn blackout_freeze_reaches_90_percent_of_ideal_under_2s_blackouts_every_20s() {
+    let r = run(
+        "super-blackout.toml",
+        &["no-blackouts", "aggregated", "freeze"],
+    );
+    // Ideal: goodput without blackouts times the fraction of time Wi-Fi is up (18 s of 20).
+    let ideal = 0.9 * get(&r, "no-blackouts").goodput_bps;
+    let (base, freeze) = (get(&r, "aggregated"), get(&r, "freeze"));
+    assert!(
+        freeze.goodput_bps >= 0.9 * ideal,
+        "freeze {:.2} Mbit/s, ideal {:.2}",
+        mbit(freeze),
+        ideal / 1e6
+    );
+    // The same stack without the freeze loses time after every blackout.
+    assert!(
+        freeze.goodput_bps >= 1.05 * base.goodput_bps,
+        "freeze {:.2} vs without {:.2}",
+        mbit(freeze),
+        mbit(base)
+    );
+    let blackouts: u64 = freeze.paths.iter().map(|p| p.blackouts).sum();
+    assert!(blackouts >= 3, "{:?}", freeze.paths);
+    assert_eq!(base.paths.iter().map(|p| p.blackouts).sum::<u64>(), 0);
+}
+
+#[test]
+fn random_loss_recovery_keeps_80_percent_of_lossless_at_200ms_and_1_percent_loss() {
+    let r = run(
+        "super-loss.toml",
+        &["lossless", "aggregated", "loss-recovery"],
+    );
+    let lossless = get(&r, "lossless").goodput_bps;
+    let (base, lr) = (get(&r, "aggregated"), get(&r, "loss-recovery"));
+    assert!(
+        lr.goodput_bps >= 0.8 * lossless,
+        "loss recovery {:.2} Mbit/s, lossless {:.2}",
+        mbit(lr),
+        lossless / 1e6
+    );
+    assert!(
+        lr.goodput_bps >= 2.0 * base.goodput_bps,
+        "loss recovery {:.2} vs without {:.2}",
+        mbit(lr),
+        mbit(base)
+    );
+    assert!(lr.paths.iter().map(|p| p.random_losses).sum::<u64>() > 100);
+}
