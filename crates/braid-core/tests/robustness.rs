@@ -101,6 +101,12 @@ enum F {
         state: PathState,
     },
     PathAbandon(u8),
+    PathCost {
+        path: u8,
+        seq: u64,
+        power_mw: u64,
+        rate_kbps: u64,
+    },
     Datagram(Vec<u8>),
 }
 
@@ -187,6 +193,14 @@ fn frame() -> impl Strategy<Value = F> {
             state
         }),
         any::<u8>().prop_map(F::PathAbandon),
+        (any::<u8>(), vi(), vi(), vi()).prop_map(|(path, seq, power_mw, rate_kbps)| {
+            F::PathCost {
+                path,
+                seq,
+                power_mw,
+                rate_kbps,
+            }
+        }),
         bytes().prop_map(F::Datagram),
     ]
 }
@@ -229,6 +243,12 @@ fn emit_frame(w: &mut Writer<'_>, f: &F) -> Option<()> {
         F::Close { code, reason } => emit::close(w, *code, reason),
         F::PathStatus { path, seq, state } => emit::path_status(w, *path, *seq, *state),
         F::PathAbandon(p) => emit::path_abandon(w, *p),
+        F::PathCost {
+            path,
+            seq,
+            power_mw,
+            rate_kbps,
+        } => emit::path_cost(w, *path, *seq, *power_mw, *rate_kbps),
         F::Datagram(d) => emit::datagram(w, d),
     }
 }
@@ -295,6 +315,17 @@ fn expected(f: &F) -> Vec<Frame<'_>> {
             state: *state,
         }],
         F::PathAbandon(p) => vec![Frame::PathAbandon { path: *p }],
+        F::PathCost {
+            path,
+            seq,
+            power_mw,
+            rate_kbps,
+        } => vec![Frame::PathCost {
+            path: *path,
+            seq: *seq,
+            power_mw: *power_mw,
+            rate_kbps: *rate_kbps,
+        }],
         F::Datagram(d) => vec![Frame::Datagram(d)],
     }
 }

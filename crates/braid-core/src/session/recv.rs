@@ -224,6 +224,22 @@ impl Session {
                 }
             }
             Frame::PathAbandon { path } => self.abandon_path(now, path),
+            Frame::PathCost {
+                path,
+                seq,
+                power_mw,
+                rate_kbps,
+            } => {
+                if let Some(p) = self.paths.get_mut(&path).filter(|p| !p.abandoned) {
+                    if seq > p.peer_cost_seq {
+                        p.peer_cost_seq = seq;
+                        p.cost = Some(crate::path::PathCost {
+                            power_mw,
+                            rate_kbps,
+                        });
+                    }
+                }
+            }
             Frame::Datagram(d) => {
                 if d.len() > self.cfg.max_datagram_payload {
                     self.stats.datagrams_dropped += 1;
@@ -265,6 +281,7 @@ impl Session {
                 self.sched = k.build();
             }
         }
+        self.sched.configure(&self.cfg);
     }
 
     /// Re-queue every stream with new data after the connection window grew.

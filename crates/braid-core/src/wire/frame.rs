@@ -26,6 +26,7 @@ pub mod ty {
     pub const CLOSE: u64 = 0x1c;
     pub const PATH_STATUS: u64 = 0x1d;
     pub const PATH_ABANDON: u64 = 0x1e;
+    pub const PATH_COST: u64 = 0x1f;
     pub const DATAGRAM: u64 = 0x30;
 }
 
@@ -193,6 +194,15 @@ pub enum Frame<'a> {
     },
     /// The sender stops using a path for good.
     PathAbandon { path: u8 },
+    /// What using a path costs: the interface's power draw while active (above idle),
+    /// milliwatts, and its rate if known, kbit/s (0: unknown, estimate it). `seq` orders
+    /// updates like PATH_STATUS.
+    PathCost {
+        path: u8,
+        seq: u64,
+        power_mw: u64,
+        rate_kbps: u64,
+    },
     /// An unreliable datagram.
     Datagram(&'a [u8]),
 }
@@ -339,6 +349,12 @@ fn parse_one<'a>(r: &mut Reader<'a>) -> Result<Frame<'a>, WireError> {
             state: PathState::from_code(r.varint()?)?,
         },
         ty::PATH_ABANDON => Frame::PathAbandon { path: path_id(r)? },
+        ty::PATH_COST => Frame::PathCost {
+            path: path_id(r)?,
+            seq: r.varint()?,
+            power_mw: r.varint()?,
+            rate_kbps: r.varint()?,
+        },
         ty::DATAGRAM => Frame::Datagram(r.len_prefixed()?),
         other => return Err(WireError::UnknownFrame(other)),
     })
@@ -540,6 +556,23 @@ pub mod emit {
         })
     }
 
+    /// PATH_COST.
+    pub fn path_cost(
+        w: &mut Writer<'_>,
+        path: u8,
+        seq: u64,
+        power_mw: u64,
+        rate_kbps: u64,
+    ) -> Option<()> {
+        atomic(w, |w| {
+            w.varint(ty::PATH_COST)?;
+            w.u8(path)?;
+            w.varint(seq)?;
+            w.varint(power_mw)?;
+            w.varint(rate_kbps)
+        })
+    }
+
     /// DATAGRAM.
     pub fn datagram(w: &mut Writer<'_>, data: &[u8]) -> Option<()> {
         atomic(w, |w| {
@@ -641,11 +674,12 @@ mod tests {
         emit::path_status(&mut w, 1, 9, PathState::Frozen).unwrap();
         emit::path_abandon(&mut w, 6).unwrap();
         emit::datagram(&mut w, b"dg").unwrap();
+        emit::path_cost(&mut w, 2, 3, 634, 1000).unwrap();
         emit::padding(&mut w, 3).unwrap();
         let n = w.pos();
         let frames: Vec<_> = FrameIter::new(&buf[..n]).map(|f| f.unwrap()).collect();
         assert_eq!(
-            &frames[..15],
+            &frames[..16],
             &[
                 Frame::Ping,
                 Frame::ResetStream {
@@ -683,9 +717,15 @@ mod tests {
                 },
                 Frame::PathAbandon { path: 6 },
                 Frame::Datagram(b"dg"),
+                Frame::PathCost {
+                    path: 2,
+                    seq: 3,
+                    power_mw: 634,
+                    rate_kbps: 1000
+                },
             ]
         );
-        assert!(frames[15..].iter().all(|f| *f == Frame::Padding));
+        assert!(frames[16..].iter().all(|f| *f == Frame::Padding));
     }
 
     #[test]
