@@ -233,6 +233,16 @@ impl Path {
         }
     }
 
+    /// A PATH_COST that arrived before the path existed.
+    pub(crate) fn adopt_early_cost(&mut self, early: Option<(u64, PathCost)>) {
+        if let Some((seq, cost)) = early {
+            if seq > self.peer_cost_seq {
+                self.peer_cost_seq = seq;
+                self.cost = Some(cost);
+            }
+        }
+    }
+
     /// The scheduler's rate limit for this path (see [`crate::sched::RateLimit`]).
     pub(crate) fn rate_cap(&self) -> Option<u64> {
         self.rate_cap

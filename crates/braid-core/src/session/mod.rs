@@ -199,6 +199,9 @@ pub struct Session {
     scratch_lost: Vec<SentPacket>,
     scratch_infos: Vec<PathInfo>,
     scratch_limits: Vec<(PathId, crate::sched::RateLimit)>,
+    /// PATH_COST received for paths this end does not know yet (the frame may travel on
+    /// another path and arrive first), applied when the path appears.
+    early_costs: BTreeMap<PathId, (u64, crate::path::PathCost)>,
 }
 
 impl Session {
@@ -239,6 +242,7 @@ impl Session {
             scratch_lost: Vec::new(),
             scratch_infos: Vec::new(),
             scratch_limits: Vec::new(),
+            early_costs: BTreeMap::new(),
             cfg,
         }
     }
@@ -315,6 +319,7 @@ impl Session {
         if let Some(old) = self.paths.get(&id) {
             p.next_pn = old.next_pn;
         }
+        p.adopt_early_cost(self.early_costs.remove(&id));
         if self.side == Side::Client {
             let mut token = [0u8; 8];
             self.rng.fill(&mut token);

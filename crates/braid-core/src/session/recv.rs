@@ -105,6 +105,7 @@ impl Session {
         let mut p = Path::new(pid, &self.cfg, self.cfg.cc, now);
         p.challenge = Some(token);
         p.challenge_due = true;
+        p.adopt_early_cost(self.early_costs.remove(&pid));
         self.paths.insert(pid, p);
         true
     }
@@ -230,13 +231,25 @@ impl Session {
                 power_mw,
                 rate_kbps,
             } => {
-                if let Some(p) = self.paths.get_mut(&path).filter(|p| !p.abandoned) {
-                    if seq > p.peer_cost_seq {
-                        p.peer_cost_seq = seq;
-                        p.cost = Some(crate::path::PathCost {
-                            power_mw,
-                            rate_kbps,
-                        });
+                let cost = crate::path::PathCost {
+                    power_mw,
+                    rate_kbps,
+                };
+                match self.paths.get_mut(&path) {
+                    Some(p) if !p.abandoned => {
+                        if seq > p.peer_cost_seq {
+                            p.peer_cost_seq = seq;
+                            p.cost = Some(cost);
+                        }
+                    }
+                    // Abandoned: moot.
+                    Some(_) => {}
+                    // Not here yet: keep it for when the path appears (at most one per id).
+                    None => {
+                        let e = self.early_costs.entry(path).or_insert((seq, cost));
+                        if seq >= e.0 {
+                            *e = (seq, cost);
+                        }
                     }
                 }
             }
