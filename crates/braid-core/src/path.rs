@@ -48,6 +48,7 @@ pub(crate) enum SentFrame {
     PathStatus(PathId),
     PathAbandon(PathId),
     PathBlackout(PathId),
+    PathCost(PathId),
     Hello,
     PathChallenge(PathId),
 }
@@ -101,6 +102,25 @@ pub struct PathStats {
     pub blackouts: u64,
     /// Acknowledgements of this path carried on another path's uplink (ACK offload).
     pub acks_offloaded: u64,
+}
+
+/// What using a path costs, as set locally or told by the peer (PATH_COST).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct PathCost {
+    /// Power the interface draws while active, above its idle power, milliwatts.
+    pub power_mw: u64,
+    /// The path's rate if known, kbit/s at the IP layer (0: unknown, estimate it).
+    pub rate_kbps: u64,
+}
+
+/// IPv4 and UDP headers, which a rate given at the IP layer also carries.
+pub const IP_UDP_OVERHEAD: u64 = 28;
+
+/// A rate at the IP layer (kbit/s) as UDP payload bytes per second for full-size packets
+/// of `mss` bytes, the unit the session counts in.
+pub fn ip_kbps_to_payload_bytes(kbps: u64, mss: u64) -> u64 {
+    let bytes = kbps as u128 * 1000 / 8 * mss as u128 / (mss + IP_UDP_OVERHEAD) as u128;
+    u64::try_from(bytes).unwrap_or(u64::MAX)
 }
 
 /// One path.
@@ -166,6 +186,15 @@ pub struct Path {
     pub(crate) stats: PathStats,
     /// Summary of all the session's paths, refreshed by the session (coupled controllers).
     pub(crate) coupling: Coupling,
+    /// What the path costs (latest of ours and the peer's PATH_COST).
+    pub(crate) cost: Option<PathCost>,
+    pub(crate) cost_seq: u64,
+    pub(crate) peer_cost_seq: u64,
+    /// The scheduler's limit on this path: `None` unlimited, `Some(0)` not to be used,
+    /// otherwise bytes per second applied to the pacer.
+    rate_cap: Option<u64>,
+    /// Latest delivery-rate sample: when, bytes per second, application-limited.
+    last_rate: Option<(Instant, u64, bool)>,
 }
 
 impl Path {
@@ -221,7 +250,37 @@ impl Path {
             rx_window: (now, 0, 0),
             stats: PathStats::default(),
             coupling: Coupling::default(),
+            cost: None,
+            cost_seq: 0,
+            peer_cost_seq: 0,
+            rate_cap: None,
+            last_rate: None,
         }
+    }
+
+    /// A PATH_COST that arrived before the path existed.
+    pub(crate) fn adopt_early_cost(&mut self, early: Option<(u64, PathCost)>) {
+        if let Some((seq, cost)) = early {
+            if seq > self.peer_cost_seq {
+                self.peer_cost_seq = seq;
+                self.cost = Some(cost);
+            }
+        }
+    }
+
+    /// The scheduler's rate limit for this path (see [`crate::sched::RateLimit`]).
+    pub(crate) fn rate_cap(&self) -> Option<u64> {
+        self.rate_cap
+    }
+
+    /// Apply the scheduler's limit; the pacer follows at once. True when it changed.
+    pub(crate) fn set_rate_cap(&mut self, now: Instant, cap: Option<u64>) -> bool {
+        if self.rate_cap == cap {
+            return false;
+        }
+        self.rate_cap = cap;
+        self.refresh_pacer(now);
+        true
     }
 
     /// The stricter of our state and the peer's request.
@@ -268,6 +327,13 @@ impl Path {
             in_flight: self.in_flight,
             pacing_rate: self.cc.pacing_rate(&self.rtt),
             send_ready: self.window_open() && self.pacer_ready_at(now) <= now,
+            power_mw: self.cost.map(|c| c.power_mw),
+            rate_hint: self
+                .cost
+                .filter(|c| c.rate_kbps > 0)
+                .map(|c| ip_kbps_to_payload_bytes(c.rate_kbps, self.mss)),
+            delivery_rate: self.last_rate,
+            rate_cap: self.rate_cap,
         }
     }
 
@@ -416,6 +482,7 @@ impl Path {
             let bytes = self.delivered - rs_prior_delivered;
             if interval >= self.rtt.min() / 2 && !interval.is_zero() {
                 rate.delivery_rate = bytes as f64 / interval.as_secs_f64();
+                self.last_rate = Some((now, rate.delivery_rate as u64, rs_app_limited));
             }
         }
         if self.app_limited_until != 0 && self.delivered > self.app_limited_until {
@@ -448,7 +515,19 @@ impl Path {
     fn refresh_pacer(&mut self, now: Instant) {
         let cwnd = self.cc.window();
         let burst = cwnd.clamp(2 * self.mss, 10 * self.mss);
-        self.pacer.set(now, self.cc.pacing_rate(&self.rtt), burst);
+        let cc_rate = self.cc.pacing_rate(&self.rtt);
+        let rate = match self.rate_cap {
+            // The scheduler's cap; the controller's own rate when lower (0: no pacing).
+            Some(cap) if cap > 0 => {
+                if cc_rate == 0 {
+                    cap
+                } else {
+                    cc_rate.min(cap)
+                }
+            }
+            _ => cc_rate,
+        };
+        self.pacer.set(now, rate, burst);
     }
 
     fn pop_front(&mut self) {

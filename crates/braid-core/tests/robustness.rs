@@ -102,6 +102,12 @@ enum F {
     },
     PathAbandon(u8),
     PathBlackout(u8, u64),
+    PathCost {
+        path: u8,
+        seq: u64,
+        power_mw: u64,
+        rate_kbps: u64,
+    },
     Datagram(Vec<u8>),
 }
 
@@ -189,6 +195,14 @@ fn frame() -> impl Strategy<Value = F> {
         }),
         any::<u8>().prop_map(F::PathAbandon),
         (any::<u8>(), vi()).prop_map(|(p, l)| F::PathBlackout(p, l)),
+        (any::<u8>(), vi(), vi(), vi()).prop_map(|(path, seq, power_mw, rate_kbps)| {
+            F::PathCost {
+                path,
+                seq,
+                power_mw,
+                rate_kbps,
+            }
+        }),
         bytes().prop_map(F::Datagram),
     ]
 }
@@ -232,6 +246,12 @@ fn emit_frame(w: &mut Writer<'_>, f: &F) -> Option<()> {
         F::PathStatus { path, seq, state } => emit::path_status(w, *path, *seq, *state),
         F::PathAbandon(p) => emit::path_abandon(w, *p),
         F::PathBlackout(p, l) => emit::path_blackout(w, *p, *l),
+        F::PathCost {
+            path,
+            seq,
+            power_mw,
+            rate_kbps,
+        } => emit::path_cost(w, *path, *seq, *power_mw, *rate_kbps),
         F::Datagram(d) => emit::datagram(w, d),
     }
 }
@@ -301,6 +321,17 @@ fn expected(f: &F) -> Vec<Frame<'_>> {
         F::PathBlackout(p, l) => vec![Frame::PathBlackout {
             path: *p,
             largest: *l,
+        }],
+        F::PathCost {
+            path,
+            seq,
+            power_mw,
+            rate_kbps,
+        } => vec![Frame::PathCost {
+            path: *path,
+            seq: *seq,
+            power_mw: *power_mw,
+            rate_kbps: *rate_kbps,
         }],
         F::Datagram(d) => vec![Frame::Datagram(d)],
     }

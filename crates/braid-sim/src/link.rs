@@ -597,6 +597,7 @@ mod tests {
             half_duplex: false,
             frame_overhead: 0,
             energy: EnergySpec::default(),
+            rate_hint: None,
         }
     }
 

@@ -166,7 +166,31 @@ pub fn build_world(scn: &Scenario, plan: &Plan, seed: u64) -> World {
         .collect();
     let client = session_config(scn, plan, splitmix64(seed ^ 1));
     let server = session_config(scn, plan, splitmix64(seed ^ 2));
-    World::new(&paths, seed, client, server)
+    let mut world = World::new(&paths, seed, client, server);
+    give_path_costs(&mut world, &paths);
+    world
+}
+
+/// The agent knows its radios: each path's power while active above idle (the scenario's
+/// `energy.active_w - energy.idle_w`, the paper's `a_j`) and, when the scenario gives one,
+/// its rate (`rate_hint`) go to the client's session, which tells the server (PATH_COST).
+/// Paths with neither are left unknown.
+pub fn give_path_costs(world: &mut World, paths: &[Option<PathSpec>]) {
+    for (i, p) in paths.iter().enumerate() {
+        let Some(p) = p else { continue };
+        let power_w = (p.energy.active_w - p.energy.idle_w).max(0.0);
+        let power_mw = (power_w * 1000.0).round() as u64;
+        let rate_kbps = p.rate_hint.map_or(0, |r| r.div_ceil(1000));
+        if power_mw == 0 && rate_kbps == 0 {
+            continue;
+        }
+        let _ = world.client.set_path_cost(
+            braid_core::Instant(world.now()),
+            i as PathId,
+            power_mw,
+            rate_kbps,
+        );
+    }
 }
 
 /// Waits until every path is validated at both ends.

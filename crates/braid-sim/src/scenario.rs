@@ -95,6 +95,9 @@ pub struct PathSpec {
     /// Extra airtime per frame on a half-duplex medium.
     pub frame_overhead: Nanos,
     pub energy: EnergySpec,
+    /// The rate the agent tells the scheduler the path has (bits per second, PATH_COST's
+    /// rate hint); `None`: the scheduler estimates it.
+    pub rate_hint: Option<u64>,
 }
 
 /// One direction of a path.
@@ -263,6 +266,7 @@ struct RawPath {
     up: Option<RawDir>,
     down: Option<RawDir>,
     energy: Option<EnergySpec>,
+    rate_hint: Option<UnitStr>,
 }
 
 /// `[path.up]` / `[path.down]`: the per-direction keys.
@@ -507,6 +511,11 @@ impl Resolver<'_> {
             0,
         )?;
         let energy = rp.energy.unwrap_or_default();
+        let rate_hint = rp
+            .rate_hint
+            .as_ref()
+            .map(|r| self.rate(&format!("{k}.rate_hint"), r))
+            .transpose()?;
         for (field, v) in [
             ("active_w", energy.active_w),
             ("idle_w", energy.idle_w),
@@ -590,6 +599,7 @@ impl Resolver<'_> {
             half_duplex,
             frame_overhead,
             energy,
+            rate_hint,
         })
     }
 
@@ -937,6 +947,23 @@ paths = ["lte"]
         assert_eq!(s.workload.sizes, vec![8_000, 128_000, 4_000_000]);
         let json = serde_json::to_string(&s).unwrap();
         assert!(json.contains("\"constant\":5000000"), "{json}");
+    }
+
+    #[test]
+    fn rate_hint_is_a_rate() {
+        let base = "name = \"t\"\n[[path]]\nname = \"a\"\nrate = \"1Mbit\"\n";
+        let tail = "[workload]\nsize = \"1MB\"\n[[variant]]\nname = \"v\"\n";
+        let ok = parse(&format!("{base}rate_hint = \"0.7Mbit\"\n{tail}")).unwrap();
+        assert_eq!(ok.paths[0].rate_hint, Some(700_000));
+        assert_eq!(
+            parse(&format!("{base}{tail}")).unwrap().paths[0].rate_hint,
+            None
+        );
+        let e = parse(&format!("{base}rate_hint = \"0Mbit\"\n{tail}")).unwrap_err();
+        assert_eq!(e.key, "path[0].rate_hint");
+        assert!(e.message.contains("greater than 0"), "{e}");
+        let e = parse(&format!("{base}rate_hint = \"fast\"\n{tail}")).unwrap_err();
+        assert_eq!(e.key, "path[0].rate_hint");
     }
 
     #[test]

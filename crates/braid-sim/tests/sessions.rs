@@ -569,3 +569,53 @@ fn the_server_adopts_the_clients_controller_and_scheduler() {
         braid_core::SchedulerKind::RoundRobin
     );
 }
+
+/// PATH_COST: the agent's power and rate for a path reach the server (which schedules
+/// downloads) even over an uplink that loses 40 % of packets, so a lost frame must have been
+/// resent; a later setting replaces the earlier one at the server.
+#[test]
+fn path_costs_reach_the_server_through_loss_and_updates_win() {
+    struct Wait;
+    impl App for Wait {
+        fn on_wake(&mut self, _now: Nanos, w: &mut Endpoints<'_>) -> bool {
+            while w.client.poll_event().is_some() {}
+            while w.server.poll_event().is_some() {}
+            false
+        }
+    }
+    let text = LINKS.replace(
+        "queue = \"60KB\"\n",
+        "queue = \"60KB\"\n[path.up]\nloss = 0.4\n",
+    );
+    let scn = Scenario::from_toml_str(&text, Path::new("<costs>")).unwrap();
+    let plans = plan(&scn).unwrap();
+    for seed in 0..10u64 {
+        let mut w = build_world(&scn, &plans[0], seed);
+        assert_eq!(
+            w.run(60_000_000_000, &mut Handshake { paths: vec![0, 1] }),
+            Outcome::Done
+        );
+        for (round, power) in [(0u64, 634u64), (1, 95)] {
+            let now = Instant(w.now());
+            for id in [0, 1] {
+                w.client
+                    .set_path_cost(now, id, power + id as u64, 1000 * (round + 1))
+                    .unwrap();
+            }
+            let until = w.now() + 10_000_000_000;
+            w.run(until, &mut Wait);
+            for id in [0, 1] {
+                let c = w.server.path_cost(id).expect("cost at the server");
+                assert_eq!(
+                    (c.power_mw, c.rate_kbps),
+                    (power + id as u64, 1000 * (round + 1)),
+                    "seed {seed} round {round} path {id}"
+                );
+            }
+        }
+        assert_eq!(
+            w.client.set_path_cost(Instant(w.now()), 7, 1, 1),
+            Err(braid_core::PathError::Unknown(7))
+        );
+    }
+}

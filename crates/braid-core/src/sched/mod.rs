@@ -38,7 +38,22 @@ pub struct PathInfo {
     pub pacing_rate: u64,
     /// The path has window space for a full packet and its pacer lets one go now.
     pub send_ready: bool,
+    /// Power the interface draws while active, above idle, milliwatts (PATH_COST), if known.
+    pub power_mw: Option<u64>,
+    /// The path's rate as told by PATH_COST, UDP payload bytes per second, if known.
+    pub rate_hint: Option<u64>,
+    /// Latest delivery-rate sample: when it was taken, bytes per second, and whether the
+    /// sender was application-limited then.
+    pub delivery_rate: Option<(Instant, u64, bool)>,
+    /// The limit the scheduler put on the path (see [`RateLimit`]), as applied now.
+    pub rate_cap: Option<u64>,
 }
+
+/// A scheduler's limit on one path, applied by the session before each `select`: `None`
+/// unlimited, `Some(0)` the path must not carry data, `Some(r)` at most `r` bytes per second
+/// (the path's pacer runs at the lower of `r` and the congestion controller's rate, so the
+/// timer table knows when the path may send again).
+pub type RateLimit = Option<u64>;
 
 impl PathInfo {
     /// Usable, not suspected down and in the given state.
@@ -66,6 +81,21 @@ pub trait Scheduler: fmt::Debug + Send {
     /// The path for the next data packet, or `None` to wait (for window or pacing, or
     /// because waiting for a faster path is better).
     fn select(&mut self, now: Instant, paths: &[PathInfo], ctx: &SchedContext) -> Option<PathId>;
+
+    /// Take the session's settings (called when the scheduler is built and again when the
+    /// server adopts the client's choices). Default: nothing to take.
+    fn configure(&mut self, _cfg: &crate::config::Config) {}
+
+    /// Per-path limits for the paths in `paths` (see [`RateLimit`]), written into `out` as
+    /// `(path, limit)`; a path left out is unlimited. Called by the session before every
+    /// `select`. Default: no limits.
+    fn rate_limits(
+        &mut self,
+        _now: Instant,
+        _paths: &[PathInfo],
+        _out: &mut Vec<(PathId, RateLimit)>,
+    ) {
+    }
 
     /// The path that carries acknowledgements of packets received on `acked`.
     /// Default: the same path when usable, otherwise the lowest-RTT usable path.
@@ -95,11 +125,13 @@ pub(crate) fn candidate_state(paths: &[PathInfo]) -> Option<PathState> {
 
 mod blest;
 mod ecf;
+mod operetta;
 mod simple;
 mod wrr;
 
 pub use blest::Blest;
 pub use ecf::Ecf;
+pub use operetta::Operetta;
 pub use simple::{MinRtt, RoundRobin, Super};
 pub use wrr::WeightedRoundRobin;
 
@@ -118,6 +150,8 @@ pub enum SchedulerKind {
     Blest,
     /// [`Super`].
     Super,
+    /// [`Operetta`].
+    Operetta,
 }
 
 impl SchedulerKind {
@@ -129,9 +163,17 @@ impl SchedulerKind {
         ("ecf", SchedulerKind::Ecf),
         ("blest", SchedulerKind::Blest),
         ("super", SchedulerKind::Super),
+        ("operetta", SchedulerKind::Operetta),
     ];
 
-    /// A fresh scheduler.
+    /// A fresh scheduler configured by `cfg`.
+    pub fn build_with(self, cfg: &crate::config::Config) -> Box<dyn Scheduler> {
+        let mut s = self.build();
+        s.configure(cfg);
+        s
+    }
+
+    /// A fresh scheduler with default settings.
     pub fn build(self) -> Box<dyn Scheduler> {
         match self {
             SchedulerKind::MinRtt => Box::new(MinRtt),
@@ -140,6 +182,7 @@ impl SchedulerKind {
             SchedulerKind::Ecf => Box::<Ecf>::default(),
             SchedulerKind::Blest => Box::<Blest>::default(),
             SchedulerKind::Super => Box::<Super>::default(),
+            SchedulerKind::Operetta => Box::<Operetta>::default(),
         }
     }
 }
@@ -196,6 +239,10 @@ mod tests {
             in_flight: 0,
             pacing_rate: 0,
             send_ready: ready,
+            power_mw: None,
+            rate_hint: None,
+            delivery_rate: None,
+            rate_cap: None,
         }
     }
 

@@ -145,6 +145,7 @@ struct Pending {
     path_abandon: BTreeSet<PathId>,
     /// Paths whose confirmed blackout the peer must hear about.
     path_blackout: BTreeSet<PathId>,
+    path_cost: BTreeSet<PathId>,
 }
 
 impl Pending {
@@ -158,6 +159,7 @@ impl Pending {
             || !self.path_status.is_empty()
             || !self.path_abandon.is_empty()
             || !self.path_blackout.is_empty()
+            || !self.path_cost.is_empty()
     }
 }
 
@@ -202,11 +204,15 @@ pub struct Session {
     scratch_infos: Vec<PathInfo>,
     /// Stream ranges lost at random on one path, to resend on another (loss recovery).
     fetch: VecDeque<superagg::Fetch>,
+    scratch_limits: Vec<(PathId, crate::sched::RateLimit)>,
+    /// PATH_COST received for paths this end does not know yet (the frame may travel on
+    /// another path and arrive first), applied when the path appears.
+    early_costs: BTreeMap<PathId, (u64, crate::path::PathCost)>,
 }
 
 impl Session {
     fn new(side: Side, cfg: Config, id: u64, now: Instant) -> Session {
-        let sched = cfg.scheduler.build();
+        let sched = cfg.scheduler.build_with(&cfg);
         let rng = Rng::new(cfg.seed ^ id ^ if side == Side::Client { 0 } else { 0x5555 });
         Session {
             side,
@@ -242,6 +248,8 @@ impl Session {
             scratch_lost: Vec::new(),
             scratch_infos: Vec::new(),
             fetch: VecDeque::new(),
+            scratch_limits: Vec::new(),
+            early_costs: BTreeMap::new(),
             cfg,
         }
     }
@@ -318,6 +326,7 @@ impl Session {
         if let Some(old) = self.paths.get(&id) {
             p.next_pn = old.next_pn;
         }
+        p.adopt_early_cost(self.early_costs.remove(&id));
         if self.side == Side::Client {
             let mut token = [0u8; 8];
             self.rng.fill(&mut token);
@@ -409,6 +418,38 @@ impl Session {
         self.pending.path_status.insert(id);
         self.update_timers(now);
         Ok(())
+    }
+
+    /// Say what using a path costs: the interface's power while active, above its idle
+    /// power, in milliwatts, and its rate at the IP layer in kbit/s if known (0: let the
+    /// scheduler estimate it). The peer is told too (PATH_COST, resent until acknowledged),
+    /// since the sender's scheduler needs it and only the device knows its radios. The
+    /// `operetta` scheduler uses it; others ignore it.
+    pub fn set_path_cost(
+        &mut self,
+        now: Instant,
+        id: PathId,
+        power_mw: u64,
+        rate_kbps: u64,
+    ) -> Result<(), PathError> {
+        let p = self
+            .paths
+            .get_mut(&id)
+            .filter(|p| !p.abandoned)
+            .ok_or(PathError::Unknown(id))?;
+        p.cost = Some(crate::path::PathCost {
+            power_mw,
+            rate_kbps,
+        });
+        p.cost_seq += 1;
+        self.pending.path_cost.insert(id);
+        self.update_timers(now);
+        Ok(())
+    }
+
+    /// What a path costs, as set here or told by the peer.
+    pub fn path_cost(&self, id: PathId) -> Option<crate::path::PathCost> {
+        self.paths.get(&id).and_then(|p| p.cost)
     }
 
     /// Paths known to the session (abandoned ones included until the session ends).
@@ -712,6 +753,11 @@ impl Session {
                 }
                 SentFrame::PathStatus(p) => {
                     self.pending.path_status.insert(p);
+                }
+                SentFrame::PathCost(p) => {
+                    if self.paths.get(&p).is_some_and(|p| !p.abandoned) {
+                        self.pending.path_cost.insert(p);
+                    }
                 }
                 SentFrame::PathAbandon(p) => {
                     if self.paths.get(&p).is_some_and(|p| p.abandoned) {

@@ -106,6 +106,7 @@ impl Session {
         let mut p = Path::new(pid, &self.cfg, self.cfg.cc, now);
         p.challenge = Some(token);
         p.challenge_due = true;
+        p.adopt_early_cost(self.early_costs.remove(&pid));
         self.paths.insert(pid, p);
         true
     }
@@ -229,6 +230,34 @@ impl Session {
             }
             Frame::PathAbandon { path } => self.abandon_path(now, path),
             Frame::PathBlackout { path, largest } => self.on_blackout_report(now, path, largest),
+            Frame::PathCost {
+                path,
+                seq,
+                power_mw,
+                rate_kbps,
+            } => {
+                let cost = crate::path::PathCost {
+                    power_mw,
+                    rate_kbps,
+                };
+                match self.paths.get_mut(&path) {
+                    Some(p) if !p.abandoned => {
+                        if seq > p.peer_cost_seq {
+                            p.peer_cost_seq = seq;
+                            p.cost = Some(cost);
+                        }
+                    }
+                    // Abandoned: moot.
+                    Some(_) => {}
+                    // Not here yet: keep it for when the path appears (at most one per id).
+                    None => {
+                        let e = self.early_costs.entry(path).or_insert((seq, cost));
+                        if seq >= e.0 {
+                            *e = (seq, cost);
+                        }
+                    }
+                }
+            }
             Frame::Datagram(d) => {
                 if d.len() > self.cfg.max_datagram_payload {
                     self.stats.datagrams_dropped += 1;
@@ -270,6 +299,7 @@ impl Session {
                 self.sched = k.build();
             }
         }
+        self.sched.configure(&self.cfg);
     }
 
     /// Re-queue every stream with new data after the connection window grew.

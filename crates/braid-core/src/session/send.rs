@@ -332,10 +332,33 @@ impl Session {
         }
     }
 
+    /// Fresh scheduler views of the live paths, with the scheduler's rate limits applied
+    /// to the paths first (a limit lives in the path's pacer, so the timer table knows when
+    /// a limited path may send again).
     pub(super) fn refresh_infos(&mut self, now: Instant) {
         self.scratch_infos.clear();
         for p in self.paths.values().filter(|p| !p.abandoned) {
             self.scratch_infos.push(p.info(now));
+        }
+        self.scratch_limits.clear();
+        self.sched
+            .rate_limits(now, &self.scratch_infos, &mut self.scratch_limits);
+        let mut changed = false;
+        for info in &self.scratch_infos {
+            let limit = self
+                .scratch_limits
+                .iter()
+                .find(|(id, _)| *id == info.id)
+                .and_then(|(_, l)| *l);
+            if let Some(p) = self.paths.get_mut(&info.id) {
+                changed |= p.set_rate_cap(now, limit);
+            }
+        }
+        if changed {
+            self.scratch_infos.clear();
+            for p in self.paths.values().filter(|p| !p.abandoned) {
+                self.scratch_infos.push(p.info(now));
+            }
         }
     }
 
@@ -350,7 +373,11 @@ impl Session {
             .paths
             .values()
             .filter(|p| {
-                p.usable() && p.pto_count == 0 && p.state() == crate::wire::PathState::Active
+                p.usable()
+                    && p.pto_count == 0
+                    && p.state() == crate::wire::PathState::Active
+                    // Not a path the scheduler keeps out of use.
+                    && p.rate_cap() != Some(0)
             })
             .filter(|p| p.window_open() && p.pacer_ready_at(now) <= now)
             .min_by_key(|p| p.rtt.smoothed());
@@ -495,6 +522,23 @@ impl Session {
             }
             self.pending.path_status.remove(&pid);
             wrote.push(SentFrame::PathStatus(pid));
+        }
+        while let Some(&pid) = self.pending.path_cost.first() {
+            let Some(c) = self
+                .paths
+                .get(&pid)
+                .filter(|p| !p.abandoned)
+                .and_then(|p| p.cost.map(|c| (p.cost_seq, c)))
+            else {
+                self.pending.path_cost.remove(&pid);
+                continue;
+            };
+            let (seq, c) = c;
+            if emit::path_cost(w, pid, seq, c.power_mw, c.rate_kbps).is_none() {
+                break;
+            }
+            self.pending.path_cost.remove(&pid);
+            wrote.push(SentFrame::PathCost(pid));
         }
         while let Some(&pid) = self.pending.path_abandon.first() {
             if emit::path_abandon(w, pid).is_none() {

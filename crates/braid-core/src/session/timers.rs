@@ -89,7 +89,7 @@ impl Session {
             if p.usable() && self.state == State::Established {
                 self.timers
                     .arm(Timer::Keepalive(p.id), p.last_sent + self.cfg.keepalive);
-                if has_data && p.window_open() && p.pto_count == 0 {
+                if has_data && p.window_open() && p.pto_count == 0 && p.rate_cap() != Some(0) {
                     let at = p.pacer_ready_at(now);
                     if at > now {
                         self.timers.arm(Timer::Pacing(p.id), at);

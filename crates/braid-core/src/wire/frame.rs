@@ -27,6 +27,7 @@ pub mod ty {
     pub const PATH_STATUS: u64 = 0x1d;
     pub const PATH_ABANDON: u64 = 0x1e;
     pub const PATH_BLACKOUT: u64 = 0x20;
+    pub const PATH_COST: u64 = 0x1f;
     pub const DATAGRAM: u64 = 0x30;
 }
 
@@ -197,6 +198,15 @@ pub enum Frame<'a> {
     /// The sender of this frame confirmed a blackout of `path`: nothing arrived on it after
     /// the packet numbered `largest` (the largest it received on that path, 0 if none).
     PathBlackout { path: u8, largest: u64 },
+    /// What using a path costs: the interface's power draw while active (above idle),
+    /// milliwatts, and its rate if known, kbit/s (0: unknown, estimate it). `seq` orders
+    /// updates like PATH_STATUS.
+    PathCost {
+        path: u8,
+        seq: u64,
+        power_mw: u64,
+        rate_kbps: u64,
+    },
     /// An unreliable datagram.
     Datagram(&'a [u8]),
 }
@@ -346,6 +356,12 @@ fn parse_one<'a>(r: &mut Reader<'a>) -> Result<Frame<'a>, WireError> {
         ty::PATH_BLACKOUT => Frame::PathBlackout {
             path: path_id(r)?,
             largest: r.varint()?,
+        },
+        ty::PATH_COST => Frame::PathCost {
+            path: path_id(r)?,
+            seq: r.varint()?,
+            power_mw: r.varint()?,
+            rate_kbps: r.varint()?,
         },
         ty::DATAGRAM => Frame::Datagram(r.len_prefixed()?),
         other => return Err(WireError::UnknownFrame(other)),
@@ -557,6 +573,23 @@ pub mod emit {
         })
     }
 
+    /// PATH_COST.
+    pub fn path_cost(
+        w: &mut Writer<'_>,
+        path: u8,
+        seq: u64,
+        power_mw: u64,
+        rate_kbps: u64,
+    ) -> Option<()> {
+        atomic(w, |w| {
+            w.varint(ty::PATH_COST)?;
+            w.u8(path)?;
+            w.varint(seq)?;
+            w.varint(power_mw)?;
+            w.varint(rate_kbps)
+        })
+    }
+
     /// DATAGRAM.
     pub fn datagram(w: &mut Writer<'_>, data: &[u8]) -> Option<()> {
         atomic(w, |w| {
@@ -659,11 +692,12 @@ mod tests {
         emit::path_abandon(&mut w, 6).unwrap();
         emit::path_blackout(&mut w, 2, 77).unwrap();
         emit::datagram(&mut w, b"dg").unwrap();
+        emit::path_cost(&mut w, 2, 3, 634, 1000).unwrap();
         emit::padding(&mut w, 3).unwrap();
         let n = w.pos();
         let frames: Vec<_> = FrameIter::new(&buf[..n]).map(|f| f.unwrap()).collect();
         assert_eq!(
-            &frames[..16],
+            &frames[..17],
             &[
                 Frame::Ping,
                 Frame::ResetStream {
@@ -705,9 +739,15 @@ mod tests {
                     largest: 77
                 },
                 Frame::Datagram(b"dg"),
+                Frame::PathCost {
+                    path: 2,
+                    seq: 3,
+                    power_mw: 634,
+                    rate_kbps: 1000
+                },
             ]
         );
-        assert!(frames[16..].iter().all(|f| *f == Frame::Padding));
+        assert!(frames[17..].iter().all(|f| *f == Frame::Padding));
     }
 
     #[test]
