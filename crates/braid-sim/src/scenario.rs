@@ -810,17 +810,18 @@ impl Resolver<'_> {
                 idx
             }
         };
-        let alpha =
-            match v.alpha {
-                None => 1.0,
-                Some(a) if (0.0..=1.0).contains(&a) => a,
-                Some(a) => return Err(self.err(
+        let alpha = match v.alpha {
+            None => 1.0,
+            Some(a) if (0.0..=1.0).contains(&a) => a,
+            Some(a) => {
+                return Err(self.err(
                     format!("{k}.alpha"),
                     format!(
                         "expected a number from 0 (least energy) to 1 (most throughput), got {a}"
                     ),
-                )),
-            };
+                ))
+            }
+        };
         let scheduler = v.scheduler.unwrap_or_else(|| "minrtt".to_string());
         let all_on = scheduler == "super";
         Ok(VariantSpec {
