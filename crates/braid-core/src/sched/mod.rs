@@ -100,7 +100,7 @@ mod wrr;
 
 pub use blest::Blest;
 pub use ecf::Ecf;
-pub use simple::{MinRtt, RoundRobin};
+pub use simple::{MinRtt, Redundant, RoundRobin};
 pub use wrr::WeightedRoundRobin;
 
 /// The schedulers this build offers.
@@ -116,6 +116,8 @@ pub enum SchedulerKind {
     Ecf,
     /// [`Blest`].
     Blest,
+    /// [`Redundant`].
+    Redundant,
 }
 
 impl SchedulerKind {
@@ -126,6 +128,7 @@ impl SchedulerKind {
         ("wrr", SchedulerKind::WeightedRoundRobin),
         ("ecf", SchedulerKind::Ecf),
         ("blest", SchedulerKind::Blest),
+        ("redundant", SchedulerKind::Redundant),
     ];
 
     /// A fresh scheduler.
@@ -136,6 +139,7 @@ impl SchedulerKind {
             SchedulerKind::WeightedRoundRobin => Box::<WeightedRoundRobin>::default(),
             SchedulerKind::Ecf => Box::<Ecf>::default(),
             SchedulerKind::Blest => Box::<Blest>::default(),
+            SchedulerKind::Redundant => Box::new(Redundant),
         }
     }
 }

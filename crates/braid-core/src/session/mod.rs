@@ -196,6 +196,9 @@ pub struct Session {
     scratch_acked: Vec<SentPacket>,
     scratch_lost: Vec<SentPacket>,
     scratch_infos: Vec<PathInfo>,
+    /// Redundant scheduler: per (path, stream), the stream offset up to which the path
+    /// carried the data (`send/redundant.rs`).
+    redundant_sent: BTreeMap<(PathId, StreamId), u64>,
 }
 
 impl Session {
@@ -235,6 +238,7 @@ impl Session {
             scratch_acked: Vec::new(),
             scratch_lost: Vec::new(),
             scratch_infos: Vec::new(),
+            redundant_sent: BTreeMap::new(),
             cfg,
         }
     }
