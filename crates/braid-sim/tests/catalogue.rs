@@ -58,3 +58,53 @@ fn redundant_cuts_the_loss_tail_of_small_transfers_over_two_lossy_paths() {
         );
     }
 }
+
+/// Goodput of `variant` for transfers of `size` bytes (the first repetition).
+fn goodput(r: &Report, variant: &str, size: u64) -> f64 {
+    r.results
+        .iter()
+        .find(|x| x.variant == variant && x.size_bytes == size)
+        .map(|x| x.goodput_bps)
+        .unwrap_or_else(|| panic!("no {variant} result for {size} bytes"))
+}
+
+#[test]
+fn a_weak_3g_path_adds_almost_nothing_to_mixed_3g_4g_aggregation() {
+    let r = run("cellular-3g4g.toml");
+    let g = |v| goodput(&r, v, 4_000_000);
+    let (one, two, three, four) = (
+        g("1-csl3g"),
+        g("2-csl3g-3hk4g"),
+        g("3-plus-cmhk3g"),
+        g("4-plus-smartone4g"),
+    );
+    assert!(two >= 3.0 * one, "2 paths {two} vs CSL-3G alone {one}");
+    // The paper: adding CMHK-3G (about 1 Mbit/s, 100 ms, lossy) brings no benefit.
+    assert!(
+        three >= 0.97 * two && three <= 1.10 * two,
+        "3 paths {three} vs 2 paths {two}"
+    );
+    assert!(four >= 1.15 * three, "4 paths {four} vs 3 paths {three}");
+}
+
+#[test]
+fn olia_aggregates_four_lte_paths_like_lia() {
+    let r = run("cellular-cc.toml");
+    let lia = goodput(&r, "lia", 4_000_000);
+    let olia = goodput(&r, "olia", 4_000_000);
+    assert!(
+        (olia - lia).abs() <= 0.05 * lia,
+        "olia {olia} vs lia {lia} (4 MB)"
+    );
+    let olia_big = goodput(&r, "olia", 32_000_000);
+    let capacity = r
+        .results
+        .iter()
+        .find(|x| x.variant == "olia" && x.size_bytes == 32_000_000)
+        .map(|x| x.capacity_bps)
+        .expect("capacity");
+    assert!(
+        olia_big >= 0.9 * capacity,
+        "olia 32 MB {olia_big} of {capacity}"
+    );
+}
