@@ -108,3 +108,42 @@ fn olia_aggregates_four_lte_paths_like_lia() {
         "olia 32 MB {olia_big} of {capacity}"
     );
 }
+
+#[test]
+fn driving_with_full_wifi_coverage_aggregation_beats_the_best_single_path_and_standby_holds_3g_back(
+) {
+    let r = run("mobility-driving.toml");
+    let g = |v| goodput(&r, v, 20_000_000);
+    let best_single = g("3g-only").max(g("wifi-only-100"));
+    let agg = g("aggregated-100");
+    assert!(
+        agg >= 1.5 * best_single,
+        "aggregated {agg} vs best single path {best_single}"
+    );
+    // WiFi first: 3G on standby carries only what WiFi could not while out of range.
+    let wf = r
+        .results
+        .iter()
+        .find(|x| x.variant == "wifi-first-100")
+        .expect("wifi-first-100");
+    let g3: u64 = wf
+        .paths
+        .iter()
+        .filter(|p| p.name == "3g")
+        .map(|p| p.bytes)
+        .sum();
+    let all: u64 = wf.paths.iter().map(|p| p.bytes).sum();
+    assert!(g3 * 5 < all, "3G carried {g3} of {all} bytes on standby");
+    let ag = r
+        .results
+        .iter()
+        .find(|x| x.variant == "aggregated-100")
+        .expect("aggregated-100");
+    let g3_agg: u64 = ag
+        .paths
+        .iter()
+        .filter(|p| p.name == "3g")
+        .map(|p| p.bytes)
+        .sum();
+    assert!(g3_agg > 2 * g3, "3G active {g3_agg} vs standby {g3}");
+}
