@@ -136,6 +136,12 @@ impl SendStream {
         }
     }
 
+    /// The first part of `r` that is still buffered and not acknowledged, if any.
+    pub fn first_unacked(&self, r: Range<u64>) -> Option<Range<u64>> {
+        let r = r.start.max(self.base)..r.end.min(self.write_offset());
+        self.acked.gaps_in(r).into_iter().next()
+    }
+
     /// A STREAM frame's range was acknowledged.
     pub fn on_acked(&mut self, r: Range<u64>, fin: bool) {
         if fin {

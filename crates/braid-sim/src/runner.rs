@@ -223,6 +223,7 @@ fn run_job(scn: &Scenario, plan: &Plan, job: &Job) -> (RunResult, Option<f64>, N
         return (result, None, world.now());
     }
     let handshake_s = world.now() as f64 / 1e9;
+    apply_standby(plan, &mut world);
     let mut app = Transfer::new(scn.workload.direction, job.size, splitmix64(seed ^ 0x7a5));
     run_transfer(scn, &mut world, &ids, &mut app, &mut result);
     (result, Some(handshake_s), world.now())
@@ -244,6 +245,7 @@ fn run_shared(scn: &Scenario, plan: &Plan, jobs: &[&Job]) -> (Vec<RunResult>, Op
         return (out, None, world.now());
     }
     let handshake_s = world.now() as f64 / 1e9;
+    apply_standby(plan, &mut world);
     for (k, job) in jobs.iter().enumerate() {
         if k > 0 && scn.workload.gap > 0 {
             let until = world.now() + scn.workload.gap;
@@ -260,6 +262,18 @@ fn run_shared(scn: &Scenario, plan: &Plan, jobs: &[&Job]) -> (Vec<RunResult>, Op
         }
     }
     (out, Some(handshake_s), world.now())
+}
+
+/// The variant's `standby` paths: the client sets them to standby (and tells the server with
+/// PATH_STATUS) once the session is up.
+fn apply_standby(plan: &Plan, world: &mut World) {
+    let now = braid_core::Instant(world.now());
+    for &i in &plan.variant.standby {
+        // The handshake validated every path of the variant, so the path exists.
+        let _ = world
+            .client
+            .set_path_state(now, i as PathId, braid_core::PathState::Standby);
+    }
 }
 
 /// An application that does nothing (idle time on a shared session).

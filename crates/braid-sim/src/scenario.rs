@@ -206,6 +206,10 @@ pub struct VariantSpec {
     pub ack_offload: bool,
     pub blackout_freeze: bool,
     pub loss_recovery: bool,
+    /// Indices into `Scenario::paths` of the variant's paths the client sets to standby
+    /// after the handshake (used only when no active path works), e.g. "WiFi first, 3G as
+    /// fallback".
+    pub standby: Vec<usize>,
 }
 
 // ---------------------------------------------------------------------------------------
@@ -322,6 +326,7 @@ struct RawVariant {
     ack_offload: Option<bool>,
     blackout_freeze: Option<bool>,
     loss_recovery: Option<bool>,
+    standby: Option<Vec<String>>,
 }
 
 // ---------------------------------------------------------------------------------------
@@ -832,6 +837,40 @@ impl Resolver<'_> {
                 ))
             }
         };
+        let mut standby: Vec<usize> = Vec::new();
+        for n in v.standby.unwrap_or_default() {
+            let Some(j) = paths
+                .iter()
+                .position(|p| p.name == n)
+                .filter(|j| idx.contains(j))
+            else {
+                let mine: Vec<String> = idx
+                    .iter()
+                    .map(|&j| format!("{:?}", paths[j].name))
+                    .collect();
+                return Err(self.err(
+                    format!("{k}.standby"),
+                    format!(
+                        "{n:?} is not one of this variant's paths ({}); list only paths the variant uses",
+                        mine.join(", ")
+                    ),
+                ));
+            };
+            if standby.contains(&j) {
+                return Err(self.err(
+                    format!("{k}.standby"),
+                    format!("path {n:?} is listed twice"),
+                ));
+            }
+            standby.push(j);
+        }
+        if standby.len() == idx.len() {
+            return Err(self.err(
+                format!("{k}.standby"),
+                "every path of the variant is on standby; leave at least one active (standby \
+                 paths carry data only when no active path works)",
+            ));
+        }
         let scheduler = v.scheduler.unwrap_or_else(|| "minrtt".to_string());
         let all_on = scheduler == "super";
         Ok(VariantSpec {
@@ -845,6 +884,7 @@ impl Resolver<'_> {
             ack_offload: v.ack_offload.unwrap_or(all_on),
             blackout_freeze: v.blackout_freeze.unwrap_or(all_on),
             loss_recovery: v.loss_recovery.unwrap_or(all_on),
+            standby,
         })
     }
 }

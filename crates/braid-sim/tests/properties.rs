@@ -53,11 +53,11 @@ struct Churn {
     back: Option<u32>,
 }
 
-fn scenario_text(paths: &[PathParams], size: u64, up: bool) -> String {
+fn scenario_text(paths: &[PathParams], size: u64, up: bool, scheduler: &str) -> String {
     let mut s = format!(
         "name = \"prop\"\nseed = 3\ntime_limit = \"600s\"\npath_timeout = \"15s\"\n\
          [workload]\nkind = \"bulk\"\ndirection = \"{}\"\nsize = \"{size}B\"\n\
-         [[variant]]\nname = \"v\"\nscheduler = \"minrtt\"\ncc = \"cubic\"\n",
+         [[variant]]\nname = \"v\"\nscheduler = \"{scheduler}\"\ncc = \"cubic\"\n",
         if up { "up" } else { "down" }
     );
     for (i, p) in paths.iter().enumerate() {
@@ -111,8 +111,9 @@ fn run_case(
     up: bool,
     churn: Vec<Churn>,
     seed: u64,
+    scheduler: &str,
 ) -> Result<(), TestCaseError> {
-    let text = scenario_text(&paths, size, up);
+    let text = scenario_text(&paths, size, up, scheduler);
     let scn = Scenario::from_toml_str(&text, Path::new("<prop>"))
         .map_err(|e| TestCaseError::fail(e.to_string()))?;
     let plans = plan(&scn).map_err(|e| TestCaseError::fail(e.to_string()))?;
@@ -234,7 +235,28 @@ proptest! {
         ),
         seed in any::<u64>(),
     ) {
-        run_case(paths, size, up, churn, seed)?;
+        run_case(paths, size, up, churn, seed, "minrtt")?;
+    }
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 48, max_shrink_iters: 128, ..ProptestConfig::default() })]
+
+    /// The redundant scheduler sends most bytes two or more times: the application still
+    /// gets each exactly once, in order.
+    #[test]
+    fn redundant_delivers_every_byte_exactly_once(
+        paths in proptest::collection::vec(path_params(), 2..4),
+        size in 1u64..400_000,
+        up in any::<bool>(),
+        churn in proptest::collection::vec(
+            (0usize..4, 0u32..4_000, proptest::option::of(50u32..5_000))
+                .prop_map(|(path, at, back)| Churn { path, at, back }),
+            0..2,
+        ),
+        seed in any::<u64>(),
+    ) {
+        run_case(paths, size, up, churn, seed, "redundant")?;
     }
 }
 
@@ -261,7 +283,7 @@ fn removing_every_path_ends_the_session_with_a_clear_error() {
             back: None,
         },
     ];
-    run_case(vec![p.clone(), p], 5_000_000, false, churn, 1).unwrap();
+    run_case(vec![p.clone(), p], 5_000_000, false, churn, 1, "minrtt").unwrap();
 }
 
 #[test]
@@ -275,7 +297,7 @@ fn a_ten_second_blackout_of_the_only_path_is_survived() {
         queue_ms: 100,
         blackout: Some((1_000, 10_000)),
     };
-    run_case(vec![p], 3_000_000, false, vec![], 9).unwrap();
+    run_case(vec![p], 3_000_000, false, vec![], 9, "minrtt").unwrap();
 }
 
 #[test]
@@ -296,7 +318,7 @@ fn a_path_removed_and_added_back_carries_the_transfer_again() {
         at: 964,
         back: Some(2706),
     }];
-    run_case(vec![p], 73254, true, churn, 4925960279575605825).unwrap();
+    run_case(vec![p], 73254, true, churn, 4925960279575605825, "minrtt").unwrap();
 }
 
 #[test]
@@ -312,7 +334,7 @@ fn a_handshake_that_never_gets_through_ends_with_the_timeout_error() {
         queue_ms: 20,
         blackout: Some((207, 8318)),
     };
-    run_case(vec![p], 1, false, vec![], 16891469336622493010).unwrap();
+    run_case(vec![p], 1, false, vec![], 16891469336622493010, "minrtt").unwrap();
 }
 
 #[test]
@@ -340,5 +362,5 @@ fn a_repeated_path_abandon_does_not_drop_losses_found_by_the_same_packet() {
         at: 0,
         back: None,
     }];
-    run_case(paths, 80429, false, churn, 8291049993331349863).unwrap();
+    run_case(paths, 80429, false, churn, 8291049993331349863, "minrtt").unwrap();
 }

@@ -592,3 +592,30 @@ fn documented_example_loads() {
         Some((30_000_000_000, 2_000_000_000))
     );
 }
+
+#[test]
+fn standby_names_only_the_variants_own_paths_and_leaves_one_active() {
+    let ok = parse(&format!("{BASE}standby = [\"b\"]\n")).expect("valid standby");
+    assert_eq!(ok.variants[0].standby, vec![1]);
+    assert!(parse(BASE).expect("valid").variants[0].standby.is_empty());
+    expect_err(
+        &format!("{BASE}standby = [\"c\"]\n"),
+        "variant[0].standby",
+        &["\"c\"", "not one of this variant's paths", "\"a\", \"b\""],
+    );
+    expect_err(
+        &format!("{BASE}paths = [\"a\"]\nstandby = [\"b\"]\n"),
+        "variant[0].standby",
+        &["\"b\"", "\"a\""],
+    );
+    expect_err(
+        &format!("{BASE}standby = [\"b\", \"b\"]\n"),
+        "variant[0].standby",
+        &["listed twice"],
+    );
+    expect_err(
+        &format!("{BASE}standby = [\"a\", \"b\"]\n"),
+        "variant[0].standby",
+        &["every path", "at least one active"],
+    );
+}

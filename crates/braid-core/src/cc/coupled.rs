@@ -9,18 +9,18 @@
 
 use super::{cwnd_limited, AckEvent, CongestionController, Coupling, LossEvent, Recovery};
 
-/// The part LIA and BALIA share.
+/// The part LIA, BALIA and OLIA share.
 #[derive(Debug, Clone)]
-struct Base {
-    mss: u64,
-    cwnd: u64,
-    ssthresh: u64,
-    recovery: Recovery,
+pub(super) struct Base {
+    pub(super) mss: u64,
+    pub(super) cwnd: u64,
+    pub(super) ssthresh: u64,
+    pub(super) recovery: Recovery,
     frac: f64,
 }
 
 impl Base {
-    fn new(mss: u64, iw: u64) -> Self {
+    pub(super) fn new(mss: u64, iw: u64) -> Self {
         Base {
             mss,
             cwnd: iw,
@@ -31,7 +31,7 @@ impl Base {
     }
 
     /// Common ACK handling; returns true when a congestion-avoidance increase is due.
-    fn ack(&mut self, ev: &AckEvent<'_>) -> bool {
+    pub(super) fn ack(&mut self, ev: &AckEvent<'_>) -> bool {
         if self.recovery.on_ack(ev.largest_acked_sent)
             || !cwnd_limited(ev.prior_in_flight, self.cwnd, self.mss)
         {
@@ -45,13 +45,20 @@ impl Base {
     }
 
     fn grow(&mut self, bytes: f64) {
-        self.frac += bytes.max(0.0);
-        let whole = self.frac.floor();
-        self.cwnd += whole as u64;
-        self.frac -= whole;
+        self.adjust(bytes.max(0.0));
     }
 
-    fn cut(&mut self, ev: &LossEvent, new_cwnd: u64) {
+    /// Change the window by `bytes` (may be negative), keeping fractions, never below two
+    /// datagrams.
+    pub(super) fn adjust(&mut self, bytes: f64) {
+        self.frac += bytes;
+        let whole = self.frac.floor();
+        self.frac -= whole;
+        let min = (2 * self.mss) as f64;
+        self.cwnd = (self.cwnd as f64 + whole).max(min) as u64;
+    }
+
+    pub(super) fn cut(&mut self, ev: &LossEvent, new_cwnd: u64) {
         if ev.persistent {
             self.cwnd = 2 * self.mss;
             return;
@@ -63,7 +70,7 @@ impl Base {
 }
 
 /// True when the coupling describes at least this path with usable numbers.
-fn usable(c: &Coupling) -> bool {
+pub(super) fn usable(c: &Coupling) -> bool {
     c.paths > 0 && c.sum_rate > 0.0 && c.total_cwnd > 0
 }
 
@@ -236,6 +243,7 @@ mod tests {
             sum_rate: 25_000.0 / 0.1,
             max_rate: 25_000.0 / 0.1,
             max_cwnd_rtt2: 25_000.0 / 0.01,
+            ..Coupling::default()
         };
         let mut lia = Lia::new(1000, w as u64);
         let g1 = ack_in_ca(&mut lia, one, &rtt);
@@ -252,6 +260,7 @@ mod tests {
             sum_rate: 2.0 * 25_000.0 / 0.1,
             max_rate: 25_000.0 / 0.1,
             max_cwnd_rtt2: 25_000.0 / 0.01,
+            ..Coupling::default()
         };
         let mut lia2 = Lia::new(1000, w as u64);
         let g2 = ack_in_ca(&mut lia2, two, &rtt);

@@ -8,11 +8,13 @@ mod bbr;
 mod coupled;
 mod cubic;
 mod hystart;
+mod olia;
 mod reno;
 
 pub use bbr::Bbr;
 pub use coupled::{Balia, Lia};
 pub use cubic::Cubic;
+pub use olia::Olia;
 pub use reno::Reno;
 
 use crate::rtt::RttEstimator;
@@ -34,8 +36,9 @@ pub struct RateSample {
     pub delivered: u64,
 }
 
-/// What coupled multipath controllers (LIA, BALIA) need to know about all the session's
-/// usable paths, this one included: windows in bytes, rates in bytes per second.
+/// What coupled multipath controllers (LIA, BALIA, OLIA) need to know about all the
+/// session's usable paths, this one included: windows in bytes, rates in bytes per second.
+/// The last two fields describe the receiving path itself (the session fills them per path).
 #[derive(Debug, Clone, Copy, Default)]
 pub struct Coupling {
     /// Usable paths.
@@ -48,6 +51,17 @@ pub struct Coupling {
     pub max_rate: f64,
     /// Largest cwnd / srtt².
     pub max_cwnd_rtt2: f64,
+    /// OLIA's "best" paths: those with the largest l / srtt², where l is the path's bytes
+    /// delivered between losses ([`CongestionController::loss_interval`]).
+    pub best_paths: u32,
+    /// Paths with the largest congestion window.
+    pub max_window_paths: u32,
+    /// Best paths that do not have the largest window (OLIA's "collected" paths).
+    pub collected_paths: u32,
+    /// This path is one of the best paths.
+    pub is_best: bool,
+    /// This path has the largest window.
+    pub is_max_window: bool,
 }
 
 /// What a controller learns from one ACK frame.
@@ -110,6 +124,11 @@ pub trait CongestionController: fmt::Debug + Send {
     fn in_slow_start(&self) -> bool;
     /// Slow-start threshold in bytes (`u64::MAX` before the first congestion event).
     fn ssthresh(&self) -> u64;
+    /// Bytes delivered between the path's last two congestion events, or since the last one
+    /// if that is more (OLIA's l_r); `None` for controllers that do not track it.
+    fn loss_interval(&self) -> Option<u64> {
+        None
+    }
 }
 
 /// Pacing at 2× (slow start) or 1.25× the window per smoothed RTT.
@@ -133,6 +152,9 @@ pub enum CcAlgorithm {
     /// Balanced Linked Adaptation (Peng et al.): coupled, between LIA's friendliness and
     /// uncoupled responsiveness.
     Balia,
+    /// Opportunistic Linked Increases (Khalili et al. 2012): coupled, Pareto-optimal; shifts
+    /// window from the largest-window paths to the paths with the best loss intervals.
+    Olia,
 }
 
 impl CcAlgorithm {
@@ -143,6 +165,7 @@ impl CcAlgorithm {
         ("bbr", CcAlgorithm::Bbr),
         ("lia", CcAlgorithm::Lia),
         ("balia", CcAlgorithm::Balia),
+        ("olia", CcAlgorithm::Olia),
     ];
 
     /// Build a controller for a path with this maximum datagram size.
@@ -158,6 +181,7 @@ impl CcAlgorithm {
             CcAlgorithm::Bbr => Box::new(Bbr::new(mss, initial_window, now)),
             CcAlgorithm::Lia => Box::new(Lia::new(mss, initial_window)),
             CcAlgorithm::Balia => Box::new(Balia::new(mss, initial_window)),
+            CcAlgorithm::Olia => Box::new(Olia::new(mss, initial_window)),
         }
     }
 }

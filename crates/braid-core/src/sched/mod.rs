@@ -132,7 +132,7 @@ mod wrr;
 pub use blest::Blest;
 pub use ecf::Ecf;
 pub use operetta::Operetta;
-pub use simple::{MinRtt, RoundRobin, Super};
+pub use simple::{MinRtt, Redundant, RoundRobin, Super};
 pub use wrr::WeightedRoundRobin;
 
 /// The schedulers this build offers.
@@ -152,6 +152,8 @@ pub enum SchedulerKind {
     Super,
     /// [`Operetta`].
     Operetta,
+    /// [`Redundant`].
+    Redundant,
 }
 
 impl SchedulerKind {
@@ -164,6 +166,7 @@ impl SchedulerKind {
         ("blest", SchedulerKind::Blest),
         ("super", SchedulerKind::Super),
         ("operetta", SchedulerKind::Operetta),
+        ("redundant", SchedulerKind::Redundant),
     ];
 
     /// A fresh scheduler configured by `cfg`.
@@ -183,6 +186,7 @@ impl SchedulerKind {
             SchedulerKind::Blest => Box::<Blest>::default(),
             SchedulerKind::Super => Box::<Super>::default(),
             SchedulerKind::Operetta => Box::<Operetta>::default(),
+            SchedulerKind::Redundant => Box::new(Redundant),
         }
     }
 }

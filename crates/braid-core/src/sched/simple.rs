@@ -1,5 +1,6 @@
-//! The two classic schedulers, minRTT (the Linux MPTCP default) and round-robin, and
-//! `super`: minRTT data placement with every super-aggregation mechanism on.
+//! The classic schedulers: minRTT (the Linux MPTCP default), round-robin, redundant (minRTT
+//! for the first copy; the session copies each packet onto the other paths), and `super`:
+//! minRTT data placement with every super-aggregation mechanism on.
 
 use super::{candidate_state, PathId, PathInfo, SchedContext, Scheduler};
 use crate::time::Instant;
@@ -59,5 +60,22 @@ impl Scheduler for RoundRobin {
             .or_else(|| paths.iter().filter(ready).min_by_key(|p| p.id))?;
         self.last = Some(pick.id);
         Some(pick.id)
+    }
+}
+
+/// Redundant: every stream packet on every usable path. The first copy goes where minRTT
+/// would send it; the session (`session/redundant.rs`) then copies what other paths sent
+/// onto each usable path with window room, so lossy paths cost no retransmission delay as
+/// long as one copy arrives. Trades capacity for latency: useful for lossy links and
+/// real-time flows, not for bulk throughput.
+#[derive(Debug, Default)]
+pub struct Redundant;
+
+impl Scheduler for Redundant {
+    fn name(&self) -> &'static str {
+        "redundant"
+    }
+    fn select(&mut self, now: Instant, paths: &[PathInfo], ctx: &SchedContext) -> Option<PathId> {
+        MinRtt.select(now, paths, ctx)
     }
 }

@@ -208,6 +208,9 @@ pub struct Session {
     /// PATH_COST received for paths this end does not know yet (the frame may travel on
     /// another path and arrive first), applied when the path appears.
     early_costs: BTreeMap<PathId, (u64, crate::path::PathCost)>,
+    /// Redundant scheduler: per (path, stream), the stream offset up to which the path
+    /// carried the data (`send/redundant.rs`).
+    redundant_sent: BTreeMap<(PathId, StreamId), u64>,
 }
 
 impl Session {
@@ -250,6 +253,7 @@ impl Session {
             fetch: VecDeque::new(),
             scratch_limits: Vec::new(),
             early_costs: BTreeMap::new(),
+            redundant_sent: BTreeMap::new(),
             cfg,
         }
     }

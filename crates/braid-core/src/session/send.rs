@@ -12,6 +12,8 @@ use crate::wire::frame::emit;
 use crate::wire::{HelloParams, PacketHeader, PacketType, Writer};
 use smallvec::SmallVec;
 
+mod redundant;
+
 /// Packets carrying a PATH_CHALLENGE are padded to this size (or the datagram size).
 const CHALLENGE_PADDED: usize = 1200;
 
@@ -167,18 +169,22 @@ impl Session {
             return self.send_ack_only(now, buf);
         }
 
-        // 3. Random losses resent on another path, then data and control frames where the
-        //    scheduler says.
+        // 3. Random losses resent on another path, redundant copies, then data and control
+        //    frames where the scheduler says.
         if !self.fetch.is_empty() {
             if let Some(t) = self.send_fetch(now, buf) {
                 return Some(t);
             }
+        }
+        if let Some(t) = self.send_redundant_copy(now, buf) {
+            return Some(t);
         }
         if self.has_data() {
             self.refresh_infos(now);
             let ctx = self.sched_context();
             if let Some(pid) = self.sched.select(now, &self.scratch_infos, &ctx) {
                 if let Some(t) = self.send_data(now, pid, buf) {
+                    self.note_original_sent(pid);
                     return Some(t);
                 }
             }

@@ -105,9 +105,11 @@ impl Session {
         }
     }
 
-    /// Give every path the summary coupled controllers need (all usable paths).
+    /// Give every path the summary coupled controllers need (all usable paths), with OLIA's
+    /// sets: best paths (largest loss interval / srtt²) and largest-window paths.
     fn refresh_coupling(&mut self) {
         let mut c = crate::cc::Coupling::default();
+        let (mut best, mut max_w) = (0.0_f64, 0_u64);
         for p in self.paths.values().filter(|p| p.usable()) {
             let cwnd = p.cc.window();
             let rtt = p.rtt.smoothed().as_secs_f64().max(1e-6);
@@ -116,9 +118,23 @@ impl Session {
             c.sum_rate += cwnd as f64 / rtt;
             c.max_rate = c.max_rate.max(cwnd as f64 / rtt);
             c.max_cwnd_rtt2 = c.max_cwnd_rtt2.max(cwnd as f64 / (rtt * rtt));
+            best = best.max(olia_quality(p));
+            max_w = max_w.max(cwnd);
+        }
+        for p in self.paths.values().filter(|p| p.usable()) {
+            let is_best = olia_quality(p) >= best;
+            let is_max = p.cc.window() >= max_w;
+            c.best_paths += u32::from(is_best);
+            c.max_window_paths += u32::from(is_max);
+            c.collected_paths += u32::from(is_best && !is_max);
         }
         for p in self.paths.values_mut() {
-            p.coupling = c;
+            let usable = p.usable();
+            p.coupling = crate::cc::Coupling {
+                is_best: usable && olia_quality(p) >= best,
+                is_max_window: usable && p.cc.window() >= max_w,
+                ..c
+            };
         }
     }
 
@@ -190,4 +206,11 @@ impl Session {
         frames.retain(|f| !matches!(f, SentFrame::PathChallenge(_)));
         self.on_frames_lost(now, &frames);
     }
+}
+
+/// OLIA's path quality l / srtt² (bytes delivered between losses over the squared RTT); 0
+/// for controllers that do not track loss intervals.
+fn olia_quality(p: &crate::path::Path) -> f64 {
+    let rtt = p.rtt.smoothed().as_secs_f64().max(1e-6);
+    p.cc.loss_interval().unwrap_or(0) as f64 / (rtt * rtt)
 }
