@@ -181,6 +181,11 @@ pub struct Path {
     pub(crate) watch: BlackoutWatch,
     /// Judge isolated losses without queue build-up random and keep the window.
     pub(crate) random_loss_recovery: bool,
+    /// Smallest RTT sample by the ACK's way back (0: on this path, 1: on another, as with
+    /// ACK offload), and the way of the latest sample: an RTT rise is judged against
+    /// samples that came back the same way.
+    route_min_rtt: [Option<Duration>; 2],
+    latest_route: usize,
     /// Packets received in the current receive window (about one RTT) and the last full one.
     rx_window: (Instant, u32, u32),
     pub(crate) stats: PathStats,
@@ -247,6 +252,8 @@ impl Path {
             probes_due: 0,
             watch: BlackoutWatch::default(),
             random_loss_recovery: cfg.loss_recovery,
+            route_min_rtt: [None; 2],
+            latest_route: 0,
             rx_window: (now, 0, 0),
             stats: PathStats::default(),
             coupling: Coupling::default(),
@@ -412,6 +419,7 @@ impl Path {
         now: Instant,
         ack: &AckFrame<'_>,
         max_ack_delay: Duration,
+        carried_elsewhere: bool,
         acked: &mut Vec<SentPacket>,
         lost: &mut Vec<SentPacket>,
     ) -> bool {
@@ -465,6 +473,10 @@ impl Path {
             let delay = Duration::from_micros(ack.ack_delay_us).min(max_ack_delay);
             self.rtt.update(sample, delay);
             rtt_sample = Some(sample);
+            let route = usize::from(carried_elsewhere);
+            let m = &mut self.route_min_rtt[route];
+            *m = Some(m.map_or(sample, |m| m.min(sample)));
+            self.latest_route = route;
         }
         self.pto_count = 0;
         self.pop_front();
@@ -566,16 +578,17 @@ impl Path {
     }
 
     /// At most two packets lost at once, with no queue on the path (the latest RTT within
-    /// a quarter of the minimum, plus a millisecond of slack): a random loss, such as a
-    /// corrupted radio frame. Losses from a full queue come with a raised RTT or in bursts.
+    /// a quarter of the minimum of the samples whose ACK came back the same way, plus a
+    /// millisecond of slack): a random loss, such as a corrupted radio frame. Losses from a full queue come with a raised RTT or in bursts.
     fn losses_look_random(&self, lost: &[SentPacket]) -> bool {
         let n = lost.iter().filter(|p| p.in_flight).count();
         if n == 0 || n > 2 || !self.rtt.has_sample() {
             return false;
         }
-        let min = self.rtt.min();
-        let now = self.rtt.latest().max(self.rtt.smoothed());
-        now <= min + min / 4 + Duration::from_millis(1)
+        let Some(min) = self.route_min_rtt[self.latest_route] else {
+            return false;
+        };
+        self.rtt.latest() <= min + min / 4 + Duration::from_millis(1)
     }
 
     /// When an acknowledgement of our oldest ack-eliciting packet in flight was due

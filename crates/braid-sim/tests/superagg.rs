@@ -97,3 +97,16 @@ fn random_loss_recovery_keeps_80_percent_of_lossless_at_200ms_and_1_percent_loss
     );
     assert!(lr.paths.iter().map(|p| p.random_losses).sum::<u64>() > 100);
 }
+
+#[test]
+fn super_beats_the_papers_integrated_189_percent_with_every_impairment_at_once() {
+    let r = run("super-integrated.toml", &["aggregated", "super"]);
+    let (base, sup) = (get(&r, "aggregated"), get(&r, "super"));
+    // The paper's integrated walk: +189 % (2.89x) over default TCP.
+    assert!(
+        sup.goodput_bps >= 2.89 * base.goodput_bps,
+        "super {:.2} Mbit/s vs aggregated {:.2}",
+        mbit(sup),
+        mbit(base)
+    );
+}

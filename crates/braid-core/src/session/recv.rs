@@ -121,6 +121,7 @@ impl Session {
                         now,
                         &a,
                         max_ack_delay,
+                        pid != a.path,
                         &mut self.scratch_acked,
                         &mut self.scratch_lost,
                     );
