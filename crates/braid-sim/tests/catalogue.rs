@@ -2,23 +2,12 @@
 //! scheduler): deterministic simulator runs of the shipped scenarios, so these are exact
 //! regressions of the numbers in docs/results.md, with margins, not timing measurements.
 
-use braid_sim::{run_scenario, Report, Scenario};
-use std::path::PathBuf;
+mod common;
+
+use braid_sim::Report;
 
 fn run(name: &str) -> Report {
-    let path = PathBuf::from(env!("CARGO_MANIFEST_DIR"))
-        .join("../../scenarios")
-        .join(name);
-    let scn = Scenario::load(&path).unwrap_or_else(|e| panic!("{e}"));
-    let report = run_scenario(&scn, |_, _| {}).unwrap_or_else(|e| panic!("{e}"));
-    for r in &report.results {
-        assert!(
-            r.verified,
-            "{name}: {} not verified: {:?}",
-            r.variant, r.error
-        );
-    }
-    report
+    common::run_shipped(name, &[])
 }
 
 /// Sorted completion times of `variant` for transfers of `size` bytes.

@@ -3,26 +3,13 @@
 //! are exact regressions, and each compares the mechanism with the same stack without it
 //! in the same run, so a mechanism that stops working fails its test.
 
-use braid_sim::{run_scenario, Report, RunResult, Scenario};
-use std::path::PathBuf;
+mod common;
 
-/// Runs only `variants` of a shipped scenario; every transfer must be verified.
+use braid_sim::{Report, RunResult};
+
+/// Runs only `variants` of a shipped scenario.
 fn run(name: &str, variants: &[&str]) -> Report {
-    let path = PathBuf::from(env!("CARGO_MANIFEST_DIR"))
-        .join("../../scenarios")
-        .join(name);
-    let mut scn = Scenario::load(&path).unwrap_or_else(|e| panic!("{e}"));
-    scn.variants.retain(|v| variants.contains(&v.name.as_str()));
-    assert_eq!(
-        scn.variants.len(),
-        variants.len(),
-        "{name}: missing variants"
-    );
-    let report = run_scenario(&scn, |_, _| {}).unwrap_or_else(|e| panic!("{e}"));
-    for r in &report.results {
-        assert!(r.verified, "{name}: {} failed: {:?}", r.variant, r.error);
-    }
-    report
+    common::run_shipped(name, variants)
 }
 
 fn get<'a>(r: &'a Report, variant: &str) -> &'a RunResult {

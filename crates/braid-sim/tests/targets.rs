@@ -1,23 +1,12 @@
 //! The foundation issue's simulated targets, checked on every test run. The simulator is
 //! deterministic, so these are exact regressions, not timing measurements.
 
-use braid_sim::{run_scenario, Report, Scenario};
-use std::path::PathBuf;
+mod common;
+
+use braid_sim::Report;
 
 fn run(name: &str) -> Report {
-    let path = PathBuf::from(env!("CARGO_MANIFEST_DIR"))
-        .join("../../scenarios")
-        .join(name);
-    let scn = Scenario::load(&path).unwrap_or_else(|e| panic!("{e}"));
-    let report = run_scenario(&scn, |_, _| {}).unwrap_or_else(|e| panic!("{e}"));
-    for r in &report.results {
-        assert!(
-            r.verified,
-            "{name}: {} not verified: {:?}",
-            r.variant, r.error
-        );
-    }
-    report
+    common::run_shipped(name, &[])
 }
 
 fn result<'a>(r: &'a Report, variant: &str) -> &'a braid_sim::RunResult {
