@@ -53,6 +53,15 @@ struct Churn {
     back: Option<u32>,
 }
 
+/// Up to `n` removals of random paths, some added back later.
+fn churns(n: std::ops::Range<usize>) -> impl Strategy<Value = Vec<Churn>> {
+    proptest::collection::vec(
+        (0usize..4, 0u32..4_000, proptest::option::of(50u32..5_000))
+            .prop_map(|(path, at, back)| Churn { path, at, back }),
+        n,
+    )
+}
+
 fn scenario_text(paths: &[PathParams], size: u64, up: bool, scheduler: &str) -> String {
     let mut s = format!(
         "name = \"prop\"\nseed = 3\ntime_limit = \"600s\"\npath_timeout = \"15s\"\n\
@@ -228,11 +237,7 @@ proptest! {
         paths in proptest::collection::vec(path_params(), 1..4),
         size in 1u64..600_000,
         up in any::<bool>(),
-        churn in proptest::collection::vec(
-            (0usize..4, 0u32..4_000, proptest::option::of(50u32..5_000))
-                .prop_map(|(path, at, back)| Churn { path, at, back }),
-            0..3,
-        ),
+        churn in churns(0..3),
         seed in any::<u64>(),
     ) {
         run_case(paths, size, up, churn, seed, "minrtt")?;
@@ -249,11 +254,7 @@ proptest! {
         paths in proptest::collection::vec(path_params(), 2..4),
         size in 1u64..400_000,
         up in any::<bool>(),
-        churn in proptest::collection::vec(
-            (0usize..4, 0u32..4_000, proptest::option::of(50u32..5_000))
-                .prop_map(|(path, at, back)| Churn { path, at, back }),
-            0..2,
-        ),
+        churn in churns(0..2),
         seed in any::<u64>(),
     ) {
         run_case(paths, size, up, churn, seed, "redundant")?;

@@ -589,34 +589,25 @@ impl Session {
             if s.reset.is_some() {
                 // Nothing more to send on a reset stream.
             } else if let Some(r) = s.retransmit.first() {
-                let max = room - emit::stream_header_len(id, r.start, room);
-                let len = ((r.end - r.start) as usize).min(max);
-                let end = r.start + len as u64;
-                let fin = s.fin && s.fin_pending && end == s.write_offset();
-                let (a, b) = s.slices(r.start, len);
-                if emit::stream2(&mut pkt.w, id, r.start, fin, a, b).is_some() {
-                    s.retransmit.remove(r.start..end);
+                let fin_ok = s.fin_pending;
+                if let Some((len, fin)) = write_stream_range(pkt, s, id, r.clone(), fin_ok) {
+                    s.retransmit.remove(r.start..r.start + len as u64);
                     if fin {
                         s.fin_pending = false;
                     }
                     if let Some(p) = self.paths.get_mut(&pid) {
                         p.stats.retransmitted_bytes += len as u64;
                     }
-                    wrote = Some((r.start, len, fin));
+                    wrote = Some(len);
                 }
             } else {
                 let conn_room = self.peer_max_data.saturating_sub(self.sent_new_data);
                 let avail = s.new_sendable().min(conn_room);
                 let off = s.next_new;
-
                 if avail > 0 {
-                    let max = room - emit::stream_header_len(id, off, room);
-                    let len = (avail as usize).min(max);
-                    let end = off + len as u64;
-                    let fin = s.fin && end == s.write_offset();
-                    let (a, b) = s.slices(off, len);
-                    if emit::stream2(&mut pkt.w, id, off, fin, a, b).is_some() {
-                        s.next_new = end;
+                    if let Some((len, fin)) = write_stream_range(pkt, s, id, off..off + avail, true)
+                    {
+                        s.next_new = off + len as u64;
                         self.sent_new_data += len as u64;
                         if fin {
                             s.fin_pending = false;
@@ -624,24 +615,22 @@ impl Session {
                         if let Some(p) = self.paths.get_mut(&pid) {
                             p.stats.stream_bytes_sent += len as u64;
                         }
-                        wrote = Some((off, len, fin));
+                        wrote = Some(len);
                     }
                 } else if s.fin_pending
                     && off == s.write_offset()
                     && emit::stream(&mut pkt.w, id, off, true, &[]).is_some()
                 {
                     s.fin_pending = false;
-                    wrote = Some((off, 0, true));
+                    pkt.frames.push(SentFrame::Stream {
+                        id,
+                        off,
+                        len: 0,
+                        fin: true,
+                    });
+                    pkt.ack_eliciting = true;
+                    wrote = Some(0);
                 }
-            }
-            if let Some((off, len, fin)) = wrote {
-                pkt.frames.push(SentFrame::Stream {
-                    id,
-                    off,
-                    len: len as u32,
-                    fin,
-                });
-                pkt.ack_eliciting = true;
             }
             // Keep the stream queued only while it can make progress.
             self.send_queue.pop_front();
@@ -677,3 +666,33 @@ impl Session {
 }
 
 use super::Transmit;
+
+/// Write bytes `r` of send stream `s` (as many as fit in the packet) as one STREAM frame,
+/// with the FIN when `fin_ok` and the frame reaches the end of the stream, and record it in
+/// the packet. Returns the bytes written and whether the FIN went; `None` when nothing fits.
+/// `r` must be buffered (not yet acknowledged) data of `s`.
+pub(super) fn write_stream_range(
+    pkt: &mut Packet<'_>,
+    s: &crate::stream::SendStream,
+    id: crate::stream::StreamId,
+    r: std::ops::Range<u64>,
+    fin_ok: bool,
+) -> Option<(usize, bool)> {
+    let room = pkt.w.remaining();
+    let max = room.saturating_sub(emit::stream_header_len(id, r.start, room));
+    let len = ((r.end - r.start) as usize).min(max);
+    if len == 0 {
+        return None;
+    }
+    let fin = fin_ok && s.fin && r.start + len as u64 == s.write_offset();
+    let (a, b) = s.slices(r.start, len);
+    emit::stream2(&mut pkt.w, id, r.start, fin, a, b)?;
+    pkt.frames.push(SentFrame::Stream {
+        id,
+        off: r.start,
+        len: len as u32,
+        fin,
+    });
+    pkt.ack_eliciting = true;
+    Some((len, fin))
+}

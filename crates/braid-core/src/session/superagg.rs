@@ -26,6 +26,7 @@
 //! Owns: the session-level side of the three mechanisms. Must not touch: congestion
 //! controller internals, stream reassembly, or the scheduler's choice of data paths.
 
+use super::send::write_stream_range;
 use super::{Session, Transmit};
 use crate::blackout::Verdict;
 use crate::path::{SentFrame, SentPacket};
@@ -251,21 +252,10 @@ impl Session {
                 self.fetch.remove(i);
                 continue;
             };
-            let room = pkt.w.remaining();
-            let max = room - emit::stream_header_len(f.id, gap.start, room);
-            let len = ((gap.end - gap.start) as usize).min(max);
-            let (a, b) = s.slices(gap.start, len);
-            if emit::stream2(&mut pkt.w, f.id, gap.start, false, a, b).is_none() {
+            let Some((len, _)) = write_stream_range(&mut pkt, s, f.id, gap.clone(), false) else {
                 break;
-            }
+            };
             let end = gap.start + len as u64;
-            pkt.frames.push(SentFrame::Stream {
-                id: f.id,
-                off: gap.start,
-                len: len as u32,
-                fin: false,
-            });
-            pkt.ack_eliciting = true;
             if end >= f.range.end {
                 self.fetch.remove(i);
             } else {

@@ -14,11 +14,9 @@
 //! or other schedulers' behaviour (everything here is a no-op unless the session's
 //! scheduler is `redundant`).
 
-use super::{Packet, Session, Transmit};
-use crate::path::SentFrame;
+use super::{write_stream_range, Packet, Session, Transmit};
 use crate::sched::{PathId, SchedulerKind};
 use crate::time::Instant;
-use crate::wire::frame::emit;
 
 /// Smallest room in a packet worth a stream frame (header plus a few bytes).
 const MIN_FRAME_ROOM: usize = 24;
@@ -88,26 +86,10 @@ impl Session {
         let Some(st) = self.streams.get(&id) else {
             return false;
         };
-        let s = &st.send;
-        let room = pkt.w.remaining();
-        let max = room.saturating_sub(emit::stream_header_len(id, start, room));
-        let len = ((end - start) as usize).min(max);
-        if len == 0 {
+        let Some((len, _)) = write_stream_range(pkt, &st.send, id, start..end, true) else {
             return false;
-        }
+        };
         let stop = start + len as u64;
-        let fin = s.fin && stop == s.write_offset();
-        let (a, b) = s.slices(start, len);
-        if emit::stream2(&mut pkt.w, id, start, fin, a, b).is_none() {
-            return false;
-        }
-        pkt.frames.push(SentFrame::Stream {
-            id,
-            off: start,
-            len: len as u32,
-            fin,
-        });
-        pkt.ack_eliciting = true;
         self.redundant_sent.insert((pid, id), stop);
         true
     }
