@@ -7,7 +7,10 @@ use crate::cc::CcAlgorithm;
 use crate::sched::SchedulerKind;
 use std::time::Duration;
 
-/// Tunables of a session. `Config::default()` is a good start.
+/// Tunables of a session. `Config::default()` is braid's default stack, what `braid agent`
+/// runs and what a simulator variant naming no scheduler or controller runs: minRTT, CUBIC
+/// with RACK-style loss detection and spurious-loss undo, blackout freeze and random-loss
+/// recovery (measured against the alternatives in docs/results.md, "One default").
 #[derive(Debug, Clone)]
 pub struct Config {
     /// Largest UDP payload the session emits (1500-byte MTU minus IPv4 and UDP headers).
@@ -108,8 +111,8 @@ impl Default for Config {
             tail_reinjection: true,
             alpha: 1.0,
             ack_offload: false,
-            blackout_freeze: false,
-            loss_recovery: false,
+            blackout_freeze: true,
+            loss_recovery: true,
         }
     }
 }

@@ -10,6 +10,7 @@
 use crate::blackout::BlackoutWatch;
 use crate::cc::{AckEvent, CcAlgorithm, CongestionController, Coupling, LossEvent, RateSample};
 use crate::config::Config;
+use crate::loss::{LossDetector, Spurious};
 use crate::pacer::Pacer;
 use crate::ranges::RangeSet;
 use crate::rtt::RttEstimator;
@@ -21,8 +22,9 @@ use smallvec::SmallVec;
 use std::collections::VecDeque;
 use std::time::Duration;
 
-/// Packet-number reordering threshold (RFC 9002 §6.1.1).
-const PACKET_THRESHOLD: u64 = 3;
+/// Most packets declared lost that are remembered, so a late acknowledgement proves the
+/// declaration spurious.
+const MAX_DECLARED_LOST: usize = 4096;
 /// Most ranges in one ACK frame, and most kept in the receive history.
 pub(crate) const MAX_ACK_RANGES: usize = 32;
 const MAX_RECV_RANGES: usize = 256;
@@ -58,6 +60,8 @@ pub(crate) enum SentFrame {
 pub(crate) struct SentPacket {
     /// The path it was sent on.
     pub path: PathId,
+    /// Its packet number on that path.
+    pub pn: u64,
     pub time_sent: Instant,
     pub size: u32,
     pub ack_eliciting: bool,
@@ -71,6 +75,8 @@ pub(crate) struct SentPacket {
     pub reinjected: bool,
     /// Declared lost and judged a random (not a congestion) loss: the window was kept.
     pub random_loss: bool,
+    /// The loss episode it was declared lost in (0: none).
+    episode: u64,
 }
 
 /// Counters of one path, for reports.
@@ -102,6 +108,12 @@ pub struct PathStats {
     pub blackouts: u64,
     /// Acknowledgements of this path carried on another path's uplink (ACK offload).
     pub acks_offloaded: u64,
+    /// Packets declared lost and acknowledged after all (reordering, not loss).
+    pub spurious_losses: u64,
+    /// Window cuts undone because every loss behind them proved spurious.
+    pub undone_cuts: u64,
+    /// The packet threshold of loss detection now (raised by reordering).
+    pub packet_threshold: u64,
 }
 
 /// What using a path costs, as set locally or told by the peer (PATH_COST).
@@ -153,6 +165,11 @@ pub struct Path {
     ack_eliciting_in_flight: u64,
     largest_acked: Option<u64>,
     loss_time: Option<Instant>,
+    /// RACK, the reordering window and the spurious-loss undo (see `loss.rs`).
+    loss: LossDetector,
+    /// Packets declared lost lately (by packet number, with when), kept so a late
+    /// acknowledgement is recognised.
+    declared_lost: VecDeque<(Instant, SentPacket)>,
     pub(crate) pto_count: u32,
     last_ack_eliciting_sent: Option<Instant>,
     last_pto: Option<Instant>,
@@ -229,6 +246,8 @@ impl Path {
             ack_eliciting_in_flight: 0,
             largest_acked: None,
             loss_time: None,
+            loss: LossDetector::default(),
+            declared_lost: VecDeque::new(),
             pto_count: 0,
             last_ack_eliciting_sent: None,
             last_pto: None,
@@ -350,6 +369,9 @@ impl Path {
         s.blackouts = self.watch.freezes;
         s.cwnd = self.cc.window();
         s.srtt_us = self.rtt.smoothed().as_micros() as u64;
+        s.spurious_losses = self.loss.spurious;
+        s.undone_cuts = self.loss.undone;
+        s.packet_threshold = self.loss.packet_threshold();
         s
     }
 
@@ -373,6 +395,7 @@ impl Path {
         }
         let pkt = SentPacket {
             path: self.id,
+            pn: self.next_pn,
             time_sent: now,
             size: size as u32,
             ack_eliciting,
@@ -384,6 +407,7 @@ impl Path {
             is_app_limited: self.app_limited_until > self.delivered,
             reinjected: false,
             random_loss: false,
+            episode: 0,
         };
         if self.sent.is_empty() {
             self.sent_base = self.next_pn;
@@ -425,6 +449,9 @@ impl Path {
     ) -> bool {
         let first_acked = acked.len();
         let prior_in_flight = self.in_flight;
+        let prior_largest = self.largest_acked;
+        let spurious = self.on_late_acks(now, ack, acked);
+        let first_acked_now = acked.len();
         let end = self.sent_base + self.sent.len() as u64;
         let mut newest: Option<(u64, Instant, bool)> = None;
         let mut rs_prior_delivered = 0u64;
@@ -441,6 +468,9 @@ impl Path {
                 };
                 if newest.is_none_or(|(n, _, _)| pn > n) {
                     newest = Some((pn, pkt.time_sent, pkt.ack_eliciting));
+                }
+                if let Some(l) = prior_largest.filter(|&l| pn < l) {
+                    self.loss.on_reordered(l - pn);
                 }
                 if pkt.in_flight {
                     self.in_flight -= pkt.size as u64;
@@ -459,8 +489,12 @@ impl Path {
             }
         }
         let Some((largest_new, largest_sent, eliciting)) = newest else {
-            return false;
+            if spurious {
+                self.refresh_pacer(now);
+            }
+            return spurious;
         };
+        self.loss.on_delivered(largest_sent, now);
         self.largest_acked = Some(
             self.largest_acked
                 .map_or(largest_new, |l| l.max(largest_new)),
@@ -500,7 +534,8 @@ impl Path {
         if self.app_limited_until != 0 && self.delivered > self.app_limited_until {
             self.app_limited_until = 0;
         }
-        let acked_bytes: u64 = acked[first_acked..]
+        debug_assert!(first_acked <= first_acked_now);
+        let acked_bytes: u64 = acked[first_acked_now..]
             .iter()
             .filter(|p| p.in_flight)
             .map(|p| p.size as u64)
@@ -549,13 +584,18 @@ impl Path {
         }
     }
 
-    /// Declare lost what the packet and time thresholds say is lost.
+    /// Declare lost what the packet and time thresholds say is lost: a packet sent before
+    /// the most recently sent packet known delivered is lost once `packet_threshold` later
+    /// packets were acknowledged or once RACK's deadline (its send time + the RTT of that
+    /// delivered packet + the reordering window) passed.
     pub(crate) fn detect_lost(&mut self, now: Instant, lost: &mut Vec<SentPacket>) {
         self.loss_time = None;
         let Some(largest) = self.largest_acked else {
             return;
         };
-        let loss_delay = self.rtt.loss_delay();
+        let threshold = self.loss.packet_threshold();
+        let (min_rtt, srtt) = (self.rtt.min(), self.rtt.smoothed());
+        let fallback = self.rtt.loss_delay();
         let first_lost = lost.len();
         for idx in 0..self.sent.len() {
             let pn = self.sent_base + idx as u64;
@@ -563,8 +603,11 @@ impl Path {
                 break;
             }
             let Some(pkt) = &self.sent[idx] else { continue };
-            let deadline = pkt.time_sent + loss_delay;
-            if largest - pn >= PACKET_THRESHOLD || deadline <= now {
+            let deadline = self
+                .loss
+                .deadline(pkt.time_sent, min_rtt, srtt)
+                .unwrap_or(pkt.time_sent + fallback);
+            if largest - pn >= threshold || deadline <= now {
                 if let Some(p) = self.sent[idx].take() {
                     lost.push(p);
                 }
@@ -575,6 +618,52 @@ impl Path {
         }
         self.pop_front();
         self.on_lost(now, first_lost, lost);
+    }
+
+    /// Packets declared lost that this ACK frame acknowledges after all: each is proof of
+    /// reordering (the window widens) and, when every loss of a window cut proved spurious,
+    /// the cut is undone. They go to `acked` (not in flight any more) so their frames count
+    /// as delivered and queued retransmissions of them are dropped. Returns true if any.
+    fn on_late_acks(
+        &mut self,
+        now: Instant,
+        ack: &AckFrame<'_>,
+        acked: &mut Vec<SentPacket>,
+    ) -> bool {
+        // Forget declarations too old for an acknowledgement to still be on its way.
+        let keep = self.rtt.smoothed() * 2 + Duration::from_millis(50);
+        while let Some((at, _)) = self.declared_lost.front() {
+            if now.saturating_since(*at) <= keep && self.declared_lost.len() <= MAX_DECLARED_LOST {
+                break;
+            }
+            self.declared_lost.pop_front();
+        }
+        let (Some((_, first)), Some((_, last))) =
+            (self.declared_lost.front(), self.declared_lost.back())
+        else {
+            return false;
+        };
+        let (lo, hi) = (first.pn, last.pn);
+        let mut found = false;
+        for r in ack.ranges() {
+            if r.end <= lo || r.start > hi {
+                continue;
+            }
+            let i = self.declared_lost.partition_point(|(_, p)| p.pn < r.start);
+            while i < self.declared_lost.len() && self.declared_lost[i].1.pn < r.end {
+                let (_, mut pkt) = self.declared_lost.remove(i).expect("index checked");
+                found = true;
+                let largest = self.largest_acked.unwrap_or(pkt.pn).max(ack.largest);
+                self.loss.on_reordered(largest.saturating_sub(pkt.pn));
+                self.delivered += pkt.size as u64;
+                if self.loss.on_spurious(now, self.rtt.smoothed(), pkt.episode) == Spurious::Undo {
+                    self.cc.undo_loss();
+                }
+                pkt.in_flight = false;
+                acked.push(pkt);
+            }
+        }
+        found
     }
 
     /// At most two packets lost at once, with no queue on the path (the latest RTT within
@@ -653,6 +742,7 @@ impl Path {
             }
             self.stats.packets_lost += lost.len() as u64;
             self.stats.random_losses += lost.len() as u64;
+            self.remember_declared(now, lost);
             return;
         }
         let mut bytes = 0;
@@ -672,6 +762,12 @@ impl Path {
                 + Duration::from_millis(25))
                 * 3;
             let persistent = self.rtt.has_sample() && newest - oldest > pc;
+            let count = lost.iter().filter(|p| p.in_flight).count() as u32;
+            let episode = self.loss.on_declared_lost(now, newest, count, !persistent);
+            for p in lost.iter_mut() {
+                p.episode = episode;
+            }
+            self.remember_declared(now, lost);
             self.cc.on_loss(&LossEvent {
                 now,
                 lost_bytes: bytes,
@@ -684,6 +780,15 @@ impl Path {
         }
     }
 
+    fn remember_declared(&mut self, now: Instant, lost: &[SentPacket]) {
+        for p in lost.iter().filter(|p| p.in_flight) {
+            if self.declared_lost.len() >= MAX_DECLARED_LOST {
+                self.declared_lost.pop_front();
+            }
+            self.declared_lost.push_back((now, p.clone()));
+        }
+    }
+
     /// Every packet still in flight is given up (the path is abandoned).
     pub(crate) fn drain_all(&mut self, out: &mut Vec<SentPacket>) {
         for p in self.sent.drain(..).flatten() {
@@ -693,6 +798,7 @@ impl Path {
         self.in_flight = 0;
         self.ack_eliciting_in_flight = 0;
         self.loss_time = None;
+        self.declared_lost.clear();
     }
 
     /// Frames of packets in flight sent after `sent_after` whose stream data has not been

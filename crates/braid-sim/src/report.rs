@@ -23,6 +23,12 @@ pub struct PathResult {
     /// Acknowledgements of this path the receiver sent over another path (ACK offload).
     #[serde(default)]
     pub acks_offloaded: u64,
+    /// Packets of this path the sender declared lost.
+    #[serde(default)]
+    pub losses: u64,
+    /// Of those, packets acknowledged after all (reordering mistaken for loss).
+    #[serde(default)]
+    pub spurious_losses: u64,
 }
 
 /// One transfer.
@@ -122,6 +128,8 @@ impl Report {
                     let mut t = format!("{} {}", p.name, format_size(p.bytes));
                     for (n, what) in [
                         (p.acks_offloaded, "ACKs offloaded"),
+                        (p.losses, "lost"),
+                        (p.spurious_losses, "spurious"),
                         (p.random_losses, "random losses"),
                         (p.blackouts, "blackouts"),
                     ] {

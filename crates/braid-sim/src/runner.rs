@@ -26,37 +26,46 @@ pub struct Plan {
 }
 
 /// Check what only the runner knows (scheduler and controller names, the variant kind).
+/// Variants of a kernel kind (`tcp`, `mptcp`, ...) are left out: they need the testbed
+/// ([`kernel_variants`] names them); a scenario with nothing else is an error.
 pub fn plan(scn: &Scenario) -> Result<Vec<Plan>, ScenarioError> {
+    if !scn.variants.is_empty() && scn.variants.iter().all(|v| v.kind != VariantKind::Braid) {
+        return Err(ScenarioError::new(
+            &scn.file,
+            "variant",
+            format!(
+                "every variant runs a real kernel stack ({}), which needs the testbed (`braid \
+                 testbed run`); `braid sim` runs only kind = \"braid\" variants",
+                kernel_variants(scn).join(", ")
+            ),
+        ));
+    }
     scn.variants
         .iter()
         .enumerate()
+        .filter(|(_, v)| v.kind == VariantKind::Braid)
         .map(|(i, v)| {
-            if v.kind != VariantKind::Braid {
-                return Err(ScenarioError::new(
-                    &scn.file,
-                    format!("variant[{i}].kind"),
-                    format!(
-                        "variant {:?} has kind {:?}, which runs real kernel stacks and needs the testbed \
-                         (`braid testbed run`); `braid sim` runs only kind = \"braid\"",
-                        v.name,
-                        v.kind.name()
-                    ),
-                ));
-            }
-            let scheduler = v
-                .scheduler
-                .parse()
-                .map_err(|e: String| ScenarioError::new(&scn.file, format!("variant[{i}].scheduler"), e))?;
-            let cc = v
-                .cc
-                .parse()
-                .map_err(|e: String| ScenarioError::new(&scn.file, format!("variant[{i}].cc"), e))?;
+            let scheduler = v.scheduler.parse().map_err(|e: String| {
+                ScenarioError::new(&scn.file, format!("variant[{i}].scheduler"), e)
+            })?;
+            let cc = v.cc.parse().map_err(|e: String| {
+                ScenarioError::new(&scn.file, format!("variant[{i}].cc"), e)
+            })?;
             Ok(Plan {
                 variant: v.clone(),
                 scheduler,
                 cc,
             })
         })
+        .collect()
+}
+
+/// The names of the variants that run real kernel stacks, which `braid sim` leaves out.
+pub fn kernel_variants(scn: &Scenario) -> Vec<String> {
+    scn.variants
+        .iter()
+        .filter(|v| v.kind != VariantKind::Braid)
+        .map(|v| format!("{} ({})", v.name, v.kind.name()))
         .collect()
 }
 
@@ -345,6 +354,10 @@ pub fn run_transfer(
             result.error = Some("simulation stalled: nothing left to happen".into())
         }
     }
+    if let Some(f) = &app.failure {
+        // The application's own error says more than "not verified" or a time limit.
+        result.error = Some(format!("the transfer's stream failed: {f}"));
+    }
     let elapsed = (end - start) as f64 / 1e9;
     result.completion_s = elapsed;
     result.verified = app.completed.is_some()
@@ -374,12 +387,16 @@ pub fn run_transfer(
             random_losses: 0,
             blackouts: 0,
             acks_offloaded: 0,
+            losses: 0,
+            spurious_losses: 0,
         });
         let m = mechanism_counts(world, dir, id);
         if let Some(r) = result.paths.last_mut() {
-            r.random_losses = m.0 - m0.0;
-            r.blackouts = m.1 - m0.1;
-            r.acks_offloaded = m.2 - m0.2;
+            r.random_losses = m[0] - m0[0];
+            r.blackouts = m[1] - m0[1];
+            r.acks_offloaded = m[2] - m0[2];
+            r.losses = m[3] - m0[3];
+            r.spurious_losses = m[4] - m0[4];
         }
     }
     for (r, &id) in result.paths.iter_mut().zip(ids) {
@@ -399,20 +416,23 @@ pub fn run_transfer(
     result.retransmitted_bytes = sender_retx(world) - retx0;
 }
 
-/// Super-aggregation counters of path `id`: random losses (sender), blackouts (the larger
-/// count of the two ends), ACKs offloaded (receiver).
-fn mechanism_counts(world: &World, dir: Dir, id: PathId) -> (u64, u64, u64) {
+/// Loss and super-aggregation counters of path `id`: random losses (sender), blackouts (the
+/// larger count of the two ends), ACKs offloaded (receiver), packets declared lost and
+/// spurious losses (sender).
+fn mechanism_counts(world: &World, dir: Dir, id: PathId) -> [u64; 5] {
     let (sender, receiver) = match dir {
         Dir::Down => (&world.server, &world.client),
         Dir::Up => (&world.client, &world.server),
     };
     let s = sender.path_stats(id).unwrap_or_default();
     let r = receiver.path_stats(id).unwrap_or_default();
-    (
+    [
         s.random_losses,
         s.blackouts.max(r.blackouts),
         r.acks_offloaded,
-    )
+        s.packets_lost,
+        s.spurious_losses,
+    ]
 }
 
 /// The application model of one transfer on a new stream. Download: the client sends an

@@ -201,8 +201,9 @@ pub struct VariantSpec {
     pub tail_reinjection: bool,
     /// OPERETTA's utility alpha, 0..=1 (default 1: most throughput).
     pub alpha: f64,
-    /// Super-aggregation mechanisms; each defaults to true under the `super` scheduler and
-    /// to false under every other.
+    /// Super-aggregation mechanisms; each defaults to true under the `super` scheduler, to
+    /// false under every other named one, and to the agent's default when the variant names
+    /// neither a scheduler nor a controller.
     pub ack_offload: bool,
     pub blackout_freeze: bool,
     pub loss_recovery: bool,
@@ -871,19 +872,28 @@ impl Resolver<'_> {
                  paths carry data only when no active path works)",
             ));
         }
-        let scheduler = v.scheduler.unwrap_or_else(|| "minrtt".to_string());
+        // A variant that names neither a scheduler nor a controller runs what `braid agent`
+        // runs by default (`Config::default()`, switches included); one that names either
+        // gets exactly that, with the super-aggregation switches off unless it sets them or
+        // names `super`.
+        let default = braid_core::Config::default();
+        let named = v.scheduler.is_some() || v.cc.is_some();
+        let scheduler = v.scheduler.unwrap_or_else(|| default.scheduler.to_string());
         let all_on = scheduler == "super";
+        let switch = |set: Option<bool>, agent_default: bool| {
+            set.unwrap_or(if named { all_on } else { agent_default })
+        };
         Ok(VariantSpec {
             name,
             kind: v.kind.unwrap_or_default(),
             scheduler,
-            cc: v.cc.unwrap_or_else(|| "cubic".to_string()),
+            cc: v.cc.unwrap_or_else(|| default.cc.to_string()),
             paths: idx,
-            tail_reinjection: v.tail_reinjection.unwrap_or(true),
+            tail_reinjection: v.tail_reinjection.unwrap_or(default.tail_reinjection),
             alpha,
-            ack_offload: v.ack_offload.unwrap_or(all_on),
-            blackout_freeze: v.blackout_freeze.unwrap_or(all_on),
-            loss_recovery: v.loss_recovery.unwrap_or(all_on),
+            ack_offload: switch(v.ack_offload, default.ack_offload),
+            blackout_freeze: switch(v.blackout_freeze, default.blackout_freeze),
+            loss_recovery: switch(v.loss_recovery, default.loss_recovery),
             standby,
         })
     }

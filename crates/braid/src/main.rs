@@ -127,7 +127,15 @@ pub(crate) fn progress_printer(label: &str) -> impl FnMut(usize, usize) {
 
 fn sim(path: &std::path::Path, json: bool, db: Option<&std::path::Path>) -> Result<bool> {
     let scn = Scenario::load(path)?;
+    let kernel = braid_sim::runner::kernel_variants(&scn);
     let report = run_scenario(&scn, progress_printer(&scn.name))?;
+    if !kernel.is_empty() {
+        // On stderr, so that --json stays one object on stdout.
+        eprintln!(
+            "left out (real kernel stacks; run them with `braid testbed run`): {}",
+            kernel.join(", ")
+        );
+    }
     if let Some(db) = db {
         let id = report_cmd::store_report(db, &report, path)?;
         // On stderr, so that --json stays one object on stdout.

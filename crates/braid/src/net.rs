@@ -89,7 +89,8 @@ pub struct AgentArgs {
     /// blackout freeze and random-loss recovery).
     #[arg(long)]
     pub scheduler: Option<String>,
-    /// Congestion controller for both directions: bbr (default), cubic or reno.
+    /// Congestion controller for both directions: cubic (default), bbr, reno, lia, olia or
+    /// balia.
     #[arg(long)]
     pub cc: Option<String>,
     /// Log level: error, warn, info, debug or trace.
@@ -244,12 +245,9 @@ pub fn agent(a: AgentArgs) -> Result<()> {
         (None, None) => AuthPolicy::NoAuth,
         _ => bail!("--socks-user and --socks-pass go together"),
     };
-    // Real links (WiFi, cellular) lose packets at random; a model-based controller does not
-    // mistake that for congestion (see docs/results.md), so it is the agent's default.
-    let mut transport = braid_core::Config {
-        cc: braid_core::CcAlgorithm::Bbr,
-        ..braid_core::Config::default()
-    };
+    // braid's one default stack (see `Config::default` and docs/results.md, "One default"):
+    // the simulator's variants that name no scheduler or controller run the same.
+    let mut transport = braid_core::Config::default();
     if let Some(s) = a.scheduler.or(f.scheduler) {
         let kind = s
             .parse()

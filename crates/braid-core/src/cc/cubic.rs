@@ -21,6 +21,19 @@ pub struct Cubic {
     k: f64,     // seconds
     w_est: f64, // segments
     cwnd_frac: f64,
+    /// The state before the last cut, while it may still be undone.
+    undo: Option<Undo>,
+}
+
+/// What a window cut changes, kept to undo it.
+#[derive(Debug, Clone, Copy)]
+struct Undo {
+    cwnd: u64,
+    ssthresh: u64,
+    epoch_start: Option<Instant>,
+    w_max: f64,
+    k: f64,
+    w_est: f64,
 }
 
 impl Cubic {
@@ -37,6 +50,7 @@ impl Cubic {
             k: 0.0,
             w_est: 0.0,
             cwnd_frac: 0.0,
+            undo: None,
         }
     }
 
@@ -94,8 +108,17 @@ impl CongestionController for Cubic {
         if ev.persistent {
             self.cwnd = 2 * self.mss;
             self.epoch_start = None;
+            self.undo = None;
             return;
         }
+        self.undo = Some(Undo {
+            cwnd: self.cwnd,
+            ssthresh: self.ssthresh,
+            epoch_start: self.epoch_start,
+            w_max: self.w_max,
+            k: self.k,
+            w_est: self.w_est,
+        });
         let segs = self.segs();
         // Fast convergence: release bandwidth when the window shrank since the last loss.
         self.w_max = if segs < self.w_max {
@@ -109,6 +132,18 @@ impl CongestionController for Cubic {
         self.w_est = self.segs();
         self.epoch_start = Some(ev.now);
         self.cwnd_frac = 0.0;
+    }
+
+    fn undo_loss(&mut self) {
+        if let Some(u) = self.undo.take() {
+            self.cwnd = self.cwnd.max(u.cwnd);
+            self.ssthresh = u.ssthresh;
+            self.epoch_start = u.epoch_start;
+            self.w_max = u.w_max;
+            self.k = u.k;
+            self.w_est = u.w_est;
+            self.recovery.clear();
+        }
     }
 
     fn window(&self) -> u64 {

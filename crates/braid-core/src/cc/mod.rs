@@ -129,6 +129,10 @@ pub trait CongestionController: fmt::Debug + Send {
     fn loss_interval(&self) -> Option<u64> {
         None
     }
+    /// Every loss behind the last window cut was acknowledged after all (reordering, not
+    /// congestion): return to the state from before that cut. Controllers that do not cut
+    /// on loss leave the default.
+    fn undo_loss(&mut self) {}
 }
 
 /// Pacing at 2× (slow start) or 1.25× the window per smoothed RTT.
@@ -233,6 +237,11 @@ impl Recovery {
 
     /// Packets were declared lost: true when this starts a new congestion event (cut the
     /// window), false when the losses belong to the current one.
+    /// Forget the recovery period (its losses proved spurious).
+    pub(crate) fn clear(&mut self) {
+        self.start = None;
+    }
+
     pub(crate) fn on_loss(&mut self, ev: &LossEvent) -> bool {
         if !ev.persistent && matches!(self.start, Some(t) if ev.largest_lost_sent <= t) {
             return false;

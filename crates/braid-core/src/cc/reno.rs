@@ -12,6 +12,8 @@ pub struct Reno {
     recovery: Recovery,
     hystart: HyStart,
     acked_in_ca: u64,
+    /// Window and threshold before the last cut, while it may still be undone.
+    undo: Option<(u64, u64)>,
 }
 
 impl Reno {
@@ -24,6 +26,7 @@ impl Reno {
             recovery: Recovery::default(),
             hystart: HyStart::default(),
             acked_in_ca: 0,
+            undo: None,
         }
     }
 }
@@ -50,11 +53,20 @@ impl CongestionController for Reno {
         self.hystart.reset();
         if ev.persistent {
             self.cwnd = 2 * self.mss;
+            self.undo = None;
             return;
         }
+        self.undo = Some((self.cwnd, self.ssthresh));
         self.cwnd = (self.cwnd / 2).max(2 * self.mss);
         self.ssthresh = self.cwnd;
         self.acked_in_ca = 0;
+    }
+    fn undo_loss(&mut self) {
+        if let Some((cwnd, ssthresh)) = self.undo.take() {
+            self.cwnd = self.cwnd.max(cwnd);
+            self.ssthresh = ssthresh;
+            self.recovery.clear();
+        }
     }
     fn window(&self) -> u64 {
         self.cwnd
