@@ -1,4 +1,4 @@
-//! `Scenario::from_toml_str` on arbitrary text (and `Trace::parse` on the same text): never
+//! `Scenario::from_toml_str` on arbitrary text (and both trace parsers on the same text): never
 //! panic. Accepted scenarios also go through the runner's planning step.
 //!
 //! The scenario's file path is taken inside the repository's `scenarios/`, so inputs that
@@ -19,6 +19,11 @@ fuzz_target!(|data: &[u8]| {
     };
     if let Ok(t) = Trace::parse(text, "fuzz.csv") {
         let _ = t.mean_rate();
+    }
+    if let Ok(t) = Trace::parse_mahimahi(text, "fuzz.mm") {
+        let _ = t.mean_rate();
+        let _ = t.bits_between(0, 3_000_000_000);
+        let _ = t.time_to_send(1_234_567, 1e7);
     }
     let file = Path::new(concat!(
         env!("CARGO_MANIFEST_DIR"),

@@ -9,7 +9,7 @@
 pub use crate::energy::EnergySpec;
 use crate::link::Nanos;
 pub use crate::trace::RateSpec;
-use crate::trace::Trace;
+use crate::trace::{Trace, TraceFormat};
 use crate::units::{parse_duration, parse_rate, parse_size};
 use serde::{Deserialize, Deserializer, Serialize};
 use std::collections::HashMap;
@@ -261,6 +261,7 @@ struct RawPath {
     duplicate: Option<f64>,
     queue: Option<UnitStr>,
     trace: Option<String>,
+    trace_format: Option<String>,
     burst: Option<BurstSpec>,
     half_duplex: Option<bool>,
     frame_overhead: Option<UnitStr>,
@@ -285,6 +286,7 @@ struct RawDir {
     duplicate: Option<f64>,
     queue: Option<UnitStr>,
     trace: Option<String>,
+    trace_format: Option<String>,
     burst: Option<BurstSpec>,
 }
 
@@ -426,13 +428,25 @@ impl Resolver<'_> {
         }
     }
 
-    fn trace(&mut self, key: &str, rel: &str) -> R<Arc<Trace>> {
+    fn trace(&mut self, key: &str, rel: &str, format: Option<(&str, &str)>) -> R<Arc<Trace>> {
+        let format = match format {
+            None => None,
+            Some((_, "csv")) => Some(TraceFormat::Csv),
+            Some((_, "mahimahi")) => Some(TraceFormat::Mahimahi),
+            Some((fkey, other)) => {
+                return Err(self.err(
+                    fkey,
+                    format!("unknown trace format {other:?}; expected \"csv\" (time_s,rate_mbit rows) or \"mahimahi\" (one millisecond timestamp per 1500-byte delivery opportunity); leave it out to detect it"),
+                ))
+            }
+        };
         let base = self.file.parent().unwrap_or(Path::new(""));
         let full = base.join(rel);
-        if let Some(t) = self.traces.get(&full) {
+        let cache_key = full.join(format!("{format:?}"));
+        if let Some(t) = self.traces.get(&cache_key) {
             return Ok(t.clone());
         }
-        let t = Arc::new(Trace::load(&full).map_err(|m| self.err(key, m))?);
+        let t = Arc::new(Trace::load(&full, format).map_err(|m| self.err(key, m))?);
         if t.points().iter().all(|p| p.1 == 0) {
             let msg = format!(
                 "{}: expected some rate above 0, but every row is 0",
@@ -440,7 +454,7 @@ impl Resolver<'_> {
             );
             return Err(self.err(key, msg));
         }
-        self.traces.insert(full, t.clone());
+        self.traces.insert(cache_key, t.clone());
         Ok(t)
     }
 
@@ -625,12 +639,23 @@ impl Resolver<'_> {
                 format!("{k}.{key}")
             }
         };
+        // A direction's own `trace_format`, else the path's.
+        let fmt_key = if d.trace_format.is_some() {
+            pick(true, "trace_format")
+        } else {
+            pick(false, "trace_format")
+        };
+        let fmt = d
+            .trace_format
+            .as_deref()
+            .or(p.trace_format.as_deref())
+            .map(|f| (fmt_key.as_str(), f));
         let rate = if let Some(t) = &d.trace {
-            RateSpec::Trace(self.trace(&pick(true, "trace"), t)?)
+            RateSpec::Trace(self.trace(&pick(true, "trace"), t, fmt)?)
         } else if let Some(r) = &d.rate {
             RateSpec::Constant(self.rate(&pick(true, "rate"), r)?)
         } else if let Some(t) = &p.trace {
-            RateSpec::Trace(self.trace(&pick(false, "trace"), t)?)
+            RateSpec::Trace(self.trace(&pick(false, "trace"), t, fmt)?)
         } else if let Some(r) = &p.rate {
             RateSpec::Constant(self.rate(&pick(false, "rate"), r)?)
         } else {

@@ -1,6 +1,8 @@
-//! Capacity traces: a link rate that changes over time, loaded from CSV.
+//! Capacity traces: a link rate that changes over time, loaded from CSV or from Mahimahi's
+//! packet-delivery traces (which loop at their end, as Mahimahi's `mm-link` does).
 //!
-//! Owns: the trace file format (`time_s,rate_mbit` rows), its loading and validation, and
+//! Owns: the trace file formats (`time_s,rate_mbit` rows; one millisecond timestamp per
+//! 1500-byte delivery opportunity), their loading and validation, looping, and
 //! the integrals the link model needs (bits carried between two instants, time to carry a
 //! given number of bits). Must not touch: the link's queues, loss or blackouts (`link.rs`)
 //! or scenario parsing (`scenario.rs`). Integrals are computed in exact integer
@@ -12,12 +14,30 @@ use std::path::Path;
 use std::sync::Arc;
 
 /// A piecewise-constant rate: the rate of the last point at or before `t`; before the first
-/// point, the first point's rate; after the last point, the last rate forever.
+/// point, the first point's rate; after the last point, the last rate forever, or, for a
+/// looping trace, the trace again from its start every `period`.
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct Trace {
-    /// `(time, bits per second)`, non-empty, times strictly increasing.
+    /// `(time, bits per second)`, non-empty, times strictly increasing (and, when looping,
+    /// the first at 0 and all before `period`).
     points: Vec<(Nanos, u64)>,
+    /// The trace repeats with this period.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    period: Option<Nanos>,
 }
+
+/// Which format a trace file is in.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum TraceFormat {
+    /// `time_s,rate_mbit` rows; the last rate holds forever.
+    Csv,
+    /// Mahimahi: one integer millisecond per line, one 1500-byte delivery opportunity each;
+    /// loops at its end.
+    Mahimahi,
+}
+
+/// Bytes one Mahimahi delivery opportunity carries.
+pub const MAHIMAHI_PACKET_BYTES: u64 = 1500;
 
 impl Trace {
     /// A trace from `(time, bps)` points; they must be non-empty with strictly increasing
@@ -29,21 +49,107 @@ impl Trace {
         if points.windows(2).any(|w| w[0].0 >= w[1].0) {
             return Err("trace times must be strictly increasing".to_string());
         }
-        Ok(Trace { points })
+        Ok(Trace {
+            points,
+            period: None,
+        })
+    }
+
+    /// A trace from `points` that repeats every `period` (the first point must be at 0 and
+    /// every point before `period`).
+    pub fn looping(points: Vec<(Nanos, u64)>, period: Nanos) -> Result<Trace, String> {
+        let mut t = Trace::new(points)?;
+        if t.points[0].0 != 0 {
+            return Err("a looping trace starts at time 0".to_string());
+        }
+        if period == 0 || t.points.last().is_some_and(|p| p.0 >= period) {
+            return Err("a looping trace's points all come before its period".to_string());
+        }
+        t.period = Some(period);
+        Ok(t)
     }
 
     /// A trace that always has `bps`.
     pub fn constant(bps: u64) -> Trace {
         Trace {
             points: vec![(0, bps)],
+            period: None,
         }
     }
 
-    /// Loads a trace file; errors name the file (and the line, for bad rows).
-    pub fn load(path: &Path) -> Result<Trace, String> {
+    /// The period of a looping trace.
+    pub fn period(&self) -> Option<Nanos> {
+        self.period
+    }
+
+    /// Loads a trace file in `format`, or the format its content shows when `None` (a
+    /// single integer per line is Mahimahi's); errors name the file (and the line).
+    pub fn load(path: &Path, format: Option<TraceFormat>) -> Result<Trace, String> {
         let text = std::fs::read_to_string(path)
             .map_err(|e| format!("cannot read trace file {}: {e}", path.display()))?;
-        Trace::parse(&text, &path.display().to_string())
+        let name = path.display().to_string();
+        match format.unwrap_or_else(|| detect_format(&text)) {
+            TraceFormat::Csv => Trace::parse(&text, &name),
+            TraceFormat::Mahimahi => Trace::parse_mahimahi(&text, &name),
+        }
+    }
+
+    /// Parses a Mahimahi trace: one integer per line, a time in milliseconds; each line is
+    /// one opportunity for a 1500-byte packet, several lines with the same time several
+    /// packets in that millisecond. Each millisecond becomes a constant rate over that
+    /// millisecond (n opportunities: n x 12 Mbit/s), and the trace loops with a period of
+    /// its last timestamp, as Mahimahi's link does (a trace of one timestamp, or ending at
+    /// 0, loops every millisecond).
+    pub fn parse_mahimahi(text: &str, name: &str) -> Result<Trace, String> {
+        const MS: Nanos = 1_000_000;
+        let mut counts: Vec<u64> = Vec::new();
+        let mut last: Option<u64> = None;
+        for (i, raw) in text.lines().enumerate() {
+            let line = raw.trim();
+            if line.is_empty() {
+                continue;
+            }
+            let err = |msg: String| format!("{name}: line {}: {msg}", i + 1);
+            let t: u64 = line.parse().map_err(|_| {
+                err(format!(
+                    "expected a Mahimahi timestamp (whole milliseconds), got {line:?}"
+                ))
+            })?;
+            if last.is_some_and(|l| t < l) {
+                return Err(err(format!(
+                    "Mahimahi timestamps never decrease, but {t} comes after {}",
+                    last.unwrap_or(0)
+                )));
+            }
+            if t > 100_000_000 {
+                return Err(err(format!("timestamp {t} ms is beyond 100 000 s")));
+            }
+            last = Some(t);
+            let idx = t as usize;
+            if counts.len() <= idx {
+                counts.resize(idx + 1, 0);
+            }
+            counts[idx] += 1;
+        }
+        let Some(end) = last else {
+            return Err(format!("{name}: the Mahimahi trace has no timestamps"));
+        };
+        // Mahimahi loops with the last timestamp as the period; the opportunities at that
+        // very millisecond are those of time 0 in the next round.
+        let period_ms = end.max(1);
+        if end > 0 {
+            let at_end = counts.pop().unwrap_or(0);
+            counts[0] += at_end;
+        }
+        let per_opportunity = MAHIMAHI_PACKET_BYTES * 8 * 1000;
+        let mut points: Vec<(Nanos, u64)> = Vec::new();
+        for (ms, &n) in counts.iter().enumerate() {
+            let bps = n * per_opportunity;
+            if points.last().is_none_or(|&(_, r)| r != bps) {
+                points.push((ms as Nanos * MS, bps));
+            }
+        }
+        Trace::looping(points, period_ms * MS).map_err(|e| format!("{name}: {e}"))
     }
 
     /// Parses trace text. `name` is used in error messages. Rows are `time_s,rate_mbit`
@@ -106,7 +212,10 @@ impl Trace {
         if points.is_empty() {
             return Err(format!("{name}: the trace has no data rows"));
         }
-        Ok(Trace { points })
+        Ok(Trace {
+            points,
+            period: None,
+        })
     }
 
     /// The `(time, bps)` points.
@@ -114,23 +223,42 @@ impl Trace {
         &self.points
     }
 
-    /// Index of the segment that contains `t`.
+    /// Index of the segment that contains `t` (within one period for a looping trace).
     fn segment(&self, t: Nanos) -> usize {
         self.points.partition_point(|p| p.0 <= t).saturating_sub(1)
     }
 
-    /// End of segment `i` (exclusive), `None` for the last one.
+    /// End of segment `i` (exclusive); `None` for the last one of a trace that does not loop.
     fn segment_end(&self, i: usize) -> Option<Nanos> {
-        self.points.get(i + 1).map(|p| p.0)
+        self.points.get(i + 1).map(|p| p.0).or(self.period)
     }
 
     /// The rate at `t`, in bits per second.
     pub fn rate_at(&self, t: Nanos) -> u64 {
+        let t = self.period.map_or(t, |p| t % p);
         self.points[self.segment(t)].1
     }
 
     /// Integral of the rate over `[t0, t1]` in bit-nanoseconds (bits times 10^9).
     pub(crate) fn bitns_between(&self, t0: Nanos, t1: Nanos) -> u128 {
+        if t1 <= t0 {
+            return 0;
+        }
+        let Some(p) = self.period else {
+            return self.bitns_within(t0, t1);
+        };
+        let (k0, k1) = (t0 / p, t1 / p);
+        let (r0, r1) = (t0 % p, t1 % p);
+        if k0 == k1 {
+            return self.bitns_within(r0, r1);
+        }
+        let whole = (k1 - k0 - 1) as u128 * self.bitns_within(0, p);
+        self.bitns_within(r0, p) + whole + self.bitns_within(0, r1)
+    }
+
+    /// The integral over `[t0, t1]` read straight off the points (for a looping trace, both
+    /// within one period: `t1 <= period`).
+    fn bitns_within(&self, t0: Nanos, t1: Nanos) -> u128 {
         if t1 <= t0 {
             return 0;
         }
@@ -159,6 +287,33 @@ impl Trace {
         if bitns == 0 {
             return Some(start);
         }
+        let Some(p) = self.period else {
+            return self.time_within(start, bitns);
+        };
+        let base = start - start % p;
+        let first = self.bitns_within(start % p, p);
+        if first >= bitns {
+            return self
+                .time_within(start % p, bitns)
+                .and_then(|t| t.checked_add(base));
+        }
+        let per = self.bitns_within(0, p);
+        if per == 0 {
+            return None;
+        }
+        // Whole periods, then the rest within the next one (never 0 bits: the earliest time).
+        let rest = bitns - first;
+        let whole = (rest - 1) / per;
+        let rest = rest - whole * per;
+        let round = u64::try_from(whole).ok()?.checked_add(1)?;
+        let offset = base.checked_add(round.checked_mul(p)?)?;
+        self.time_within(0, rest)
+            .and_then(|t| t.checked_add(offset))
+    }
+
+    /// `time_to_send_bitns` read straight off the points (for a looping trace, starting
+    /// within the first period and ending within it).
+    fn time_within(&self, start: Nanos, bitns: u128) -> Option<Nanos> {
         let mut i = self.segment(start);
         let mut cur = start;
         let mut remaining = bitns;
@@ -173,6 +328,11 @@ impl Trace {
                     remaining -= avail;
                     cur = end;
                     i += 1;
+                    if i >= self.points.len() {
+                        // The end of a looping trace's period: the caller made sure the
+                        // bits fit before it.
+                        return None;
+                    }
                 }
                 None => {
                     if rate == 0 {
@@ -200,12 +360,35 @@ impl Trace {
     /// Time-weighted mean rate over the span of the rows (the last row only marks the end
     /// of the span); with a single row, that row's rate.
     pub fn mean_rate(&self) -> u64 {
+        if let Some(p) = self.period {
+            return (self.bitns_within(0, p) / p as u128) as u64;
+        }
         let first = self.points[0].0;
         let last = self.points[self.points.len() - 1].0;
         if self.points.len() == 1 || last == first {
             return self.points[0].1;
         }
         (self.bitns_between(first, last) / (last - first) as u128) as u64
+    }
+}
+
+/// A file of single integers, one per line, is Mahimahi's format; anything else is CSV.
+pub fn detect_format(text: &str) -> TraceFormat {
+    let mut lines = text
+        .lines()
+        .map(str::trim)
+        .filter(|l| !l.is_empty())
+        .peekable();
+    if lines.peek().is_none() {
+        return TraceFormat::Csv;
+    }
+    if lines
+        .take(1000)
+        .all(|l| l.bytes().all(|b| b.is_ascii_digit()))
+    {
+        TraceFormat::Mahimahi
+    } else {
+        TraceFormat::Csv
     }
 }
 
@@ -278,6 +461,94 @@ impl Serialize for RateSpec {
 
 #[cfg(test)]
 mod tests {
+    const MS_NS: Nanos = 1_000_000;
+
+    #[test]
+    fn mahimahi_one_packet_per_millisecond_is_12_mbit_forever() {
+        // Mahimahi's own example: a file holding just "1".
+        let t = Trace::parse_mahimahi("1\n", "one").unwrap();
+        assert_eq!(t.period(), Some(MS_NS));
+        assert_eq!(t.mean_rate(), 12_000_000);
+        assert_eq!(t.rate_at(5_000_000_123), 12_000_000);
+        // 1500 bytes take one millisecond, wherever they start.
+        assert_eq!(
+            t.time_to_send(7 * MS_NS + 300, 12_000.0),
+            Some(8 * MS_NS + 300)
+        );
+    }
+
+    #[test]
+    fn mahimahi_counts_repeated_timestamps_and_loops_at_the_last_one() {
+        // ms 0: 2 packets, ms 1: none, ms 2: 1, then at 4 (the period) the loop starts.
+        let t = Trace::parse_mahimahi("0\n0\n2\n4\n", "t").unwrap();
+        assert_eq!(t.period(), Some(4 * MS_NS));
+        // The opportunity at 4 ms is time 0 of the next round: 3 at ms 0.
+        assert_eq!(t.rate_at(0), 36_000_000);
+        assert_eq!(t.rate_at(MS_NS), 0);
+        assert_eq!(t.rate_at(2 * MS_NS), 12_000_000);
+        assert_eq!(t.rate_at(3 * MS_NS), 0);
+        assert_eq!(t.rate_at(4 * MS_NS + 10), 36_000_000);
+        // 4 packets of 1500 bytes per 4 ms.
+        assert_eq!(t.mean_rate(), 12_000_000);
+        assert_eq!(t.bits_between(0, 400 * MS_NS), 100.0 * 4.0 * 12_000.0);
+        // ms 3..9: 0 + 3 (ms 4 = 0) + 0 + 1 (ms 6 = 2) + 0 + 3 (ms 8 = 0).
+        assert_eq!(t.bits_between(3 * MS_NS, 9 * MS_NS), 12_000.0 * 7.0);
+    }
+
+    #[test]
+    fn a_looping_trace_sends_across_its_end_and_many_periods() {
+        let t = Trace::parse_mahimahi("0\n2\n4\n", "t").unwrap();
+        // 1 packet at ms 0 (2 with the wrap) and 1 at ms 2: 3 per 4 ms... the last line is
+        // the next round's first: ms 0 has 2, ms 2 has 1.
+        assert_eq!(t.bits_between(0, 4 * MS_NS), 3.0 * 12_000.0);
+        // From inside ms 3 (rate 0), 1500 bytes need the next round's ms 0, half of it.
+        let end = t.time_to_send(3 * MS_NS, 12_000.0).unwrap();
+        assert_eq!(end, 4 * MS_NS + MS_NS / 2);
+        // 1000 rounds later, exactly.
+        let bits = 1000.0 * 3.0 * 12_000.0;
+        let end = t.time_to_send(0, bits).unwrap();
+        assert_eq!(t.bits_between(0, end), bits);
+        assert!(t.bits_between(0, end - 1) < bits);
+    }
+
+    #[test]
+    fn the_format_is_detected_from_the_content() {
+        assert_eq!(detect_format("0\n1\n1\n"), TraceFormat::Mahimahi);
+        assert_eq!(detect_format("time_s,rate_mbit\n0,1\n"), TraceFormat::Csv);
+        assert_eq!(detect_format("0,1\n"), TraceFormat::Csv);
+    }
+
+    #[test]
+    fn bad_mahimahi_traces_are_refused_with_the_line() {
+        let e = Trace::parse_mahimahi("0\n5\n3\n", "f.down").unwrap_err();
+        assert!(
+            e.contains("f.down: line 3") && e.contains("never decrease"),
+            "{e}"
+        );
+        let e = Trace::parse_mahimahi("0\n1.5\n", "f.down").unwrap_err();
+        assert!(
+            e.contains("line 2") && e.contains("whole milliseconds"),
+            "{e}"
+        );
+        assert!(Trace::parse_mahimahi("\n", "f")
+            .unwrap_err()
+            .contains("no timestamps"));
+    }
+
+    #[test]
+    fn the_shipped_mahimahi_traces_have_the_mean_rates_their_readme_gives() {
+        let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../scenarios/traces/mahimahi");
+        for (f, mbit) in [
+            ("Verizon-LTE-short.down", 5.0),
+            ("ATT-LTE-driving-2016.down", 4.6),
+        ] {
+            let t = Trace::load(&dir.join(f), None).unwrap();
+            assert!(t.period().is_some(), "{f} loops");
+            let m = t.mean_rate() as f64 / 1e6;
+            assert!((m - mbit).abs() < 0.15, "{f}: {m} Mbit/s");
+        }
+    }
+
     use super::*;
 
     const S: Nanos = 1_000_000_000;
@@ -321,7 +592,7 @@ mod tests {
         assert!(Trace::parse("0,nan\n", "w").is_err());
         assert!(Trace::parse("inf,1\n", "w").is_err());
         assert!(Trace::parse("1e30,1\n", "w").is_err());
-        let e = Trace::load(Path::new("/nonexistent/trace.csv")).unwrap_err();
+        let e = Trace::load(Path::new("/nonexistent/trace.csv"), None).unwrap_err();
         assert!(e.contains("/nonexistent/trace.csv"), "{e}");
     }
 
