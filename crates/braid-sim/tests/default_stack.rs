@@ -102,3 +102,20 @@ fn a_variant_naming_no_scheduler_or_controller_runs_the_agent_default() {
     let bbr = scn.variants.iter().find(|v| v.name == "bbr").expect("bbr");
     assert!(!bbr.blackout_freeze && !bbr.loss_recovery);
 }
+
+#[test]
+fn the_default_meets_the_linux_mptcp_self_test_criterion_on_every_link_pair() {
+    // simult_flows.sh: finish within size / (rate1 + rate2) x 10/9 + 450 ms.
+    let r = common::run_shipped("mptcp-selftest.toml", &[]);
+    assert_eq!(r.results.len(), 12);
+    for x in &r.results {
+        let bound = x.size_bytes as f64 * 8.0 / 20e6 * 10.0 / 9.0 + 0.45;
+        assert!(
+            x.completion_s <= bound,
+            "{} rep {}: {:.3} s > {bound:.3} s",
+            x.variant,
+            x.repetition,
+            x.completion_s
+        );
+    }
+}
