@@ -254,7 +254,9 @@ impl Path {
             delivered: 0,
             delivered_time: now,
             first_sent_time: now,
-            app_limited_until: 0,
+            // Application-limited until data flows: the first packets (validation, the
+            // handshake) are a trickle, not a measure of the path.
+            app_limited_until: 1,
             recv_pns: RangeSet::new(),
             recv_floor: 0,
             ack_floor: 0,

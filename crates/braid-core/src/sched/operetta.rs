@@ -37,12 +37,25 @@
 //!   limit set on it, only shows the capacity is at least that much: it may raise the
 //!   estimate but never ages or lowers it. A limited path whose samples stay clearly below
 //!   its limit is network-limited, so those samples count as capacity samples again;
-//! * a path that carries no data (limit 0) keeps its last estimate: there is nothing to
-//!   measure, and its place in the `a/r` order only matters again when the target needs
-//!   it; as soon as it is given a share it is measured again like any other path. Its
-//!   estimate does not decay on its own, so a path that became faster while unused is
-//!   noticed only when the target reaches it (or when a rate hint says so);
-//! * before any sample the estimate is the congestion window over the smoothed RTT.
+//! * a path that carries no data (limit 0) keeps its last estimate: its samples (probes,
+//!   keepalives, acknowledgements) may raise it but never age or lower it, and as soon as
+//!   it is given a share it is measured again like any other path (see also Probing);
+//! * before any capacity sample the estimate is the congestion window over the smoothed
+//!   RTT (application-limited or held-back samples do not start an estimate: a trickle
+//!   during the handshake once pinned a 2 Mbit/s path at 58 kbit/s).
+//!
+//! # Probing
+//!
+//! A limit hides the capacity above it, and a path given no share is not measured at all,
+//! so without rate hints the estimates would stay where the first samples put them. The
+//! scheduler therefore lifts limits briefly (for the larger of two smoothed RTTs and
+//! [`PROBE_MIN`]):
+//! * the marginal path, when its latest sample was held back by its limit and its estimate
+//!   is not clearly above that limit (so the limit hides its capacity), every
+//!   [`PROBE_EVERY`];
+//! * a path given no share, every [`PROBE_UNUSED_EVERY`], but only when a capacity twice
+//!   its estimate would give it a share (a probe that could not change the allocation would
+//!   only cost energy: at alpha 0 the expensive paths are never probed).
 
 use super::{candidate_state, PathId, PathInfo, RateLimit, SchedContext, Scheduler};
 use crate::config::Config;
@@ -58,6 +71,13 @@ const LIMIT_BOUND: f64 = 0.9;
 
 /// A path filled to at least this fraction of its rate is left unlimited.
 const FULL: f64 = 0.999;
+
+/// How often the marginal path's limit is lifted while its samples are held back by it.
+pub const PROBE_EVERY: Duration = Duration::from_secs(2);
+/// How often a path without a share is probed (when a faster rate would give it one).
+pub const PROBE_UNUSED_EVERY: Duration = Duration::from_secs(10);
+/// Shortest probe.
+pub const PROBE_MIN: Duration = Duration::from_millis(100);
 
 /// One path as the allocation sees it.
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -140,6 +160,17 @@ struct Estimate {
     at: Instant,
     /// The newest sample already looked at.
     seen: Instant,
+    /// The latest sample was held back by the path's limit (capacity may be higher).
+    bound: bool,
+}
+
+/// When a path's limit was or will be lifted to measure it.
+#[derive(Debug, Clone, Copy)]
+struct Probe {
+    /// The next probe may start then.
+    next: Instant,
+    /// A probe runs until then.
+    until: Option<Instant>,
 }
 
 /// The OPERETTA scheduler.
@@ -148,6 +179,9 @@ pub struct Operetta {
     alpha: f64,
     estimates: BTreeMap<PathId, Estimate>,
     alloc: Allocation,
+    probes: BTreeMap<PathId, Probe>,
+    /// The allocation's limits with the probes applied: what the paths get.
+    effective: Vec<(PathId, RateLimit)>,
 }
 
 impl Default for Operetta {
@@ -156,6 +190,8 @@ impl Default for Operetta {
             alpha: 1.0,
             estimates: BTreeMap::new(),
             alloc: Allocation::default(),
+            probes: BTreeMap::new(),
+            effective: Vec::new(),
         }
     }
 }
@@ -180,13 +216,25 @@ impl Operetta {
             return;
         };
         let s = s as f64;
+        // A path given no share sends only probes, keepalives and acknowledgements: its
+        // samples say nothing about its capacity (they may only raise the estimate).
+        let held_back = match p.rate_cap {
+            Some(0) => true,
+            Some(c) => s >= LIMIT_BOUND * c as f64,
+            None => false,
+        };
         let Some(e) = self.estimates.get_mut(&p.id) else {
+            if app_limited || held_back {
+                // Not a capacity sample: keep the window-based guess until one comes.
+                return;
+            }
             self.estimates.insert(
                 p.id,
                 Estimate {
                     rate: s,
                     at: t,
                     seen: t,
+                    bound: false,
                 },
             );
             return;
@@ -195,10 +243,7 @@ impl Operetta {
             return;
         }
         e.seen = t;
-        let held_back = match p.rate_cap {
-            Some(c) if c > 0 => s >= LIMIT_BOUND * c as f64,
-            _ => false,
-        };
+        e.bound = held_back;
         if app_limited || held_back {
             if s > e.rate {
                 e.rate = s;
@@ -246,6 +291,86 @@ impl Operetta {
     }
 }
 
+impl Operetta {
+    /// Would a capacity twice `id`'s estimate give it a share of the allocation?
+    fn faster_would_be_used(&self, id: PathId, paths: &[PathInfo]) -> bool {
+        let Some(state) = candidate_state(paths) else {
+            return false;
+        };
+        let costed: Vec<CostedPath> = paths
+            .iter()
+            .filter(|p| p.eligible(state))
+            .map(|p| CostedPath {
+                id: p.id,
+                rate: self.rate_of(p) * if p.id == id { 2.0 } else { 1.0 },
+                power_mw: p.power_mw,
+            })
+            .collect();
+        allocate(self.alpha, &costed)
+            .order
+            .iter()
+            .any(|&(p, limit)| p == id && limit != Some(0))
+    }
+
+    /// The allocation's limits with probes started, running or ended (see the module doc).
+    fn apply_probes(&mut self, now: Instant, paths: &[PathInfo]) {
+        self.probes
+            .retain(|id, _| paths.iter().any(|p| p.id == *id));
+        let mut effective = Vec::with_capacity(self.alloc.order.len());
+        for &(id, limit) in &self.alloc.order {
+            let Some(p) = paths.iter().find(|p| p.id == id) else {
+                continue;
+            };
+            // Rates the agent gave are known: nothing to measure.
+            if limit.is_none() || p.rate_hint.is_some() {
+                effective.push((id, limit));
+                continue;
+            }
+            let unused = limit == Some(0);
+            let every = if unused {
+                PROBE_UNUSED_EVERY
+            } else {
+                PROBE_EVERY
+            };
+            let probe = self.probes.entry(id).or_insert(Probe {
+                next: now + every,
+                until: None,
+            });
+            if let Some(until) = probe.until {
+                if now < until {
+                    effective.push((id, None));
+                    continue;
+                }
+                probe.until = None;
+                probe.next = now + every;
+            }
+            let due = now >= probe.next;
+            let wanted = due
+                && if unused {
+                    self.faster_would_be_used(id, paths)
+                } else {
+                    // Only while the limit hides the capacity: an estimate clearly above
+                    // the limit already says the path could carry more.
+                    let cap = limit.unwrap_or(0) as f64;
+                    self.estimates
+                        .get(&id)
+                        .is_some_and(|e| e.bound && e.rate * LIMIT_BOUND <= cap)
+                };
+            let probe = self.probes.get_mut(&id).expect("inserted above");
+            if wanted {
+                probe.until = Some(now + (p.srtt * 2).max(PROBE_MIN));
+                effective.push((id, None));
+            } else {
+                if due {
+                    probe.next = now + every;
+                }
+                effective.push((id, limit));
+            }
+        }
+        self.effective = effective;
+    }
+}
+
 impl Scheduler for Operetta {
     fn name(&self) -> &'static str {
         "operetta"
@@ -257,19 +382,20 @@ impl Scheduler for Operetta {
 
     fn rate_limits(
         &mut self,
-        _now: Instant,
+        now: Instant,
         paths: &[PathInfo],
         out: &mut Vec<(PathId, RateLimit)>,
     ) {
         self.recompute(paths);
-        out.extend(self.alloc.order.iter().copied());
+        self.apply_probes(now, paths);
+        out.extend(self.effective.iter().copied());
     }
 
-    fn select(&mut self, _now: Instant, paths: &[PathInfo], _ctx: &SchedContext) -> Option<PathId> {
+    fn select(&mut self, now: Instant, paths: &[PathInfo], _ctx: &SchedContext) -> Option<PathId> {
         self.recompute(paths);
+        self.apply_probes(now, paths);
         let state = candidate_state(paths)?;
-        self.alloc
-            .order
+        self.effective
             .iter()
             .filter(|(_, limit)| *limit != Some(0))
             .filter_map(|(id, _)| paths.iter().find(|p| p.id == *id))
@@ -422,6 +548,7 @@ mod tests {
                 rate: 2.0 * MBIT,
                 at: sec(1),
                 seen: sec(1),
+                bound: false,
             },
         );
         s.observe(&b);

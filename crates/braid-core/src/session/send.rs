@@ -189,8 +189,10 @@ impl Session {
                 }
             }
         } else {
+            // Nothing to send: what any path delivers now says nothing about its capacity
+            // (paths still validating included: their challenges are a trickle).
             for p in self.paths.values_mut() {
-                if p.usable() && p.window_open() {
+                if !p.abandoned && p.window_open() {
                     p.mark_app_limited();
                 }
             }
