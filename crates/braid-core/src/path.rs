@@ -693,7 +693,20 @@ impl Path {
             .iter()
             .flatten()
             .find(|p| p.in_flight && p.ack_eliciting)?;
-        Some(oldest.time_sent + self.rtt.pto_base(max_ack_delay))
+        Some(oldest.time_sent + self.blackout_wait(max_ack_delay))
+    }
+
+    /// How long an answer (an acknowledgement, a probe's reply) may take before the blackout
+    /// watch suspects the path: the probe-timeout base, but at most four minimum RTTs (at
+    /// least a second). A path that held packets in a queue while it carried nothing (out
+    /// of WiFi range) comes back with a smoothed RTT of seconds; waiting that long to
+    /// notice its next outage once left a transfer's last bytes on it for a minute.
+    pub(crate) fn blackout_wait(&self, max_ack_delay: Duration) -> Duration {
+        let base = self.rtt.pto_base(max_ack_delay);
+        if !self.rtt.has_sample() {
+            return base;
+        }
+        base.min((self.rtt.min() * 4 + max_ack_delay).max(Duration::from_secs(1)))
     }
 
     /// A blackout froze the path: forget every packet in flight without a congestion

@@ -106,7 +106,7 @@ impl Session {
                 continue;
             };
             let (last, expected) = (p.last_heard, p.ack_expected(mad));
-            let wait = p.rtt.pto_base(mad);
+            let wait = p.blackout_wait(mad);
             if p.watch.on_timer(now, last, expected, wait) == Verdict::Freeze {
                 self.freeze_path(now, pid, true);
             }
