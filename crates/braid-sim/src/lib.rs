@@ -1,7 +1,8 @@
 //! braid-sim: a deterministic discrete-event simulator that runs `braid-core` over modelled
 //! links in virtual time.
 //!
-//! - [`scenario`]: the TOML scenario format, [`units`], [`trace`]: its building blocks,
+//! - [`scenario`]: the TOML scenario format, [`sweep`]: one file for many scenarios,
+//!   [`units`], [`trace`]: its building blocks,
 //! - [`link`]: the per-path link model, [`energy`]: interface energy,
 //! - [`world`]: the event loop joining two sessions through the links,
 //! - [`runner`]: transfers and metrics, [`report`]: results as JSON and tables,
@@ -13,6 +14,7 @@ pub mod payload;
 pub mod report;
 pub mod runner;
 pub mod scenario;
+pub mod sweep;
 pub mod trace;
 pub mod units;
 pub mod world;
@@ -20,7 +22,7 @@ pub mod world;
 pub use energy::EnergyMeter;
 pub use link::{Dir, LinkStats, Nanos, PathModel};
 pub use report::{PathResult, Report, RunResult};
-pub use runner::run_scenario;
+pub use runner::{run_scenario, run_sweep};
 pub use scenario::{
     BurstSpec, Direction, EnergySpec, LinkSpec, PathSpec, RateSpec, Scenario, ScenarioError,
     VariantKind, VariantSpec, Workload,

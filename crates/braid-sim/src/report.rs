@@ -115,9 +115,17 @@ impl Report {
         if let Some(h) = self.handshake_s {
             let _ = writeln!(s, "session set-up (all paths validated): {:.1} ms", h * 1e3);
         }
+        // Sweep points make long variant names: the column fits the longest.
+        let w = self
+            .results
+            .iter()
+            .map(|r| r.variant.len())
+            .max()
+            .unwrap_or(0)
+            .max(14);
         let _ = writeln!(
             s,
-            "{:<14} {:>4} {:>10} {:>10} {:>13} {:>13} {:>6} {:>9} {:>10}  per path",
+            "{:<w$} {:>4} {:>10} {:>10} {:>13} {:>13} {:>6} {:>9} {:>10}  per path",
             "variant", "rep", "size", "time", "goodput", "capacity", "eff", "energy", "retx",
         );
         for r in &self.results {
@@ -142,7 +150,7 @@ impl Report {
                 .collect();
             let _ = writeln!(
                 s,
-                "{:<14} {:>4} {:>10} {:>9.3}s {:>13} {:>13} {:>6.3} {:>8.2}J {:>10}  {}{}",
+                "{:<w$} {:>4} {:>10} {:>9.3}s {:>13} {:>13} {:>6.3} {:>8.2}J {:>10}  {}{}",
                 r.variant,
                 r.repetition,
                 format_size(r.size_bytes),

@@ -158,6 +158,50 @@ pub fn run_scenario(
     })
 }
 
+/// Run every point of a sweep (see `sweep.rs`) into one report: each result's variant is
+/// named `variant label`, e.g. `default path[0].loss=0.01`; `progress(done, total)` counts
+/// jobs over all points.
+pub fn run_sweep(
+    points: &[crate::sweep::SweepPoint],
+    mut progress: impl FnMut(usize, usize),
+) -> Result<Report, ScenarioError> {
+    let mut totals = Vec::with_capacity(points.len());
+    for p in points {
+        totals.push(jobs(&p.scenario, &plan(&p.scenario)?).len());
+    }
+    let total: usize = totals.iter().sum();
+    let Some(first) = points.first() else {
+        return Err(ScenarioError::new(
+            "<sweep>",
+            "",
+            "a sweep with no scenario",
+        ));
+    };
+    let mut merged = Report {
+        scenario: first.scenario.name.clone(),
+        mode: "sim".into(),
+        handshake_s: None,
+        results: Vec::new(),
+        virtual_s: 0.0,
+        wall_s: 0.0,
+    };
+    let mut offset = 0;
+    for (p, n) in points.iter().zip(totals) {
+        let mut r = run_scenario(&p.scenario, |done, _| progress(offset + done, total))?;
+        offset += n;
+        if !p.label.is_empty() {
+            for x in &mut r.results {
+                x.variant = format!("{} {}", x.variant, p.label);
+            }
+        }
+        merged.handshake_s = merged.handshake_s.or(r.handshake_s);
+        merged.results.append(&mut r.results);
+        merged.virtual_s += r.virtual_s;
+        merged.wall_s += r.wall_s;
+    }
+    Ok(merged)
+}
+
 /// The seed of a repetition: the scenario seed plus the repetition number.
 pub fn repetition_seed(scn: &Scenario, repetition: u32) -> u64 {
     scn.seed.wrapping_add(repetition as u64)

@@ -248,6 +248,9 @@ struct RawScenario {
     workload: Option<RawWorkload>,
     #[serde(default)]
     variant: Vec<RawVariant>,
+    /// Sweeps: checked and expanded by `sweep.rs`, ignored here.
+    #[allow(dead_code)]
+    sweep: Option<toml::Value>,
 }
 
 #[derive(Deserialize)]
@@ -348,18 +351,37 @@ impl Scenario {
     /// resolved relative to its directory.
     pub fn from_toml_str(text: &str, file: &Path) -> Result<Scenario, ScenarioError> {
         let de = toml::Deserializer::new(text);
+        Scenario::from_deserializer(de, text, file)
+    }
+
+    /// Validates an already parsed scenario table (a sweep point); errors name keys but no
+    /// lines.
+    pub fn from_toml_value(value: toml::Value, file: &Path) -> Result<Scenario, ScenarioError> {
+        Scenario::from_deserializer(value, "", file)
+    }
+
+    fn from_deserializer<'de, D: serde::Deserializer<'de>>(
+        de: D,
+        text: &str,
+        file: &Path,
+    ) -> Result<Scenario, ScenarioError>
+    where
+        D::Error: SpannedError,
+    {
         let raw: RawScenario = serde_path_to_error::deserialize(de).map_err(|err| {
             let path = err.path().to_string();
             let inner = err.into_inner();
             let line = inner
                 .span()
+                .filter(|_| !text.is_empty())
                 .map(|s| text.get(..s.start).map_or(0, |p| p.matches('\n').count()) + 1);
             let key = if path == "." || path == "?" {
                 String::new()
             } else {
                 path
             };
-            let message: Vec<&str> = inner.message().lines().map(str::trim).collect();
+            let full = inner.message();
+            let message: Vec<&str> = full.lines().map(str::trim).collect();
             let message = message.join("; ");
             let syntax = key.is_empty()
                 && !message.starts_with("unknown field")
@@ -386,6 +408,21 @@ impl Scenario {
     /// The index of the path called `name`.
     pub fn path_index(&self, name: &str) -> Option<usize> {
         self.paths.iter().position(|p| p.name == name)
+    }
+}
+
+/// What the scenario loader needs of a deserializer's error: where it was and what it says.
+trait SpannedError: serde::de::Error {
+    fn span(&self) -> Option<std::ops::Range<usize>>;
+    fn message(&self) -> String;
+}
+
+impl SpannedError for toml::de::Error {
+    fn span(&self) -> Option<std::ops::Range<usize>> {
+        toml::de::Error::span(self)
+    }
+    fn message(&self) -> String {
+        toml::de::Error::message(self).to_string()
     }
 }
 

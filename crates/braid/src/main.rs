@@ -8,7 +8,7 @@ mod report_cmd;
 mod testbed_cmd;
 
 use anyhow::{Context, Result};
-use braid_sim::{run_scenario, Scenario};
+
 use clap::{Parser, Subcommand};
 use std::io::IsTerminal;
 use std::path::PathBuf;
@@ -126,9 +126,10 @@ pub(crate) fn progress_printer(label: &str) -> impl FnMut(usize, usize) {
 }
 
 fn sim(path: &std::path::Path, json: bool, db: Option<&std::path::Path>) -> Result<bool> {
-    let scn = Scenario::load(path)?;
-    let kernel = braid_sim::runner::kernel_variants(&scn);
-    let report = run_scenario(&scn, progress_printer(&scn.name))?;
+    let points = braid_sim::sweep::load(path)?;
+    let scn = &points[0].scenario;
+    let kernel = braid_sim::runner::kernel_variants(scn);
+    let report = braid_sim::run_sweep(&points, progress_printer(&scn.name))?;
     if !kernel.is_empty() {
         // On stderr, so that --json stays one object on stdout.
         eprintln!(
