@@ -28,12 +28,15 @@ fn agent_cfg(
             name: "lo".into(),
             bind: PathBind::Address("127.0.0.1".parse().unwrap()),
             via: None,
+            policy: Default::default(),
         }],
         socks: Some("127.0.0.1:0".parse().unwrap()),
         http: None,
         socks_auth: AuthPolicy::NoAuth,
         http_limits: HttpLimits::default(),
         open_timeout: Duration::from_secs(5),
+        session_wait: Duration::from_secs(2),
+        state_file: None,
         transport: braid_core::Config::default(),
     }
 }

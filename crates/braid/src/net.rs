@@ -4,7 +4,6 @@
 use anyhow::{bail, Context, Result};
 use braid_net::agent::{Agent, AgentConfig, AgentPath};
 use braid_net::server::{Server, ServerConfig};
-use braid_net::udp::PathBind;
 use braid_proxy::{AuthPolicy, HttpLimits};
 use clap::Args;
 use serde::Deserialize;
@@ -69,8 +68,12 @@ pub struct AgentArgs {
     /// This agent's private key file.
     #[arg(long, value_name = "FILE")]
     pub key: Option<PathBuf>,
-    /// A path: NAME=INTERFACE or NAME=LOCAL_IP (repeat for each path, 1 to 8).
-    #[arg(long = "path", value_name = "NAME=IFACE_OR_LOCAL_IP")]
+    /// A path: NAME=INTERFACE or NAME=LOCAL_IP, then options: `backup` (carries data only
+    /// while no other path works), `cap=SIZE/day` or `cap=SIZE/month` (bytes both ways; over
+    /// it the path is a backup), `power=WATTS` (for --scheduler operetta). Repeat for each
+    /// path, 1 to 8, like --path wifi=wlan0 --path lte=wwan0,backup,cap=10GB/month. Paths
+    /// that are absent are used when they appear.
+    #[arg(long = "path", value_name = "NAME=IFACE_OR_LOCAL_IP[,OPTION...]")]
     #[serde(default, rename = "path")]
     pub paths: Vec<String>,
     /// SOCKS5 proxy listen address, like 127.0.0.1:1080.
@@ -85,10 +88,23 @@ pub struct AgentArgs {
     /// Require this SOCKS5 password (with --socks-user).
     #[arg(long)]
     pub socks_pass: Option<String>,
-    /// Packet scheduler: minrtt, rr, wrr, ecf, blest or super (minrtt with ACK offload,
-    /// blackout freeze and random-loss recovery).
+    /// Packet scheduler: minrtt, rr, wrr, ecf, blest, super (minrtt with ACK offload,
+    /// blackout freeze and random-loss recovery), operetta (energy-aware, see --alpha and
+    /// power=) or redundant.
     #[arg(long)]
     pub scheduler: Option<String>,
+    /// OPERETTA's utility for --scheduler operetta: 0 (least energy per bit) to 1 (most
+    /// throughput) [default: 0.5].
+    #[arg(long)]
+    pub alpha: Option<f64>,
+    /// File that keeps the bytes counted against path caps across restarts
+    /// [default: braid-agent-caps.state in the working directory, when a path has a cap].
+    #[arg(long, value_name = "FILE")]
+    pub state_file: Option<PathBuf>,
+    /// How long a proxied connection waits for a session when none is up, in seconds
+    /// [default: 10].
+    #[arg(long, value_name = "SECONDS")]
+    pub session_wait: Option<u64>,
     /// Congestion controller for both directions: bbr (default), cubic or reno.
     #[arg(long)]
     pub cc: Option<String>,
@@ -185,19 +201,12 @@ pub fn server(a: ServerArgs) -> Result<()> {
 }
 
 fn parse_path(s: &str) -> Result<AgentPath> {
-    let (name, bind) = s.split_once('=').with_context(|| {
-        format!("--path {s:?}: expected NAME=INTERFACE or NAME=LOCAL_IP, like wifi=wlan0")
-    })?;
-    if name.is_empty() {
-        bail!("--path {s:?}: the path needs a name before '='");
-    }
-    let bind: PathBind = bind
-        .parse()
-        .map_err(|e: String| anyhow::anyhow!("--path {s:?}: {e}"))?;
+    let spec = braid_net::policy::parse_path_spec(s).map_err(|e| anyhow::anyhow!("--path {e}"))?;
     Ok(AgentPath {
-        name: name.to_string(),
-        bind,
+        name: spec.name,
+        bind: spec.bind,
         via: None,
+        policy: spec.policy,
     })
 }
 
@@ -232,6 +241,14 @@ pub fn agent(a: AgentArgs) -> Result<()> {
         .iter()
         .map(|p| parse_path(p))
         .collect::<Result<Vec<_>>>()?;
+    for (i, p) in paths.iter().enumerate() {
+        if paths[..i].iter().any(|q| q.name == p.name) {
+            bail!(
+                "--path: the name {:?} is used twice; give each path its own name",
+                p.name
+            );
+        }
+    }
     let socks = a.socks.or(f.socks);
     let http = a.http.or(f.http);
     if socks.is_none() && http.is_none() {
@@ -244,12 +261,8 @@ pub fn agent(a: AgentArgs) -> Result<()> {
         (None, None) => AuthPolicy::NoAuth,
         _ => bail!("--socks-user and --socks-pass go together"),
     };
-    // Real links (WiFi, cellular) lose packets at random; a model-based controller does not
-    // mistake that for congestion (see docs/results.md), so it is the agent's default.
-    let mut transport = braid_core::Config {
-        cc: braid_core::CcAlgorithm::Bbr,
-        ..braid_core::Config::default()
-    };
+    // BBR, keepalives as NATs need them (see braid_net::agent::agent_transport).
+    let mut transport = braid_net::agent::agent_transport();
     if let Some(s) = a.scheduler.or(f.scheduler) {
         let kind = s
             .parse()
@@ -261,6 +274,24 @@ pub fn agent(a: AgentArgs) -> Result<()> {
             .parse()
             .map_err(|e: String| anyhow::anyhow!("--cc: {e}"))?;
     }
+    if let Some(alpha) = a.alpha.or(f.alpha) {
+        if !(0.0..=1.0).contains(&alpha) {
+            bail!(
+                "--alpha {alpha}: expected a number from 0 (least energy) to 1 (most throughput)"
+            );
+        }
+        if transport.scheduler != braid_core::SchedulerKind::Operetta {
+            bail!("--alpha only applies to --scheduler operetta");
+        }
+        transport.alpha = alpha;
+    }
+    let state_file = a.state_file.or(f.state_file).or_else(|| {
+        paths
+            .iter()
+            .any(|p| p.policy.cap.is_some())
+            .then(|| PathBuf::from("braid-agent-caps.state"))
+    });
+    let session_wait = Duration::from_secs(a.session_wait.or(f.session_wait).unwrap_or(10));
     init_logging(a.log_level.or(f.log_level).as_deref())?;
     let cfg = AgentConfig {
         server,
@@ -272,13 +303,18 @@ pub fn agent(a: AgentArgs) -> Result<()> {
         socks_auth,
         http_limits: HttpLimits::default(),
         open_timeout: Duration::from_secs(15),
+        session_wait,
+        state_file,
         transport,
     };
     runtime()?.block_on(async move {
         let _agent = Agent::start(cfg).await?;
-        tokio::signal::ctrl_c()
-            .await
-            .context("waiting for Ctrl-C")?;
+        let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())
+            .context("installing the SIGTERM handler")?;
+        tokio::select! {
+            r = tokio::signal::ctrl_c() => r.context("waiting for Ctrl-C")?,
+            _ = term.recv() => {}
+        }
         Ok(())
     })
 }

@@ -1,0 +1,506 @@
+//! Keeping the agent's session: wait for a path, shake hands on every available path, run
+//! the session, and apply the path manager's decisions to it while it runs — bind and add
+//! paths that appear, remove at once the ones that go, re-bind the ones that change — plus
+//! the per-path policy (backup paths and paths over their cap on standby, power for the
+//! energy-aware scheduler) and the byte counts against caps.
+//!
+//! Owns: the path sockets of the current session and their receive tasks, the session
+//! lifecycle, applying [`Action`]s. Must not touch: the decisions (`pathmgr`), the
+//! handshake details (`handshake`), the proxy front ends.
+
+use super::handshake::{self, Bound, Established};
+use super::{AgentConfig, PathStatus, Shared};
+use crate::bridge::{Cmd, SessionFn};
+use crate::driver::{Clock, Incoming, PathSender, SessionTask};
+use crate::netwatch::WatchMsg;
+use crate::pathmgr::{Action, PathManager};
+use crate::policy::{CapLedger, CapStatus};
+use crate::protect::Aead;
+use braid_core::wire::PathState;
+use braid_core::{Event, PathId, Session};
+use braid_proxy::datagram;
+use bytes::{Bytes, BytesMut};
+use std::collections::HashMap;
+use std::net::SocketAddr;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+use tokio::net::UdpSocket;
+use tokio::sync::{mpsc, oneshot, watch};
+use tokio::task::JoinHandle;
+use tracing::{debug, info, warn};
+
+type Watcher = std::io::Result<(mpsc::UnboundedReceiver<WatchMsg>, JoinHandle<()>)>;
+type SocketTable = Arc<Mutex<HashMap<PathId, (Arc<UdpSocket>, SocketAddr)>>>;
+
+/// Aborts a task when dropped.
+struct Task(JoinHandle<()>);
+
+impl Drop for Task {
+    fn drop(&mut self) {
+        self.0.abort();
+    }
+}
+
+/// Per-path sockets, each sending to its peer (the server, or a relay in front of it).
+struct PathSockets {
+    table: SocketTable,
+}
+
+impl PathSender for PathSockets {
+    fn send(&mut self, path: PathId, packet: &[u8]) {
+        let Ok(t) = self.table.lock() else { return };
+        if let Some((s, to)) = t.get(&path) {
+            if let Err(e) = s.try_send_to(packet, *to) {
+                debug!(path, "send failed: {e}");
+            }
+        }
+    }
+}
+
+/// Policy state of one configured path.
+#[derive(Debug, Default, Clone)]
+struct SlotState {
+    over_cap: bool,
+    warned: bool,
+}
+
+struct Runner {
+    cfg: Arc<AgentConfig>,
+    mgr: PathManager,
+    net: Option<mpsc::UnboundedReceiver<WatchMsg>>,
+    _watcher: Option<Task>,
+    epoch: tokio::time::Instant,
+    ledger: CapLedger,
+    slots: Vec<SlotState>,
+    status: watch::Sender<Vec<PathStatus>>,
+}
+
+/// Establish, run, and re-establish the session for as long as the agent runs.
+pub(super) async fn keep_session(
+    cfg: Arc<AgentConfig>,
+    tx: watch::Sender<Option<mpsc::UnboundedSender<Cmd>>>,
+    shared: Shared,
+    watcher: Watcher,
+    ledger: CapLedger,
+    status: watch::Sender<Vec<PathStatus>>,
+) {
+    let binds = cfg.paths.iter().map(|p| p.bind.clone()).collect();
+    let mut mgr = PathManager::new(binds, cfg.server.is_ipv4());
+    let (net, task) = match watcher {
+        Ok((rx, t)) => (Some(rx), Some(Task(t))),
+        Err(e) => {
+            warn!("cannot watch links through netlink ({e}): every path is assumed present");
+            mgr.assume_present();
+            (None, None)
+        }
+    };
+    let now = unix_secs();
+    let slots = cfg
+        .paths
+        .iter()
+        .map(|p| SlotState {
+            over_cap: p
+                .policy
+                .cap
+                .is_some_and(|c| ledger.status(&p.name, &c, now) == CapStatus::Over),
+            warned: false,
+        })
+        .collect::<Vec<_>>();
+    for (p, s) in cfg.paths.iter().zip(&slots) {
+        if s.over_cap {
+            warn!(path = %p.name, "path is over its cap for this period: it is a backup until the period ends");
+        }
+    }
+    let mut r = Runner {
+        cfg,
+        mgr,
+        net,
+        _watcher: task,
+        epoch: tokio::time::Instant::now(),
+        ledger,
+        slots,
+        status,
+    };
+    let mut backoff = Duration::from_millis(500);
+    loop {
+        r.wait_for_a_path().await;
+        let avail = r.mgr.available();
+        match handshake::handshake(&r.cfg, &avail).await {
+            Ok(est) => {
+                let reason = r.run_session(est, &tx, &shared).await;
+                let _ = tx.send(None);
+                warn!("session ended ({reason}); reconnecting");
+                backoff = Duration::from_millis(500);
+                r.pause(Duration::from_millis(200)).await;
+            }
+            Err(e) => {
+                warn!("cannot establish a session: {e}; retrying in {backoff:?} (or when a path appears)");
+                r.pause(backoff).await;
+                backoff = (backoff * 2).min(Duration::from_secs(10));
+            }
+        }
+    }
+}
+
+fn unix_secs() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_secs())
+}
+
+impl Runner {
+    fn now(&self) -> Duration {
+        self.epoch.elapsed()
+    }
+
+    fn set_status(&self, slot: usize, st: PathStatus) {
+        self.status.send_modify(|v| {
+            if let Some(x) = v.get_mut(slot) {
+                *x = st;
+            }
+        });
+    }
+
+    fn name(&self, slot: usize) -> &str {
+        &self.cfg.paths[slot].name
+    }
+
+    /// Feed one watcher message to the manager.
+    fn on_net(&mut self, m: Option<WatchMsg>) {
+        let now = self.now();
+        match m {
+            Some(Some(ev)) => self.mgr.handle_event(now, ev),
+            Some(None) => self.mgr.reset_kernel_view(),
+            None => {
+                warn!("the link watcher ended: every path is assumed present from now on");
+                self.net = None;
+                self.mgr.assume_present();
+            }
+        }
+    }
+
+    async fn next_net(net: &mut Option<mpsc::UnboundedReceiver<WatchMsg>>) -> Option<WatchMsg> {
+        match net {
+            Some(rx) => rx.recv().await,
+            None => std::future::pending().await,
+        }
+    }
+
+    fn drain_net(&mut self) {
+        while let Some(rx) = self.net.as_mut() {
+            match rx.try_recv() {
+                Ok(m) => self.on_net(Some(m)),
+                Err(mpsc::error::TryRecvError::Empty) => break,
+                Err(mpsc::error::TryRecvError::Disconnected) => self.on_net(None),
+            }
+        }
+    }
+
+    /// Return once at least one configured path is available; say so once if none is.
+    async fn wait_for_a_path(&mut self) {
+        // Let the watcher's first dump arrive before judging.
+        let settle = tokio::time::Instant::now() + Duration::from_millis(50);
+        while tokio::time::Instant::now() < settle && self.mgr.available().is_empty() {
+            tokio::select! {
+                m = Self::next_net(&mut self.net) => self.on_net(m),
+                _ = tokio::time::sleep_until(settle) => {}
+            }
+        }
+        let mut said = false;
+        loop {
+            self.drain_net();
+            if !self.mgr.available().is_empty() {
+                if said {
+                    info!("a path is available: connecting");
+                }
+                return;
+            }
+            if !said {
+                let why: Vec<String> = (0..self.cfg.paths.len())
+                    .map(|i| format!("{}: {}", self.name(i), self.mgr.why_unavailable(i)))
+                    .collect();
+                warn!("no path is available ({}); waiting for one", why.join("; "));
+                said = true;
+            }
+            let m = Self::next_net(&mut self.net).await;
+            self.on_net(m);
+        }
+    }
+
+    /// Sleep, but wake up early when a path becomes available that was not.
+    async fn pause(&mut self, d: Duration) {
+        let until = tokio::time::Instant::now() + d;
+        let before = self.mgr.available().len();
+        loop {
+            tokio::select! {
+                _ = tokio::time::sleep_until(until) => return,
+                m = Self::next_net(&mut self.net) => {
+                    self.on_net(m);
+                    if self.mgr.available().len() > before {
+                        return;
+                    }
+                }
+            }
+        }
+    }
+
+    /// What a path of configured path `slot` is told at once: standby if it is a backup
+    /// or over its cap, its power if given.
+    fn policy_fn(&self, slot: usize, id: PathId) -> impl FnOnce(&mut Session, braid_core::Instant) {
+        let p = &self.cfg.paths[slot].policy;
+        let standby = p.backup || self.slots[slot].over_cap;
+        let power_mw = p.power_w.map(|w| (w * 1000.0).round() as u64);
+        move |s: &mut Session, now| {
+            if standby {
+                let _ = s.set_path_state(now, id, PathState::Standby);
+            }
+            if let Some(mw) = power_mw {
+                let _ = s.set_path_cost(now, id, mw, 0);
+            }
+        }
+    }
+
+    async fn run_session(
+        &mut self,
+        est: Established,
+        tx: &watch::Sender<Option<mpsc::UnboundedSender<Cmd>>>,
+        shared: &Shared,
+    ) -> String {
+        let clock = Clock::new();
+        let now = clock.now();
+        let mut session = Session::connect(self.cfg.transport.clone(), now, est.sid, est.first);
+        let table: SocketTable = Arc::new(Mutex::new(HashMap::new()));
+        let (in_tx, in_rx) = mpsc::channel::<Incoming>(4096);
+        let mut readers: HashMap<PathId, Task> = HashMap::new();
+        let mut started = Vec::new();
+        for b in est.paths {
+            let id = b.slot as PathId;
+            if id != est.first {
+                if let Err(e) = session.add_path(now, id) {
+                    warn!(path = %self.name(b.slot), "cannot add the path: {e}");
+                    continue;
+                }
+            }
+            (self.policy_fn(b.slot, id))(&mut session, now);
+            started.push((b.slot, id, b.attach));
+            self.set_status(b.slot, PathStatus::Validating);
+            readers.insert(id, reader(&b, in_tx.clone()));
+            if let Ok(mut t) = table.lock() {
+                t.insert(id, (b.socket, b.peer));
+            }
+        }
+        let names: Vec<&str> = started.iter().map(|p| self.name(p.0)).collect();
+        info!(
+            session = format_args!("{:016x}", est.sid),
+            server = %self.cfg.server,
+            first = %self.name(est.first as usize),
+            paths = ?names,
+            "session established"
+        );
+        let (cmd_tx, cmd_rx) = mpsc::unbounded_channel();
+        let (ev_tx, mut ev_rx) = mpsc::unbounded_channel();
+        let (dg_tx, mut dg_rx) = mpsc::channel::<Bytes>(1024);
+        let flows = shared.flows.clone();
+        let _dispatcher = Task(tokio::spawn(async move {
+            while let Some(d) = dg_rx.recv().await {
+                let Ok(p) = datagram::parse(&d) else { continue };
+                let tx = flows.lock().ok().and_then(|m| m.get(&p.flow_id).cloned());
+                if let Some(tx) = tx {
+                    let _ = tx.try_send(d);
+                }
+            }
+        }));
+        let task = SessionTask {
+            session,
+            protection: Aead::new(est.keys),
+            sender: PathSockets {
+                table: table.clone(),
+            },
+            incoming: in_rx,
+            cmd_rx,
+            cmd_tx: cmd_tx.clone(),
+            accepted: None,
+            datagrams: Some(dg_tx),
+            on_packet: None,
+            events: Some(ev_tx),
+            clock,
+        };
+        let mut handle = tokio::spawn(task.run());
+        let _ = tx.send(Some(cmd_tx.clone()));
+        self.mgr.session_started(self.now(), &started);
+        let mut counted: HashMap<PathId, u64> = HashMap::new();
+        let mut tick = tokio::time::interval(Duration::from_secs(1));
+        tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        let reason = loop {
+            self.apply(&cmd_tx, &table, &mut readers, &in_tx);
+            let deadline = self.mgr.poll_timeout().map_or(
+                tokio::time::Instant::now() + Duration::from_secs(3600),
+                |d| self.epoch + d,
+            );
+            tokio::select! {
+                r = &mut handle => {
+                    break match r {
+                        Ok(Some(e)) => e.to_string(),
+                        Ok(None) => "closed".to_string(),
+                        Err(e) => format!("session task failed: {e}"),
+                    };
+                }
+                m = Self::next_net(&mut self.net) => self.on_net(m),
+                Some(ev) = ev_rx.recv() => {
+                    if let Event::PathValidated(id) = ev {
+                        if let Some(slot) = self.mgr.slot_of(id) {
+                            info!(path = %self.name(slot), id, "path validated: carrying data");
+                            self.set_status(slot, PathStatus::Up);
+                        }
+                        self.mgr.handle_validated(self.now(), id);
+                    }
+                }
+                _ = tokio::time::sleep_until(deadline) => self.mgr.handle_timeout(self.now()),
+                _ = tick.tick() => self.count_caps(&cmd_tx, &mut counted).await,
+            }
+        };
+        self.mgr.session_ended();
+        self.status
+            .send_modify(|v| v.iter_mut().for_each(|x| *x = PathStatus::Down));
+        let _ = self.ledger.save();
+        reason
+    }
+
+    /// Apply everything the path manager decided.
+    fn apply(
+        &mut self,
+        cmd: &mpsc::UnboundedSender<Cmd>,
+        table: &SocketTable,
+        readers: &mut HashMap<PathId, Task>,
+        in_tx: &mpsc::Sender<Incoming>,
+    ) {
+        while let Some(a) = self.mgr.poll_action() {
+            match a {
+                Action::Add { slot, id, attach } => {
+                    let b = match handshake::bind(&self.cfg, slot, attach) {
+                        Ok(b) => b,
+                        Err(e) => {
+                            // The manager re-binds it when validation does not come.
+                            warn!(path = %self.name(slot), "cannot bind the path's socket: {e}; retrying");
+                            continue;
+                        }
+                    };
+                    info!(path = %self.name(slot), id, ifindex = attach.index, addr = %attach.addr, "path up: adding it to the session");
+                    self.set_status(slot, PathStatus::Validating);
+                    readers.insert(id, reader(&b, in_tx.clone()));
+                    if let Ok(mut t) = table.lock() {
+                        t.insert(id, (b.socket, b.peer));
+                    }
+                    let policy = self.policy_fn(slot, id);
+                    let _ = cmd.send(Cmd::Session(SessionFn(Box::new(move |s, now| {
+                        if let Err(e) = s.add_path(now, id) {
+                            debug!(id, "add_path: {e}");
+                        }
+                        policy(s, now);
+                    }))));
+                }
+                Action::Remove { slot, id, reason } => {
+                    info!(path = %self.name(slot), id, "path down ({reason}): its data in flight goes on the other paths");
+                    if !self.mgr.is_live(slot) {
+                        self.set_status(slot, PathStatus::Down);
+                    }
+                    readers.remove(&id);
+                    if let Ok(mut t) = table.lock() {
+                        t.remove(&id);
+                    }
+                    let _ = cmd.send(Cmd::Session(SessionFn(Box::new(move |s, now| {
+                        let _ = s.remove_path(now, id);
+                    }))));
+                }
+            }
+        }
+    }
+
+    /// Count the bytes of capped paths (both directions), warn at 80 %, put a path over its
+    /// cap on standby, save the ledger.
+    async fn count_caps(
+        &mut self,
+        cmd: &mpsc::UnboundedSender<Cmd>,
+        counted: &mut HashMap<PathId, u64>,
+    ) {
+        if self.cfg.paths.iter().all(|p| p.policy.cap.is_none()) {
+            return;
+        }
+        let (rtx, rrx) = oneshot::channel();
+        let _ = cmd.send(Cmd::Session(SessionFn(Box::new(move |s, _| {
+            let v: Vec<(PathId, u64)> = s
+                .path_ids()
+                .into_iter()
+                .filter_map(|id| {
+                    s.path_stats(id)
+                        .map(|st| (id, st.bytes_sent + st.bytes_received))
+                })
+                .collect();
+            let _ = rtx.send(v);
+        }))));
+        let Ok(totals) = rrx.await else { return };
+        let now = unix_secs();
+        let mut changed = false;
+        for (id, total) in totals {
+            let last = counted.insert(id, total).unwrap_or(0);
+            // A re-added path starts its counters again.
+            let delta = if total >= last { total - last } else { total };
+            let Some(slot) = self.mgr.slot_of(id).or_else(|| {
+                let s = (id as usize) % 8;
+                (s < self.cfg.paths.len()).then_some(s)
+            }) else {
+                continue;
+            };
+            let p = &self.cfg.paths[slot];
+            let Some(cap) = p.policy.cap else { continue };
+            if delta == 0 {
+                continue;
+            }
+            changed = true;
+            let st = self.ledger.add(&p.name, &cap, now, delta);
+            let used = self.ledger.used(&p.name, &cap, now);
+            match st {
+                CapStatus::Near if !self.slots[slot].warned => {
+                    warn!(path = %p.name, used, cap = cap.bytes, "path has used 80 % of its cap");
+                    self.slots[slot].warned = true;
+                }
+                CapStatus::Over if !self.slots[slot].over_cap => {
+                    warn!(path = %p.name, used, cap = cap.bytes, "path reached its cap: it is a backup until the period ends");
+                    self.slots[slot].over_cap = true;
+                    for id in [slot as PathId, slot as PathId + 8] {
+                        let _ = cmd.send(Cmd::Session(SessionFn(Box::new(move |s, now| {
+                            let _ = s.set_path_state(now, id, PathState::Standby);
+                        }))));
+                    }
+                }
+                _ => {}
+            }
+        }
+        if changed {
+            if let Err(e) = self.ledger.save() {
+                warn!("{e}");
+            }
+        }
+    }
+}
+
+/// The receive task of a path's socket.
+fn reader(b: &Bound, in_tx: mpsc::Sender<Incoming>) -> Task {
+    let (s, peer) = (b.socket.clone(), b.peer);
+    Task(tokio::spawn(async move {
+        let mut buf = vec![0u8; 65536];
+        while let Ok((n, from)) = s.recv_from(&mut buf).await {
+            if from == peer
+                && in_tx
+                    .send(Incoming {
+                        from,
+                        data: BytesMut::from(&buf[..n]),
+                    })
+                    .await
+                    .is_err()
+            {
+                return;
+            }
+        }
+    }))
+}
