@@ -218,11 +218,13 @@ impl CapLedger {
                     })?;
                     l.used.insert(name.to_string(), (period.to_string(), b));
                 }
-                _ => return Err(format!(
+                _ => {
+                    return Err(format!(
                     "cap state file {} line {}: expected NAME PERIOD BYTES; fix or delete the file",
                     f.display(),
                     i + 1
-                )),
+                ))
+                }
             }
         }
         Ok(l)

@@ -535,3 +535,85 @@ fn an_address_replaced_mid_download_stalls_at_most_half_a_second() {
     });
     check("address replaced", &o, &s.data, Duration::from_millis(500));
 }
+
+/// p1 is a backup: it carries (almost) nothing while p0 works, and the transfer within 1 s
+/// of p0's carrier loss.
+#[test]
+fn a_backup_link_idles_while_the_primary_works_and_takes_over_within_1_s() {
+    if skip() {
+        return;
+    }
+    let s = setup(16 << 20);
+    let cfg = agent_cfg(&["a=p0", "b=p1,backup"], s.key.clone(), s.server_pub);
+    let (net, web) = (s.net.clone(), s.web);
+    let (o, share) = s.net.client(move || async move {
+        let (a0, b0) = (net.rx_bytes(0), net.rx_bytes(1));
+        let (mut agent, dl) = start(cfg, web).await;
+        wait(&mut agent, "b", PathStatus::Up, 2000).await;
+        sleep(1500).await;
+        let (a1, b1) = (net.rx_bytes(0), net.rx_bytes(1));
+        net.ip_s(&["link", "set", "s0", "down"]);
+        let o = dl.await.unwrap();
+        let share = (b1 - b0) as f64 / ((a1 - a0) + (b1 - b0)) as f64;
+        (o, share)
+    });
+    eprintln!(
+        "backup carried {:.3} % of the bytes while the primary worked",
+        share * 100.0
+    );
+    assert!(share < 0.01, "backup carried {:.2} %", share * 100.0);
+    check("backup takeover", &o, &s.data, Duration::from_millis(1000));
+}
+
+/// p1 has a cap: it stops at the cap (within what it carries in one counting interval),
+/// and after an agent restart with the same state file it stays stopped.
+#[test]
+fn a_cap_stops_a_path_and_survives_an_agent_restart() {
+    if skip() {
+        return;
+    }
+    let s = setup(16 << 20);
+    let dir = std::env::temp_dir().join(format!("braid-cap-{}-{}", std::process::id(), s.net.c));
+    std::fs::create_dir_all(&dir).unwrap();
+    let state = dir.join("caps.state");
+    let mk = |state: &std::path::Path| {
+        let mut c = agent_cfg(&["a=p0", "b=p1,cap=4MB/day"], s.key.clone(), s.server_pub);
+        c.state_file = Some(state.to_path_buf());
+        c
+    };
+    let (cfg1, cfg2) = (mk(&state), mk(&state));
+    let (net, web) = (s.net.clone(), s.web);
+    let (o1, o2, first, second) = s.net.client(move || async move {
+        let b0 = net.rx_bytes(1);
+        let (agent, dl) = start(cfg1, web).await;
+        let o1 = dl.await.unwrap();
+        drop(agent);
+        let b1 = net.rx_bytes(1);
+        let (_agent, dl) = start(cfg2, web).await;
+        let o2 = dl.await.unwrap();
+        (o1, o2, b1 - b0, net.rx_bytes(1) - b1)
+    });
+    eprintln!("capped path (4 MB/day): {first} bytes received before the restart, {second} after");
+    check("cap, first run", &o1, &s.data, Duration::from_millis(1000));
+    check(
+        "cap, after restart",
+        &o2,
+        &s.data,
+        Duration::from_millis(1000),
+    );
+    assert!(
+        first >= 3_000_000,
+        "the capped path was barely used before its cap: {first}"
+    );
+    assert!(
+        first <= 6_000_000,
+        "the capped path went far over its cap: {first}"
+    );
+    assert!(
+        second < 200_000,
+        "the capped path carried {second} bytes after the restart"
+    );
+    let text = std::fs::read_to_string(&state).unwrap();
+    assert!(text.starts_with("b "), "state file: {text:?}");
+    let _ = std::fs::remove_dir_all(&dir);
+}

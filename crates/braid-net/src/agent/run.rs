@@ -29,6 +29,10 @@ use tokio::sync::{mpsc, oneshot, watch};
 use tokio::task::JoinHandle;
 use tracing::{debug, info, warn};
 
+/// How often capped paths' bytes are counted: a path overshoots its cap by at most what it
+/// carries in this time.
+const CAP_TICK: Duration = Duration::from_millis(200);
+
 type Watcher = std::io::Result<(mpsc::UnboundedReceiver<WatchMsg>, JoinHandle<()>)>;
 type SocketTable = Arc<Mutex<HashMap<PathId, (Arc<UdpSocket>, SocketAddr)>>>;
 
@@ -329,7 +333,7 @@ impl Runner {
         let _ = tx.send(Some(cmd_tx.clone()));
         self.mgr.session_started(self.now(), &started);
         let mut counted: HashMap<PathId, u64> = HashMap::new();
-        let mut tick = tokio::time::interval(Duration::from_secs(1));
+        let mut tick = tokio::time::interval(CAP_TICK);
         tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         let reason = loop {
             self.apply(&cmd_tx, &table, &mut readers, &in_tx);
