@@ -617,3 +617,32 @@ fn a_cap_stops_a_path_and_survives_an_agent_restart() {
     assert!(text.starts_with("b "), "state file: {text:?}");
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// Regression: the first packet on a path added to a running session (its challenge) was
+/// dropped — tokio had no write readiness yet for the socket bound a moment before — so
+/// validation waited a full probe timeout (1 s) every time a link came back.
+#[test]
+fn regression_a_path_added_mid_session_validates_without_waiting_for_a_probe_timeout() {
+    if skip() {
+        return;
+    }
+    let s = setup(1 << 20);
+    let cfg = agent_cfg(&["a=p0", "b=p1"], s.key.clone(), s.server_pub);
+    let (net, web) = (s.net.clone(), s.web);
+    let took = s.net.client(move || async move {
+        let (mut agent, dl) = start(cfg, web).await;
+        wait(&mut agent, "b", PathStatus::Up, 2000).await;
+        net.ip_c(&["addr", "del", "10.2.0.1/24", "dev", "p1"]);
+        wait(&mut agent, "b", PathStatus::Down, 1000).await;
+        net.ip_c(&["addr", "add", "10.2.0.1/24", "dev", "p1"]);
+        net.route(1);
+        let took = wait(&mut agent, "b", PathStatus::Up, 3000).await;
+        dl.await.unwrap();
+        took
+    });
+    eprintln!("re-added path validated after {} ms", took.as_millis());
+    assert!(
+        took < Duration::from_millis(300),
+        "validation took {took:?}"
+    );
+}

@@ -54,7 +54,17 @@ impl PathSender for PathSockets {
     fn send(&mut self, path: PathId, packet: &[u8]) {
         let Ok(t) = self.table.lock() else { return };
         if let Some((s, to)) = t.get(&path) {
-            if let Err(e) = s.try_send_to(packet, *to) {
+            let r = match s.try_send_to(packet, *to) {
+                // A socket bound a moment ago has no write readiness from the reactor yet
+                // (tokio learns it on its next turn): send directly, the socket is
+                // non-blocking. Without this a new path's first challenge was dropped and
+                // validation waited a full probe timeout (1 s).
+                Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {
+                    socket2::SockRef::from(s.as_ref()).send_to(packet, &(*to).into())
+                }
+                r => r,
+            };
+            if let Err(e) = r {
                 debug!(path, "send failed: {e}");
             }
         }
