@@ -210,6 +210,8 @@ pub struct VariantSpec {
     /// after the handshake (used only when no active path works), e.g. "WiFi first, 3G as
     /// fallback".
     pub standby: Vec<usize>,
+    /// Keepalive interval of idle paths, both ends (default: the core's default).
+    pub keepalive: Option<Nanos>,
 }
 
 // ---------------------------------------------------------------------------------------
@@ -327,6 +329,7 @@ struct RawVariant {
     blackout_freeze: Option<bool>,
     loss_recovery: Option<bool>,
     standby: Option<Vec<String>>,
+    keepalive: Option<UnitStr>,
 }
 
 // ---------------------------------------------------------------------------------------
@@ -871,6 +874,19 @@ impl Resolver<'_> {
                  paths carry data only when no active path works)",
             ));
         }
+        let keepalive = match &v.keepalive {
+            Some(u) => {
+                let d = self.duration(&format!("{k}.keepalive"), u)?;
+                if d == 0 {
+                    return Err(self.err(
+                        format!("{k}.keepalive"),
+                        "a keepalive interval must be more than 0".to_string(),
+                    ));
+                }
+                Some(d)
+            }
+            None => None,
+        };
         let scheduler = v.scheduler.unwrap_or_else(|| "minrtt".to_string());
         let all_on = scheduler == "super";
         Ok(VariantSpec {
@@ -885,6 +901,7 @@ impl Resolver<'_> {
             blackout_freeze: v.blackout_freeze.unwrap_or(all_on),
             loss_recovery: v.loss_recovery.unwrap_or(all_on),
             standby,
+            keepalive,
         })
     }
 }
