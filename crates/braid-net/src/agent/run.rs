@@ -454,6 +454,24 @@ impl Runner {
         }))));
         let Ok(totals) = rrx.await else { return };
         let now = unix_secs();
+        // A new period: paths that were over their cap are active again (unless backups).
+        for slot in 0..self.slots.len() {
+            let p = &self.cfg.paths[slot];
+            let Some(cap) = p.policy.cap else { continue };
+            if self.slots[slot].over_cap
+                && self.ledger.status(&p.name, &cap, now) != CapStatus::Over
+            {
+                info!(path = %p.name, "a new cap period began: the path carries data again");
+                self.slots[slot] = SlotState::default();
+                if !p.policy.backup {
+                    for id in [slot as PathId, slot as PathId + 8] {
+                        let _ = cmd.send(Cmd::Session(SessionFn(Box::new(move |s, now| {
+                            let _ = s.set_path_state(now, id, PathState::Active);
+                        }))));
+                    }
+                }
+            }
+        }
         let mut changed = false;
         for (id, total) in totals {
             let last = counted.insert(id, total).unwrap_or(0);
