@@ -159,6 +159,14 @@ pub struct StreamBridge {
     end: Option<StreamMsg>,
 }
 
+impl Drop for StreamBridge {
+    /// The session task is gone (or dropped the stream): a writer waiting for credit gets
+    /// [`SessionGone`] instead of waiting forever (the reader sees its channel close).
+    fn drop(&mut self) {
+        self.credit.close();
+    }
+}
+
 impl StreamBridge {
     /// A bridge and its application handle for stream `id`.
     pub fn new(id: StreamId, cmd: mpsc::UnboundedSender<Cmd>) -> (StreamBridge, StreamHandle) {

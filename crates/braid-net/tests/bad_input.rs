@@ -21,7 +21,7 @@ fn agent_cfg(
     server_pub: braid_crypto::PublicKey,
 ) -> AgentConfig {
     AgentConfig {
-        server: rig.server,
+        servers: vec![rig.server],
         server_pub,
         key,
         paths: vec![AgentPath {

@@ -179,7 +179,7 @@ pub fn loopback(size: u64) -> Result<Report> {
         .recv_timeout(Duration::from_secs(5))?
         .context("the benchmark server did not start")?;
     let acfg = AgentConfig {
-        server,
+        servers: vec![server],
         server_pub,
         key: Arc::new(agent_key),
         paths: vec![AgentPath {

@@ -59,9 +59,12 @@ pub struct AgentArgs {
     #[arg(long, value_name = "FILE")]
     #[serde(skip)]
     pub config: Option<PathBuf>,
-    /// The server, HOST:PORT.
-    #[arg(long, value_name = "HOST:PORT")]
-    pub server: Option<String>,
+    /// The server, HOST:PORT. Repeat for several servers (sharing one key): the agent
+    /// handshakes with all at once, keeps its session with the first that answers (the
+    /// lowest RTT), and moves to another when its server stops answering.
+    #[arg(long = "server", value_name = "HOST:PORT")]
+    #[serde(default, rename = "server", deserialize_with = "one_or_many")]
+    pub servers: Vec<String>,
     /// The server's public key file (from `braid keygen` on the server).
     #[arg(long, value_name = "FILE")]
     pub server_pub: Option<PathBuf>,
@@ -111,6 +114,20 @@ pub struct AgentArgs {
     /// Log level: error, warn, info, debug or trace.
     #[arg(long)]
     pub log_level: Option<String>,
+}
+
+/// A TOML value that is one string or a list of strings.
+fn one_or_many<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Vec<String>, D::Error> {
+    #[derive(Deserialize)]
+    #[serde(untagged)]
+    enum OneOrMany {
+        One(String),
+        Many(Vec<String>),
+    }
+    Ok(match OneOrMany::deserialize(d)? {
+        OneOrMany::One(s) => vec![s],
+        OneOrMany::Many(v) => v,
+    })
 }
 
 fn load<T: for<'de> Deserialize<'de> + Default>(file: Option<&Path>) -> Result<T> {
@@ -213,15 +230,29 @@ fn parse_path(s: &str) -> Result<AgentPath> {
 /// `braid agent`.
 pub fn agent(a: AgentArgs) -> Result<()> {
     let f: AgentArgs = load(a.config.as_deref())?;
-    let server = a
-        .server
-        .or(f.server)
-        .context("--server HOST:PORT is required")?;
-    let server = server
-        .to_socket_addrs()
-        .with_context(|| format!("--server {server:?}: cannot resolve; expected HOST:PORT"))?
-        .next()
-        .with_context(|| format!("--server {server:?}: no address"))?;
+    let servers = if a.servers.is_empty() {
+        f.servers
+    } else {
+        a.servers
+    };
+    if servers.is_empty() {
+        bail!("--server HOST:PORT is required (repeat it for several servers)");
+    }
+    let mut addrs = Vec::new();
+    for server in &servers {
+        let addr = server
+            .to_socket_addrs()
+            .with_context(|| format!("--server {server:?}: cannot resolve; expected HOST:PORT"))?
+            .next()
+            .with_context(|| format!("--server {server:?}: no address"))?;
+        if addrs
+            .first()
+            .is_some_and(|a: &SocketAddr| a.is_ipv4() != addr.is_ipv4())
+        {
+            bail!("--server {server:?}: all servers must be IPv4 or all IPv6");
+        }
+        addrs.push(addr);
+    }
     let server_pub = a
         .server_pub
         .or(f.server_pub)
@@ -294,7 +325,7 @@ pub fn agent(a: AgentArgs) -> Result<()> {
     let session_wait = Duration::from_secs(a.session_wait.or(f.session_wait).unwrap_or(10));
     init_logging(a.log_level.or(f.log_level).as_deref())?;
     let cfg = AgentConfig {
-        server,
+        servers: addrs,
         server_pub: braid_crypto::read_public_key(&server_pub)?,
         key: Arc::new(braid_crypto::read_private_key(&key)?),
         paths,

@@ -64,51 +64,95 @@ async fn session_or_wait(shared: &Shared) -> Result<mpsc::UnboundedSender<Cmd>, 
     }
 }
 
+/// Why opening a stream failed.
+enum OpenError {
+    /// The answer (or the lack of one) to give the client.
+    Code(ReplyCode),
+    /// The session ended before the server answered: worth trying on the next session.
+    SessionGone,
+}
+
 /// Open a stream to `target` through the server; returns the stream and any bytes that
-/// came after the server's answer.
+/// came after the server's answer. If the session ends before the server answers (it
+/// stopped answering and the agent moved to a new session), the open is tried once more on
+/// the next session.
 async fn open(
     shared: &Shared,
     target: &TargetAddr,
 ) -> Result<(StreamReader, StreamWriter, Bytes), ReplyCode> {
     let cmd = session_or_wait(shared).await?;
+    match open_on(shared, target, &cmd).await {
+        Ok(x) => Ok(x),
+        Err(OpenError::Code(c)) => Err(c),
+        Err(OpenError::SessionGone) => {
+            info!("the session ended while opening a stream to {target}; trying the next session");
+            let mut rx = shared.session.clone();
+            let wait = shared.cfg.session_wait;
+            let next = tokio::time::timeout(
+                wait,
+                rx.wait_for(|s| s.as_ref().is_some_and(|s| !s.same_channel(&cmd))),
+            )
+            .await
+            .ok()
+            .and_then(|r| r.ok().and_then(|s| s.clone()))
+            .ok_or(ReplyCode::NetworkUnreachable)?;
+            match open_on(shared, target, &next).await {
+                Ok(x) => Ok(x),
+                Err(OpenError::Code(c)) => Err(c),
+                Err(OpenError::SessionGone) => Err(ReplyCode::NetworkUnreachable),
+            }
+        }
+    }
+}
+
+async fn open_on(
+    shared: &Shared,
+    target: &TargetAddr,
+    cmd: &mpsc::UnboundedSender<Cmd>,
+) -> Result<(StreamReader, StreamWriter, Bytes), OpenError> {
     let (tx, rx) = oneshot::channel();
     cmd.send(Cmd::Open(tx))
-        .map_err(|_| ReplyCode::NetworkUnreachable)?;
-    let h = rx.await.map_err(|_| ReplyCode::NetworkUnreachable)?.map_err(|e| {
-        warn!("cannot open a stream to {target}: {e} (the server's limit on connections per agent)");
-        ReplyCode::GeneralFailure
+        .map_err(|_| OpenError::SessionGone)?;
+    let h = rx.await.map_err(|_| OpenError::SessionGone)?.map_err(|e| {
+        warn!(
+            "cannot open a stream to {target}: {e} (the server's limit on connections per agent)"
+        );
+        OpenError::Code(ReplyCode::GeneralFailure)
     })?;
     let (mut reader, writer) = (h.reader, h.writer);
     let mut req = Vec::new();
-    target::emit_request(target, &mut req).map_err(|_| ReplyCode::AddressTypeNotSupported)?;
+    target::emit_request(target, &mut req)
+        .map_err(|_| OpenError::Code(ReplyCode::AddressTypeNotSupported))?;
     writer
         .write(Bytes::from(req))
         .await
-        .map_err(|_| ReplyCode::GeneralFailure)?;
+        .map_err(|_| OpenError::SessionGone)?;
     let answer = async {
         let mut head = BytesMut::new();
         loop {
             match target::parse_reply(&head) {
                 Ok((code, used)) if code.is_success() => return Ok(head.split_off(used).freeze()),
-                Ok((code, _)) => return Err(code),
+                Ok((code, _)) => return Err(OpenError::Code(code)),
                 Err(braid_proxy::ParseError::Incomplete) => {}
-                Err(_) => return Err(ReplyCode::GeneralFailure),
+                Err(_) => return Err(OpenError::Code(ReplyCode::GeneralFailure)),
             }
             match reader.read().await {
                 Some(StreamMsg::Data(b)) => head.extend_from_slice(&b),
-                _ => return Err(ReplyCode::GeneralFailure),
+                // The session task ended (`u64::MAX`) or is gone.
+                None | Some(StreamMsg::Reset(u64::MAX)) => return Err(OpenError::SessionGone),
+                _ => return Err(OpenError::Code(ReplyCode::GeneralFailure)),
             }
         }
     };
     match tokio::time::timeout(shared.cfg.open_timeout, answer).await {
         Ok(Ok(early)) => Ok((reader, writer, early)),
-        Ok(Err(code)) => {
+        Ok(Err(e)) => {
             writer.reset(0);
-            Err(code)
+            Err(e)
         }
         Err(_) => {
             writer.reset(0);
-            Err(ReplyCode::TtlExpired)
+            Err(OpenError::Code(ReplyCode::TtlExpired))
         }
     }
 }

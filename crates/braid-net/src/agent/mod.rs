@@ -35,9 +35,10 @@ use tracing::info;
 /// Agent settings.
 #[derive(Debug, Clone)]
 pub struct AgentConfig {
-    /// The server's UDP address.
-    pub server: SocketAddr,
-    /// The server's public key (pinned).
+    /// The servers' UDP addresses (1 or more; they share one key). The agent handshakes
+    /// with all at once and keeps its session with the first that answers.
+    pub servers: Vec<SocketAddr>,
+    /// The servers' public key (pinned).
     pub server_pub: PublicKey,
     /// The agent's static key.
     pub key: Arc<StaticKeypair>,
@@ -70,7 +71,7 @@ impl AgentConfig {
         paths: Vec<AgentPath>,
     ) -> AgentConfig {
         AgentConfig {
-            server,
+            servers: vec![server],
             server_pub,
             key,
             paths,
@@ -188,6 +189,20 @@ impl Agent {
     /// Bind the proxy ports and start keeping a session to the server. Paths that are
     /// absent now are used when they appear.
     pub async fn start(cfg: AgentConfig) -> std::io::Result<Agent> {
+        if cfg.servers.is_empty()
+            || cfg
+                .servers
+                .iter()
+                .any(|s| s.is_ipv4() != cfg.servers[0].is_ipv4())
+        {
+            return Err(std::io::Error::new(
+                std::io::ErrorKind::InvalidInput,
+                format!(
+                    "an agent needs 1 or more servers of one address family, got {:?}",
+                    cfg.servers
+                ),
+            ));
+        }
         if cfg.paths.is_empty() || cfg.paths.len() > 8 {
             return Err(std::io::Error::new(
                 std::io::ErrorKind::InvalidInput,

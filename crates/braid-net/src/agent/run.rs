@@ -16,6 +16,7 @@ use crate::netwatch::WatchMsg;
 use crate::pathmgr::{Action, PathManager};
 use crate::policy::{CapLedger, CapStatus};
 use crate::protect::Aead;
+use braid_core::path::PathStats;
 use braid_core::wire::PathState;
 use braid_core::{Event, PathId, Session};
 use braid_proxy::datagram;
@@ -35,6 +36,15 @@ const CAP_TICK: Duration = Duration::from_millis(200);
 
 type Watcher = std::io::Result<(mpsc::UnboundedReceiver<WatchMsg>, JoinHandle<()>)>;
 type SocketTable = Arc<Mutex<HashMap<PathId, (Arc<UdpSocket>, SocketAddr)>>>;
+
+/// Aborts a task (with any output) when dropped.
+struct AbortOnDrop<T>(JoinHandle<T>);
+
+impl<T> Drop for AbortOnDrop<T> {
+    fn drop(&mut self) {
+        self.0.abort();
+    }
+}
 
 /// Aborts a task when dropped.
 struct Task(JoinHandle<()>);
@@ -87,6 +97,8 @@ struct Runner {
     ledger: CapLedger,
     slots: Vec<SlotState>,
     status: watch::Sender<Vec<PathStatus>>,
+    /// The server of the current session.
+    server: SocketAddr,
 }
 
 /// Establish, run, and re-establish the session for as long as the agent runs.
@@ -99,7 +111,8 @@ pub(super) async fn keep_session(
     status: watch::Sender<Vec<PathStatus>>,
 ) {
     let binds = cfg.paths.iter().map(|p| p.bind.clone()).collect();
-    let mut mgr = PathManager::new(binds, cfg.server.is_ipv4());
+    let mut mgr = PathManager::new(binds, cfg.servers[0].is_ipv4());
+    let server = cfg.servers[0];
     let (net, task) = match watcher {
         Ok((rx, t)) => (Some(rx), Some(Task(t))),
         Err(e) => {
@@ -134,24 +147,36 @@ pub(super) async fn keep_session(
         ledger,
         slots,
         status,
+        server,
     };
     let mut backoff = Duration::from_millis(500);
+    let mut next: Option<Established> = None;
     loop {
-        r.wait_for_a_path().await;
-        let avail = r.mgr.available();
-        match handshake::handshake(&r.cfg, &avail).await {
-            Ok(est) => {
-                let reason = r.run_session(est, &tx, &shared).await;
-                let _ = tx.send(None);
-                warn!("session ended ({reason}); reconnecting");
-                backoff = Duration::from_millis(500);
-                r.pause(Duration::from_millis(200)).await;
+        let est = match next.take() {
+            Some(est) => est,
+            None => {
+                r.wait_for_a_path().await;
+                let avail = r.mgr.available();
+                match handshake::handshake(&r.cfg, &avail, 6).await {
+                    Ok(est) => est,
+                    Err(e) => {
+                        warn!("cannot establish a session: {e}; retrying in {backoff:?} (or when a path appears)");
+                        r.pause(backoff).await;
+                        backoff = (backoff * 2).min(Duration::from_secs(10));
+                        continue;
+                    }
+                }
             }
-            Err(e) => {
-                warn!("cannot establish a session: {e}; retrying in {backoff:?} (or when a path appears)");
-                r.pause(backoff).await;
-                backoff = (backoff * 2).min(Duration::from_secs(10));
-            }
+        };
+        backoff = Duration::from_millis(500);
+        let (reason, replacement) = r.run_session(est, &tx, &shared).await;
+        let _ = tx.send(None);
+        next = replacement;
+        if next.is_some() {
+            warn!("session ended ({reason}); switching to the new session");
+        } else {
+            warn!("session ended ({reason}); reconnecting");
+            r.pause(Duration::from_millis(200)).await;
         }
     }
 }
@@ -279,7 +304,8 @@ impl Runner {
         est: Established,
         tx: &watch::Sender<Option<mpsc::UnboundedSender<Cmd>>>,
         shared: &Shared,
-    ) -> String {
+    ) -> (String, Option<Established>) {
+        self.server = est.server;
         let clock = Clock::new();
         let now = clock.now();
         let mut session = Session::connect(self.cfg.transport.clone(), now, est.sid, est.first);
@@ -306,7 +332,7 @@ impl Runner {
         let names: Vec<&str> = started.iter().map(|p| self.name(p.0)).collect();
         info!(
             session = format_args!("{:016x}", est.sid),
-            server = %self.cfg.server,
+            server = %est.server,
             first = %self.name(est.first as usize),
             paths = ?names,
             "session established"
@@ -339,10 +365,12 @@ impl Runner {
             events: Some(ev_tx),
             clock,
         };
-        let mut handle = tokio::spawn(task.run());
+        let mut handle = AbortOnDrop(tokio::spawn(task.run()));
         let _ = tx.send(Some(cmd_tx.clone()));
         self.mgr.session_started(self.now(), &started);
         let mut counted: HashMap<PathId, u64> = HashMap::new();
+        let mut silence = Silence::new();
+        let mut replacement = None;
         let mut tick = tokio::time::interval(CAP_TICK);
         tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         let reason = loop {
@@ -352,7 +380,7 @@ impl Runner {
                 |d| self.epoch + d,
             );
             tokio::select! {
-                r = &mut handle => {
+                r = &mut handle.0 => {
                     break match r {
                         Ok(Some(e)) => e.to_string(),
                         Ok(None) => "closed".to_string(),
@@ -370,14 +398,97 @@ impl Runner {
                     }
                 }
                 _ = tokio::time::sleep_until(deadline) => self.mgr.handle_timeout(self.now()),
-                _ = tick.tick() => self.count_caps(&cmd_tx, &mut counted).await,
+                _ = tokio::time::sleep_until(silence.pending.as_ref().map_or(deadline, |p| p.1)), if silence.pending.is_some() => {
+                    let quiet = silence.last_rx.elapsed();
+                    replacement = silence.pending.take().map(|p| p.0);
+                    break format!(
+                        "no packet from {} for {:.1} s while a new handshake was answered: the server restarted or stopped answering",
+                        self.server,
+                        quiet.as_secs_f64()
+                    );
+                }
+                _ = tick.tick() => {
+                    let stats = query_stats(&cmd_tx).await;
+                    self.count_caps(&cmd_tx, &stats, &mut counted);
+                    self.watch_silence(&stats, &mut silence);
+                }
+                r = async { (&mut silence.probe.as_mut().expect("checked").0).await }, if silence.probe.is_some() => {
+                    silence.probe = None;
+                    match r {
+                        Ok(Ok(est)) => {
+                            // Answered. The network may just have come back after a
+                            // blackout (the old session is fine): make the old session
+                            // speak now, and switch only if it stays silent.
+                            info!(server = %est.server, "probe answered; checking whether the old session still answers");
+                            self.poke(&cmd_tx);
+                            silence.pending = Some((est, tokio::time::Instant::now() + CONFIRM.max(silence.srtt * 3)));
+                        }
+                        Ok(Err(e)) => {
+                            debug!("probe handshake: {e}");
+                            silence.probe_wait = (silence.probe_wait * 2).min(Duration::from_secs(10));
+                            silence.next_probe = tokio::time::Instant::now() + silence.probe_wait;
+                        }
+                        Err(_) => {}
+                    }
+                }
             }
         };
+        drop(handle);
+        if let Some((p, _)) = silence.probe.take() {
+            p.abort();
+        }
         self.mgr.session_ended();
         self.status
             .send_modify(|v| v.iter_mut().for_each(|x| *x = PathStatus::Down));
         let _ = self.ledger.save();
-        reason
+        (reason, replacement)
+    }
+
+    /// Make the session send a PING on every path now (answered by an ACK if the server
+    /// still knows the session).
+    fn poke(&self, cmd: &mpsc::UnboundedSender<Cmd>) {
+        let _ = cmd.send(Cmd::Session(SessionFn(Box::new(|s, now| {
+            s.ping_paths(now)
+        }))));
+    }
+
+    /// Watch for a server that stopped answering: packets sent, none received for
+    /// [`SUSPECT_AFTER`]. Then probe with a new handshake on every path to every server
+    /// while the session goes on: an answer means the server restarted (or another one is
+    /// reachable) and the agent switches to that new session; no answer means the network
+    /// is out (a blackout) and the session is kept, probing again with backoff.
+    fn watch_silence(&mut self, stats: &[(PathId, PathStats)], w: &mut Silence) {
+        let rx: u64 = stats.iter().map(|s| s.1.packets_received).sum();
+        let tx: u64 = stats.iter().map(|s| s.1.packets_sent).sum();
+        w.srtt = Duration::from_micros(stats.iter().map(|s| s.1.srtt_us).max().unwrap_or(0));
+        let now = tokio::time::Instant::now();
+        if rx != w.rx {
+            w.last_rx = now;
+            w.unanswered_since = None;
+            w.probe_wait = SUSPECT_AFTER;
+            if w.pending.take().is_some() {
+                info!("the old session answered again (the network was out): keeping it");
+            }
+            if let Some((p, _)) = w.probe.take() {
+                p.abort();
+            }
+        } else if tx != w.tx && w.unanswered_since.is_none() {
+            w.unanswered_since = Some(now);
+        }
+        (w.rx, w.tx) = (rx, tx);
+        let suspect = w
+            .unanswered_since
+            .is_some_and(|t| now.duration_since(t) >= SUSPECT_AFTER);
+        if suspect && w.probe.is_none() && w.pending.is_none() && now >= w.next_probe {
+            let avail = self.mgr.available();
+            if avail.is_empty() {
+                return;
+            }
+            info!(server = %self.server, "no answer from the server for {:?}: probing with a new handshake", now.duration_since(w.last_rx));
+            let cfg = self.cfg.clone();
+            let probe = tokio::spawn(async move { handshake::handshake(&cfg, &avail, 2).await });
+            w.probe = Some((probe, now));
+        }
     }
 
     /// Apply everything the path manager decided.
@@ -391,7 +502,7 @@ impl Runner {
         while let Some(a) = self.mgr.poll_action() {
             match a {
                 Action::Add { slot, id, attach } => {
-                    let b = match handshake::bind(&self.cfg, slot, attach) {
+                    let b = match handshake::bind(&self.cfg, slot, attach, self.server) {
                         Ok(b) => b,
                         Err(e) => {
                             // The manager re-binds it when validation does not come.
@@ -432,27 +543,18 @@ impl Runner {
 
     /// Count the bytes of capped paths (both directions), warn at 80 %, put a path over its
     /// cap on standby, save the ledger.
-    async fn count_caps(
+    fn count_caps(
         &mut self,
         cmd: &mpsc::UnboundedSender<Cmd>,
+        stats: &[(PathId, PathStats)],
         counted: &mut HashMap<PathId, u64>,
     ) {
         if self.cfg.paths.iter().all(|p| p.policy.cap.is_none()) {
             return;
         }
-        let (rtx, rrx) = oneshot::channel();
-        let _ = cmd.send(Cmd::Session(SessionFn(Box::new(move |s, _| {
-            let v: Vec<(PathId, u64)> = s
-                .path_ids()
-                .into_iter()
-                .filter_map(|id| {
-                    s.path_stats(id)
-                        .map(|st| (id, st.bytes_sent + st.bytes_received))
-                })
-                .collect();
-            let _ = rtx.send(v);
-        }))));
-        let Ok(totals) = rrx.await else { return };
+        let totals = stats
+            .iter()
+            .map(|(id, st)| (*id, st.bytes_sent + st.bytes_received));
         let now = unix_secs();
         // A new period: paths that were over their cap are active again (unless backups).
         for slot in 0..self.slots.len() {
@@ -514,6 +616,62 @@ impl Runner {
             }
         }
     }
+}
+
+/// How long packets may go unanswered before the agent probes the servers.
+const SUSPECT_AFTER: Duration = Duration::from_secs(2);
+
+/// How long the old session gets to answer once a probe handshake was answered (at least;
+/// three times the largest smoothed RTT if that is longer).
+const CONFIRM: Duration = Duration::from_millis(600);
+
+/// The silence watch of one session.
+struct Silence {
+    /// A probe's new session, used unless the old one answers before the instant.
+    pending: Option<(Established, tokio::time::Instant)>,
+    rx: u64,
+    tx: u64,
+    last_rx: tokio::time::Instant,
+    unanswered_since: Option<tokio::time::Instant>,
+    probe: Option<(
+        JoinHandle<Result<Established, String>>,
+        tokio::time::Instant,
+    )>,
+    next_probe: tokio::time::Instant,
+    probe_wait: Duration,
+    /// The largest smoothed RTT of the session's paths.
+    srtt: Duration,
+}
+
+impl Silence {
+    fn new() -> Silence {
+        let now = tokio::time::Instant::now();
+        Silence {
+            pending: None,
+            rx: 0,
+            tx: 0,
+            last_rx: now,
+            unanswered_since: None,
+            probe: None,
+            next_probe: now,
+            probe_wait: SUSPECT_AFTER,
+            srtt: Duration::ZERO,
+        }
+    }
+}
+
+/// Every path's counters, from the session task.
+async fn query_stats(cmd: &mpsc::UnboundedSender<Cmd>) -> Vec<(PathId, PathStats)> {
+    let (rtx, rrx) = oneshot::channel();
+    let _ = cmd.send(Cmd::Session(SessionFn(Box::new(move |s, _| {
+        let v: Vec<(PathId, PathStats)> = s
+            .path_ids()
+            .into_iter()
+            .filter_map(|id| s.path_stats(id).map(|st| (id, st)))
+            .collect();
+        let _ = rtx.send(v);
+    }))));
+    rrx.await.unwrap_or_default()
 }
 
 /// The receive task of a path's socket.

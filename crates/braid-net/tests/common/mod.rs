@@ -164,7 +164,7 @@ pub async fn rig() -> Rig {
     }
     let agent_key = Arc::new(agent_key);
     let acfg = AgentConfig {
-        server: server_addr,
+        servers: vec![server_addr],
         server_pub,
         key: agent_key.clone(),
         paths,
