@@ -53,6 +53,21 @@ pub enum Cmd {
     Open(tokio::sync::oneshot::Sender<Result<StreamHandle, braid_core::StreamError>>),
     /// Close the session.
     Close,
+    /// Run this on the session (path changes by the agent's path manager).
+    Session(SessionFn),
+}
+
+/// A change the owner of a session task makes to the session itself (add or remove a path,
+/// set a path's state), run by the task with its `now`.
+pub struct SessionFn(pub Box<SessionChange>);
+
+/// The body of a [`SessionFn`].
+pub type SessionChange = dyn FnOnce(&mut Session, braid_core::Instant) + Send;
+
+impl std::fmt::Debug for SessionFn {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("SessionFn")
+    }
 }
 
 /// The application side of one stream: a reader and a writer that can be used from two
@@ -142,6 +157,14 @@ pub struct StreamBridge {
     read_done: bool,
     /// The end of the stream (FIN or reset), read but not yet delivered.
     end: Option<StreamMsg>,
+}
+
+impl Drop for StreamBridge {
+    /// The session task is gone (or dropped the stream): a writer waiting for credit gets
+    /// [`SessionGone`] instead of waiting forever (the reader sees its channel close).
+    fn drop(&mut self) {
+        self.credit.close();
+    }
 }
 
 impl StreamBridge {

@@ -288,6 +288,7 @@ impl<P: PacketProtection, S: PathSender> SessionTask<P, S> {
                     pending_opens.push(reply);
                 }
             }
+            Cmd::Session(f) => (f.0)(s, self.clock.now()),
             Cmd::Close => {
                 let now = self.clock.now();
                 s.close(now, 0, "closed by the application");

@@ -5,12 +5,18 @@
 //! - [`protect`]: the AEAD and replay window on every packet,
 //! - [`udp`]: path sockets bound to interfaces or source addresses,
 //! - [`splice`]: relaying a TCP connection over a stream,
-//! - [`agent`]: `braid agent` (SOCKS5, HTTP CONNECT, UDP ASSOCIATE),
+//! - [`agent`]: `braid agent` (SOCKS5, HTTP CONNECT, UDP ASSOCIATE, live paths),
+//! - [`pathmgr`]: the agent's path decisions from link and address events,
+//! - [`netwatch`]: link and address events from the kernel (rtnetlink),
+//! - [`policy`]: per-path backup, cap and power options, and the cap ledger,
 //! - [`server`]: `braid server` (authenticated sessions, TCP and UDP to legacy servers).
 
 pub mod agent;
 pub mod bridge;
 pub mod driver;
+pub mod netwatch;
+pub mod pathmgr;
+pub mod policy;
 pub mod protect;
 pub mod server;
 pub mod splice;

@@ -61,7 +61,13 @@ impl ServerConfig {
             max_buffered: 64 << 20,
             max_udp_flows: 256,
             connect_timeout: Duration::from_secs(10),
-            transport: Config::default(),
+            // Keepalive and idle timeout as the agent's (see `agent::KEEPALIVE`): the
+            // server's own keepalives would otherwise wake an idle cellular radio every 5 s.
+            transport: Config {
+                keepalive: crate::agent::KEEPALIVE,
+                idle_timeout: crate::agent::IDLE_TIMEOUT,
+                ..Config::default()
+            },
         }
     }
 }

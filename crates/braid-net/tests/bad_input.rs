@@ -21,19 +21,22 @@ fn agent_cfg(
     server_pub: braid_crypto::PublicKey,
 ) -> AgentConfig {
     AgentConfig {
-        server: rig.server,
+        servers: vec![rig.server],
         server_pub,
         key,
         paths: vec![AgentPath {
             name: "lo".into(),
             bind: PathBind::Address("127.0.0.1".parse().unwrap()),
             via: None,
+            policy: Default::default(),
         }],
         socks: Some("127.0.0.1:0".parse().unwrap()),
         http: None,
         socks_auth: AuthPolicy::NoAuth,
         http_limits: HttpLimits::default(),
         open_timeout: Duration::from_secs(5),
+        session_wait: Duration::from_secs(2),
+        state_file: None,
         transport: braid_core::Config::default(),
     }
 }

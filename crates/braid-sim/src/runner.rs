@@ -80,6 +80,10 @@ pub fn session_config(scn: &Scenario, plan: &Plan, seed: u64) -> Config {
         ack_offload: plan.variant.ack_offload,
         blackout_freeze: plan.variant.blackout_freeze,
         loss_recovery: plan.variant.loss_recovery,
+        keepalive: plan
+            .variant
+            .keepalive
+            .map_or(Config::default().keepalive, Duration::from_nanos),
         seed,
         ..Config::default()
     }

@@ -211,6 +211,8 @@ pub struct VariantSpec {
     /// after the handshake (used only when no active path works), e.g. "WiFi first, 3G as
     /// fallback".
     pub standby: Vec<usize>,
+    /// Keepalive interval of idle paths, both ends (default: the core's default).
+    pub keepalive: Option<Nanos>,
 }
 
 // ---------------------------------------------------------------------------------------
@@ -333,6 +335,7 @@ struct RawVariant {
     blackout_freeze: Option<bool>,
     loss_recovery: Option<bool>,
     standby: Option<Vec<String>>,
+    keepalive: Option<UnitStr>,
 }
 
 // ---------------------------------------------------------------------------------------
@@ -934,6 +937,19 @@ impl Resolver<'_> {
                  paths carry data only when no active path works)",
             ));
         }
+        let keepalive = match &v.keepalive {
+            Some(u) => {
+                let d = self.duration(&format!("{k}.keepalive"), u)?;
+                if d == 0 {
+                    return Err(self.err(
+                        format!("{k}.keepalive"),
+                        "a keepalive interval must be more than 0".to_string(),
+                    ));
+                }
+                Some(d)
+            }
+            None => None,
+        };
         // A variant that names neither a scheduler nor a controller runs what `braid agent`
         // runs by default (`Config::default()`, switches included); one that names either
         // gets exactly that, with the super-aggregation switches off unless it sets them or
@@ -957,6 +973,7 @@ impl Resolver<'_> {
             blackout_freeze: switch(v.blackout_freeze, default.blackout_freeze),
             loss_recovery: switch(v.loss_recovery, default.loss_recovery),
             standby,
+            keepalive,
         })
     }
 }

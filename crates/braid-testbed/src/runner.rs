@@ -160,20 +160,12 @@ pub fn check_scenario(scn: &Scenario, opts: &RunOptions) -> Result<()> {
                 ))
             }
             VariantKind::Braid => {
-                if !["minrtt", "rr"].contains(&v.scheduler.as_str()) {
-                    return Err(err(
-                        format!("variant[{i}].scheduler"),
-                        format!(
-                            "unknown scheduler {:?}; expected \"minrtt\" or \"rr\"",
-                            v.scheduler
-                        ),
-                    ));
+                // Whatever `braid agent` accepts (the same parsers).
+                if let Err(e) = v.scheduler.parse::<braid_core::SchedulerKind>() {
+                    return Err(err(format!("variant[{i}].scheduler"), e));
                 }
-                if !["reno", "cubic", "bbr"].contains(&v.cc.as_str()) {
-                    return Err(err(
-                        format!("variant[{i}].cc"),
-                        format!("unknown congestion controller {:?}; expected \"reno\", \"cubic\" or \"bbr\"", v.cc),
-                    ));
+                if let Err(e) = v.cc.parse::<braid_core::CcAlgorithm>() {
+                    return Err(err(format!("variant[{i}].cc"), e));
                 }
                 let bin = opts.braid_bin.clone().or_else(find_braid);
                 if !bin.as_ref().is_some_and(|b| b.is_file()) {
@@ -610,6 +602,10 @@ impl Stack {
                 .iter()
                 .map(|s| s.to_string())
                 .collect();
+                if v.scheduler == "operetta" {
+                    agent_args.push("--alpha".into());
+                    agent_args.push(v.alpha.to_string());
+                }
                 for &i in &v.paths {
                     let name: String = scn.paths[i]
                         .name
@@ -622,8 +618,18 @@ impl Stack {
                             }
                         })
                         .collect();
+                    // The variant's standby paths and the energy model's power, as the
+                    // agent's path options (what `braid sim` gives its client too).
+                    let mut spec = format!("{name}={}", topo.paths[i].client_ip);
+                    if v.standby.contains(&i) {
+                        spec.push_str(",backup");
+                    }
+                    let e = &scn.paths[i].energy;
+                    if e.active_w > e.idle_w {
+                        spec.push_str(&format!(",power={}", e.active_w - e.idle_w));
+                    }
                     agent_args.push("--path".into());
-                    agent_args.push(format!("{name}={}", topo.paths[i].client_ip));
+                    agent_args.push(spec);
                 }
                 s.helpers.push(Helper::spawn(
                     "braid agent",

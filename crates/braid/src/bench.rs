@@ -179,19 +179,22 @@ pub fn loopback(size: u64) -> Result<Report> {
         .recv_timeout(Duration::from_secs(5))?
         .context("the benchmark server did not start")?;
     let acfg = AgentConfig {
-        server,
+        servers: vec![server],
         server_pub,
         key: Arc::new(agent_key),
         paths: vec![AgentPath {
             name: "lo".into(),
             bind: PathBind::Address("127.0.0.1".parse()?),
             via: None,
+            policy: Default::default(),
         }],
         socks: Some("127.0.0.1:0".parse()?),
         http: None,
         socks_auth: AuthPolicy::NoAuth,
         http_limits: HttpLimits::default(),
         open_timeout: Duration::from_secs(15),
+        session_wait: Duration::from_secs(10),
+        state_file: None,
         transport: braid_core::Config::default(),
     };
     let (socks_tx, socks_rx) = std::sync::mpsc::channel();

@@ -4,7 +4,6 @@
 use anyhow::{bail, Context, Result};
 use braid_net::agent::{Agent, AgentConfig, AgentPath};
 use braid_net::server::{Server, ServerConfig};
-use braid_net::udp::PathBind;
 use braid_proxy::{AuthPolicy, HttpLimits};
 use clap::Args;
 use serde::Deserialize;
@@ -60,17 +59,24 @@ pub struct AgentArgs {
     #[arg(long, value_name = "FILE")]
     #[serde(skip)]
     pub config: Option<PathBuf>,
-    /// The server, HOST:PORT.
-    #[arg(long, value_name = "HOST:PORT")]
-    pub server: Option<String>,
+    /// The server, HOST:PORT. Repeat for several servers (sharing one key): the agent
+    /// handshakes with all at once, keeps its session with the first that answers (the
+    /// lowest RTT), and moves to another when its server stops answering.
+    #[arg(long = "server", value_name = "HOST:PORT")]
+    #[serde(default, rename = "server", deserialize_with = "one_or_many")]
+    pub servers: Vec<String>,
     /// The server's public key file (from `braid keygen` on the server).
     #[arg(long, value_name = "FILE")]
     pub server_pub: Option<PathBuf>,
     /// This agent's private key file.
     #[arg(long, value_name = "FILE")]
     pub key: Option<PathBuf>,
-    /// A path: NAME=INTERFACE or NAME=LOCAL_IP (repeat for each path, 1 to 8).
-    #[arg(long = "path", value_name = "NAME=IFACE_OR_LOCAL_IP")]
+    /// A path: NAME=INTERFACE or NAME=LOCAL_IP, then options: `backup` (carries data only
+    /// while no other path works), `cap=SIZE/day` or `cap=SIZE/month` (bytes both ways; over
+    /// it the path is a backup), `power=WATTS` (for --scheduler operetta). Repeat for each
+    /// path, 1 to 8, like --path wifi=wlan0 --path lte=wwan0,backup,cap=10GB/month. Paths
+    /// that are absent are used when they appear.
+    #[arg(long = "path", value_name = "NAME=IFACE_OR_LOCAL_IP[,OPTION...]")]
     #[serde(default, rename = "path")]
     pub paths: Vec<String>,
     /// SOCKS5 proxy listen address, like 127.0.0.1:1080.
@@ -85,10 +91,23 @@ pub struct AgentArgs {
     /// Require this SOCKS5 password (with --socks-user).
     #[arg(long)]
     pub socks_pass: Option<String>,
-    /// Packet scheduler: minrtt, rr, wrr, ecf, blest or super (minrtt with ACK offload,
-    /// blackout freeze and random-loss recovery).
+    /// Packet scheduler: minrtt, rr, wrr, ecf, blest, super (minrtt with ACK offload,
+    /// blackout freeze and random-loss recovery), operetta (energy-aware, see --alpha and
+    /// power=) or redundant.
     #[arg(long)]
     pub scheduler: Option<String>,
+    /// OPERETTA's utility for --scheduler operetta: 0 (least energy per bit) to 1 (most
+    /// throughput) [default: 0.5].
+    #[arg(long)]
+    pub alpha: Option<f64>,
+    /// File that keeps the bytes counted against path caps across restarts
+    /// [default: braid-agent-caps.state in the working directory, when a path has a cap].
+    #[arg(long, value_name = "FILE")]
+    pub state_file: Option<PathBuf>,
+    /// How long a proxied connection waits for a session when none is up, in seconds
+    /// [default: 10].
+    #[arg(long, value_name = "SECONDS")]
+    pub session_wait: Option<u64>,
     /// Congestion controller for both directions: cubic (default), bbr, reno, lia, olia or
     /// balia.
     #[arg(long)]
@@ -96,6 +115,20 @@ pub struct AgentArgs {
     /// Log level: error, warn, info, debug or trace.
     #[arg(long)]
     pub log_level: Option<String>,
+}
+
+/// A TOML value that is one string or a list of strings.
+fn one_or_many<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Vec<String>, D::Error> {
+    #[derive(Deserialize)]
+    #[serde(untagged)]
+    enum OneOrMany {
+        One(String),
+        Many(Vec<String>),
+    }
+    Ok(match OneOrMany::deserialize(d)? {
+        OneOrMany::One(s) => vec![s],
+        OneOrMany::Many(v) => v,
+    })
 }
 
 fn load<T: for<'de> Deserialize<'de> + Default>(file: Option<&Path>) -> Result<T> {
@@ -186,34 +219,41 @@ pub fn server(a: ServerArgs) -> Result<()> {
 }
 
 fn parse_path(s: &str) -> Result<AgentPath> {
-    let (name, bind) = s.split_once('=').with_context(|| {
-        format!("--path {s:?}: expected NAME=INTERFACE or NAME=LOCAL_IP, like wifi=wlan0")
-    })?;
-    if name.is_empty() {
-        bail!("--path {s:?}: the path needs a name before '='");
-    }
-    let bind: PathBind = bind
-        .parse()
-        .map_err(|e: String| anyhow::anyhow!("--path {s:?}: {e}"))?;
+    let spec = braid_net::policy::parse_path_spec(s).map_err(|e| anyhow::anyhow!("--path {e}"))?;
     Ok(AgentPath {
-        name: name.to_string(),
-        bind,
+        name: spec.name,
+        bind: spec.bind,
         via: None,
+        policy: spec.policy,
     })
 }
 
 /// `braid agent`.
 pub fn agent(a: AgentArgs) -> Result<()> {
     let f: AgentArgs = load(a.config.as_deref())?;
-    let server = a
-        .server
-        .or(f.server)
-        .context("--server HOST:PORT is required")?;
-    let server = server
-        .to_socket_addrs()
-        .with_context(|| format!("--server {server:?}: cannot resolve; expected HOST:PORT"))?
-        .next()
-        .with_context(|| format!("--server {server:?}: no address"))?;
+    let servers = if a.servers.is_empty() {
+        f.servers
+    } else {
+        a.servers
+    };
+    if servers.is_empty() {
+        bail!("--server HOST:PORT is required (repeat it for several servers)");
+    }
+    let mut addrs = Vec::new();
+    for server in &servers {
+        let addr = server
+            .to_socket_addrs()
+            .with_context(|| format!("--server {server:?}: cannot resolve; expected HOST:PORT"))?
+            .next()
+            .with_context(|| format!("--server {server:?}: no address"))?;
+        if addrs
+            .first()
+            .is_some_and(|a: &SocketAddr| a.is_ipv4() != addr.is_ipv4())
+        {
+            bail!("--server {server:?}: all servers must be IPv4 or all IPv6");
+        }
+        addrs.push(addr);
+    }
     let server_pub = a
         .server_pub
         .or(f.server_pub)
@@ -233,6 +273,14 @@ pub fn agent(a: AgentArgs) -> Result<()> {
         .iter()
         .map(|p| parse_path(p))
         .collect::<Result<Vec<_>>>()?;
+    for (i, p) in paths.iter().enumerate() {
+        if paths[..i].iter().any(|q| q.name == p.name) {
+            bail!(
+                "--path: the name {:?} is used twice; give each path its own name",
+                p.name
+            );
+        }
+    }
     let socks = a.socks.or(f.socks);
     let http = a.http.or(f.http);
     if socks.is_none() && http.is_none() {
@@ -245,9 +293,10 @@ pub fn agent(a: AgentArgs) -> Result<()> {
         (None, None) => AuthPolicy::NoAuth,
         _ => bail!("--socks-user and --socks-pass go together"),
     };
-    // braid's one default stack (see `Config::default` and docs/results.md, "One default"):
-    // the simulator's variants that name no scheduler or controller run the same.
-    let mut transport = braid_core::Config::default();
+    // braid's one default stack (`Config::default`, docs/results.md "One default"), with
+    // the agent's idle timeout (see braid_net::agent::agent_transport); the simulator's
+    // variants that name no scheduler or controller run the same stack.
+    let mut transport = braid_net::agent::agent_transport();
     if let Some(s) = a.scheduler.or(f.scheduler) {
         let kind = s
             .parse()
@@ -259,9 +308,27 @@ pub fn agent(a: AgentArgs) -> Result<()> {
             .parse()
             .map_err(|e: String| anyhow::anyhow!("--cc: {e}"))?;
     }
+    if let Some(alpha) = a.alpha.or(f.alpha) {
+        if !(0.0..=1.0).contains(&alpha) {
+            bail!(
+                "--alpha {alpha}: expected a number from 0 (least energy) to 1 (most throughput)"
+            );
+        }
+        if transport.scheduler != braid_core::SchedulerKind::Operetta {
+            bail!("--alpha only applies to --scheduler operetta");
+        }
+        transport.alpha = alpha;
+    }
+    let state_file = a.state_file.or(f.state_file).or_else(|| {
+        paths
+            .iter()
+            .any(|p| p.policy.cap.is_some())
+            .then(|| PathBuf::from("braid-agent-caps.state"))
+    });
+    let session_wait = Duration::from_secs(a.session_wait.or(f.session_wait).unwrap_or(10));
     init_logging(a.log_level.or(f.log_level).as_deref())?;
     let cfg = AgentConfig {
-        server,
+        servers: addrs,
         server_pub: braid_crypto::read_public_key(&server_pub)?,
         key: Arc::new(braid_crypto::read_private_key(&key)?),
         paths,
@@ -270,13 +337,18 @@ pub fn agent(a: AgentArgs) -> Result<()> {
         socks_auth,
         http_limits: HttpLimits::default(),
         open_timeout: Duration::from_secs(15),
+        session_wait,
+        state_file,
         transport,
     };
     runtime()?.block_on(async move {
         let _agent = Agent::start(cfg).await?;
-        tokio::signal::ctrl_c()
-            .await
-            .context("waiting for Ctrl-C")?;
+        let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())
+            .context("installing the SIGTERM handler")?;
+        tokio::select! {
+            r = tokio::signal::ctrl_c() => r.context("waiting for Ctrl-C")?,
+            _ = term.recv() => {}
+        }
         Ok(())
     })
 }

@@ -424,6 +424,16 @@ impl Session {
         Ok(())
     }
 
+    /// Send a PING on every live path now, whatever its congestion window or probe-timeout
+    /// backoff, so that the driver learns at once whether the peer still answers (the agent
+    /// uses it to tell a network that came back from a server that forgot the session).
+    pub fn ping_paths(&mut self, now: Instant) {
+        for p in self.paths.values_mut().filter(|p| !p.abandoned) {
+            p.probes_due = p.probes_due.max(1);
+        }
+        self.update_timers(now);
+    }
+
     /// Say what using a path costs: the interface's power while active, above its idle
     /// power, in milliwatts, and its rate at the IP layer in kbit/s if known (0: let the
     /// scheduler estimate it). The peer is told too (PATH_COST, resent until acknowledged),

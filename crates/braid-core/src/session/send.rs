@@ -213,7 +213,7 @@ impl Session {
         }
 
         // 5. Keepalives.
-        let keepalive = self.cfg.keepalive;
+        let keepalive = self.cfg.keepalive_interval();
         let due = self
             .paths
             .values()

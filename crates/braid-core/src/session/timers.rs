@@ -87,8 +87,10 @@ impl Session {
                 self.timers.arm(Timer::Ack(p.id), t);
             }
             if p.usable() && self.state == State::Established {
-                self.timers
-                    .arm(Timer::Keepalive(p.id), p.last_sent + self.cfg.keepalive);
+                self.timers.arm(
+                    Timer::Keepalive(p.id),
+                    p.last_sent + self.cfg.keepalive_interval(),
+                );
                 if has_data && p.window_open() && p.pto_count == 0 && p.rate_cap() != Some(0) {
                     let at = p.pacer_ready_at(now);
                     if at > now {

@@ -158,12 +158,13 @@ pub async fn rig() -> Rig {
             name: spec.name.clone(),
             bind: PathBind::Address(format!("127.0.0.{}", i + 2).parse().unwrap()),
             via: Some(emu.agent_side),
+            policy: Default::default(),
         });
         emus.push(emu);
     }
     let agent_key = Arc::new(agent_key);
     let acfg = AgentConfig {
-        server: server_addr,
+        servers: vec![server_addr],
         server_pub,
         key: agent_key.clone(),
         paths,
@@ -172,6 +173,8 @@ pub async fn rig() -> Rig {
         socks_auth: AuthPolicy::NoAuth,
         http_limits: HttpLimits::default(),
         open_timeout: Duration::from_secs(15),
+        session_wait: Duration::from_secs(10),
+        state_file: None,
         transport: braid_core::Config {
             // Measurements for docs/results.md choose the controller; tests use the default.
             cc: std::env::var("BRAID_TEST_CC")

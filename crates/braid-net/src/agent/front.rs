@@ -1,0 +1,261 @@
+//! The agent's proxy front ends: SOCKS5 (CONNECT and UDP ASSOCIATE) and HTTP CONNECT.
+//! Each proxied TCP connection becomes one stream of the current session, each UDP
+//! association one datagram flow.
+//!
+//! Owns: accepting application connections, opening a stream per connection (waiting a
+//! bounded time for a session when none is up), and relaying. Must not touch: the session's
+//! paths or lifecycle (`run`), or the SOCKS/HTTP wire details (braid-proxy).
+
+use super::Shared;
+use crate::bridge::{Cmd, StreamMsg, StreamReader, StreamWriter};
+use braid_proxy::socks5::{self, SocksRequest};
+use braid_proxy::target::{self, ReplyCode};
+use braid_proxy::{datagram, TargetAddr};
+use bytes::{Bytes, BytesMut};
+use std::net::SocketAddr;
+use std::sync::atomic::Ordering;
+use tokio::io::AsyncReadExt;
+use tokio::net::{TcpListener, TcpStream, UdpSocket};
+use tokio::sync::{mpsc, oneshot};
+use tracing::{debug, info, warn};
+
+/// Which proxy protocol a listener speaks.
+#[derive(Clone, Copy)]
+pub(super) enum Front {
+    /// SOCKS5.
+    Socks,
+    /// HTTP CONNECT.
+    Http,
+}
+
+pub(super) async fn accept_loop(l: TcpListener, shared: Shared, front: Front) {
+    loop {
+        let Ok((tcp, peer)) = l.accept().await else {
+            continue;
+        };
+        let shared = shared.clone();
+        tokio::spawn(async move {
+            let r = match front {
+                Front::Socks => socks_conn(tcp, &shared).await,
+                Front::Http => http_conn(tcp, &shared).await,
+            };
+            if let Err(e) = r {
+                info!(%peer, "proxy connection ended: {e}");
+            }
+        });
+    }
+}
+
+/// The current session's command channel; with no session, wait for one up to the
+/// configured bound, then give up with "network unreachable" (SOCKS5 reply 3, HTTP 502).
+async fn session_or_wait(shared: &Shared) -> Result<mpsc::UnboundedSender<Cmd>, ReplyCode> {
+    let mut rx = shared.session.clone();
+    let wait = shared.cfg.session_wait;
+    let got = tokio::time::timeout(wait, rx.wait_for(|s| s.is_some()))
+        .await
+        .ok()
+        .and_then(|r| r.ok().and_then(|s| s.clone()));
+    match got {
+        Some(s) => Ok(s),
+        None => {
+            warn!("no session to the server after waiting {wait:?}: the connection is refused (network unreachable)");
+            Err(ReplyCode::NetworkUnreachable)
+        }
+    }
+}
+
+/// Why opening a stream failed.
+enum OpenError {
+    /// The answer (or the lack of one) to give the client.
+    Code(ReplyCode),
+    /// The session ended before the server answered: worth trying on the next session.
+    SessionGone,
+}
+
+/// Open a stream to `target` through the server; returns the stream and any bytes that
+/// came after the server's answer. If the session ends before the server answers (it
+/// stopped answering and the agent moved to a new session), the open is tried once more on
+/// the next session.
+async fn open(
+    shared: &Shared,
+    target: &TargetAddr,
+) -> Result<(StreamReader, StreamWriter, Bytes), ReplyCode> {
+    let cmd = session_or_wait(shared).await?;
+    match open_on(shared, target, &cmd).await {
+        Ok(x) => Ok(x),
+        Err(OpenError::Code(c)) => Err(c),
+        Err(OpenError::SessionGone) => {
+            info!("the session ended while opening a stream to {target}; trying the next session");
+            let mut rx = shared.session.clone();
+            let wait = shared.cfg.session_wait;
+            let next = tokio::time::timeout(
+                wait,
+                rx.wait_for(|s| s.as_ref().is_some_and(|s| !s.same_channel(&cmd))),
+            )
+            .await
+            .ok()
+            .and_then(|r| r.ok().and_then(|s| s.clone()))
+            .ok_or(ReplyCode::NetworkUnreachable)?;
+            match open_on(shared, target, &next).await {
+                Ok(x) => Ok(x),
+                Err(OpenError::Code(c)) => Err(c),
+                Err(OpenError::SessionGone) => Err(ReplyCode::NetworkUnreachable),
+            }
+        }
+    }
+}
+
+async fn open_on(
+    shared: &Shared,
+    target: &TargetAddr,
+    cmd: &mpsc::UnboundedSender<Cmd>,
+) -> Result<(StreamReader, StreamWriter, Bytes), OpenError> {
+    let (tx, rx) = oneshot::channel();
+    cmd.send(Cmd::Open(tx))
+        .map_err(|_| OpenError::SessionGone)?;
+    let h = rx.await.map_err(|_| OpenError::SessionGone)?.map_err(|e| {
+        warn!(
+            "cannot open a stream to {target}: {e} (the server's limit on connections per agent)"
+        );
+        OpenError::Code(ReplyCode::GeneralFailure)
+    })?;
+    let (mut reader, writer) = (h.reader, h.writer);
+    let mut req = Vec::new();
+    target::emit_request(target, &mut req)
+        .map_err(|_| OpenError::Code(ReplyCode::AddressTypeNotSupported))?;
+    writer
+        .write(Bytes::from(req))
+        .await
+        .map_err(|_| OpenError::SessionGone)?;
+    let answer = async {
+        let mut head = BytesMut::new();
+        loop {
+            match target::parse_reply(&head) {
+                Ok((code, used)) if code.is_success() => return Ok(head.split_off(used).freeze()),
+                Ok((code, _)) => return Err(OpenError::Code(code)),
+                Err(braid_proxy::ParseError::Incomplete) => {}
+                Err(_) => return Err(OpenError::Code(ReplyCode::GeneralFailure)),
+            }
+            match reader.read().await {
+                Some(StreamMsg::Data(b)) => head.extend_from_slice(&b),
+                // The session task ended (`u64::MAX`) or is gone.
+                None | Some(StreamMsg::Reset(u64::MAX)) => return Err(OpenError::SessionGone),
+                _ => return Err(OpenError::Code(ReplyCode::GeneralFailure)),
+            }
+        }
+    };
+    match tokio::time::timeout(shared.cfg.open_timeout, answer).await {
+        Ok(Ok(early)) => Ok((reader, writer, early)),
+        Ok(Err(e)) => {
+            writer.reset(0);
+            Err(e)
+        }
+        Err(_) => {
+            writer.reset(0);
+            Err(OpenError::Code(ReplyCode::TtlExpired))
+        }
+    }
+}
+
+async fn socks_conn(mut tcp: TcpStream, shared: &Shared) -> Result<(), String> {
+    let req = socks5::accept(&mut tcp, &shared.cfg.socks_auth)
+        .await
+        .map_err(|e| e.to_string())?;
+    let bound = tcp.local_addr().map_err(|e| e.to_string())?;
+    match req {
+        SocksRequest::Connect(target) => match open(shared, &target).await {
+            Ok((reader, writer, early)) => {
+                socks5::reply(&mut tcp, ReplyCode::Succeeded, bound)
+                    .await
+                    .map_err(|e| e.to_string())?;
+                crate::splice::splice(tcp, reader, writer, early).await;
+                Ok(())
+            }
+            Err(code) => {
+                let _ = socks5::reply(&mut tcp, code, bound).await;
+                Err(format!("CONNECT {target}: {code}"))
+            }
+        },
+        SocksRequest::UdpAssociate(_) => udp_associate(tcp, shared, bound).await,
+    }
+}
+
+async fn http_conn(mut tcp: TcpStream, shared: &Shared) -> Result<(), String> {
+    let target = braid_proxy::http::accept_connect(&mut tcp, &shared.cfg.http_limits)
+        .await
+        .map_err(|e| e.to_string())?;
+    match open(shared, &target).await {
+        Ok((reader, writer, early)) => {
+            braid_proxy::http::respond_ok(&mut tcp)
+                .await
+                .map_err(|e| e.to_string())?;
+            crate::splice::splice(tcp, reader, writer, early).await;
+            Ok(())
+        }
+        Err(code) => {
+            let _ = braid_proxy::http::respond_error(&mut tcp, code).await;
+            Err(format!("CONNECT {target}: {code}"))
+        }
+    }
+}
+
+/// SOCKS5 UDP ASSOCIATE: a relay socket for the client, one datagram flow of the session;
+/// it lasts as long as the client's TCP control connection.
+async fn udp_associate(
+    mut tcp: TcpStream,
+    shared: &Shared,
+    bound: SocketAddr,
+) -> Result<(), String> {
+    let relay = UdpSocket::bind(SocketAddr::new(bound.ip(), 0))
+        .await
+        .map_err(|e| e.to_string())?;
+    let relay_addr = relay.local_addr().map_err(|e| e.to_string())?;
+    let flow = shared.next_flow.fetch_add(1, Ordering::Relaxed);
+    let (tx, mut rx) = mpsc::channel::<Bytes>(1024);
+    if let Ok(mut m) = shared.flows.lock() {
+        m.insert(flow, tx);
+    }
+    socks5::reply(&mut tcp, ReplyCode::Succeeded, relay_addr)
+        .await
+        .map_err(|e| e.to_string())?;
+    let mut client: Option<SocketAddr> = None;
+    let mut buf = vec![0u8; 65536];
+    let mut ctl = [0u8; 64];
+    let result = loop {
+        tokio::select! {
+            r = tcp.read(&mut ctl) => match r {
+                Ok(0) | Err(_) => break Ok(()),
+                Ok(_) => {}
+            },
+            r = relay.recv_from(&mut buf) => {
+                let Ok((n, from)) = r else { break Err("relay socket failed".to_string()) };
+                // Only the client that asked (same IP as its control connection) may use it.
+                if tcp.peer_addr().map(|p| p.ip()).ok() != Some(from.ip()) {
+                    continue;
+                }
+                client = Some(from);
+                let Ok(p) = socks5::parse_udp(&buf[..n]) else {
+                    debug!("dropped a malformed or fragmented SOCKS5 UDP datagram");
+                    continue;
+                };
+                let mut out = Vec::with_capacity(n + 8);
+                if datagram::emit(flow, &p.addr.to_target_addr(), p.payload, &mut out).is_ok() {
+                    if let Some(cmd) = shared.session.borrow().clone() {
+                        let _ = cmd.send(Cmd::Datagram(Bytes::from(out)));
+                    }
+                }
+            }
+            Some(d) = rx.recv() => {
+                let (Some(c), Ok(p)) = (client, datagram::parse(&d)) else { continue };
+                let mut out = Vec::with_capacity(d.len() + 8);
+                if socks5::emit_udp(&p.addr.to_target_addr(), p.payload, &mut out).is_ok() {
+                    let _ = relay.send_to(&out, c).await;
+                }
+            }
+        }
+    };
+    if let Ok(mut m) = shared.flows.lock() {
+        m.remove(&flow);
+    }
+    result
+}

@@ -1,0 +1,188 @@
+//! The agent's handshake: message 1 goes out on every available path to every configured
+//! server at once (each (path, server) pair its own Noise handshake, all for one session
+//! id); the first valid answer wins: its server (the one with the lowest RTT that completes
+//! a handshake) carries the session and its path becomes the session's first path. A server
+//! creates the session from the first message 1 that reaches it and drops the others, so it
+//! answers on one path only; servers that lose the race keep a half-open session until
+//! their idle timeout.
+//!
+//! Owns: binding the paths' sockets for a new session, retransmitting message 1 with
+//! backoff, and choosing the winner. Must not touch: the session itself (`run` builds it).
+
+use super::AgentConfig;
+use crate::pathmgr::Attach;
+use crate::udp::{bind_path, bind_udp, PathBind};
+use braid_core::PathId;
+use braid_crypto::{parse_header, ClientHandshake, PacketType, SessionKeys};
+use std::net::SocketAddr;
+use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+use tokio::net::UdpSocket;
+use tokio::sync::mpsc;
+use tracing::debug;
+
+/// A socket bound for a path of the session.
+pub(super) struct Bound {
+    /// The configured path.
+    pub slot: usize,
+    /// Where the kernel offered it.
+    pub attach: Attach,
+    /// The socket.
+    pub socket: Arc<UdpSocket>,
+    /// Where it sends (the server, or a relay in front of it).
+    pub peer: SocketAddr,
+}
+
+impl Bound {
+    /// The same socket, sending to `server` (or the path's relay).
+    fn towards(&self, cfg: &AgentConfig, server: SocketAddr) -> Bound {
+        Bound {
+            slot: self.slot,
+            attach: self.attach,
+            socket: self.socket.clone(),
+            peer: cfg.paths[self.slot].peer(server),
+        }
+    }
+}
+
+/// A completed handshake.
+pub(super) struct Established {
+    /// The server that answered first.
+    pub server: SocketAddr,
+    pub sid: u64,
+    pub keys: SessionKeys,
+    /// The path whose answer won.
+    pub first: PathId,
+    pub paths: Vec<Bound>,
+}
+
+/// Bind a socket for configured path `slot`, attached as the path manager says, sending to
+/// `server`.
+pub(super) fn bind(
+    cfg: &AgentConfig,
+    slot: usize,
+    attach: Attach,
+    server: SocketAddr,
+) -> std::io::Result<Bound> {
+    let p = &cfg.paths[slot];
+    let socket = match &p.bind {
+        PathBind::Interface(_) => bind_path(&p.bind, server)?,
+        PathBind::Address(ip) => bind_udp(SocketAddr::new(*ip, 0), None)?,
+    };
+    Ok(Bound {
+        slot,
+        attach,
+        socket: Arc::new(socket),
+        peer: p.peer(server),
+    })
+}
+
+pub(super) fn new_session_id() -> u64 {
+    static COUNTER: AtomicU32 = AtomicU32::new(0);
+    let t = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_nanos() as u64);
+    let c = COUNTER.fetch_add(1, Ordering::Relaxed) as u64;
+    braid_core::rng::splitmix64(t ^ (std::process::id() as u64) << 32 ^ c.rotate_left(48))
+}
+
+/// Send message 1 on every path in `avail` (bound now) to every server and wait for the
+/// first answer; `attempts` rounds, 0.5 s, 1 s, 2 s, then 4 s apart.
+pub(super) async fn handshake(
+    cfg: &AgentConfig,
+    avail: &[(usize, Attach)],
+    attempts: u32,
+) -> Result<Established, String> {
+    let mut paths = Vec::new();
+    let mut errors = Vec::new();
+    for &(slot, attach) in avail {
+        match bind(cfg, slot, attach, cfg.servers[0]) {
+            Ok(b) => paths.push(b),
+            Err(e) => errors.push(format!("path {}: {e}", cfg.paths[slot].name)),
+        }
+    }
+    if paths.is_empty() {
+        return Err(errors.join("; "));
+    }
+    let sid = new_session_id();
+    let now_ms = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_millis() as u64);
+    // One handshake per (path, server): (index in `paths`, server, peer, state, message 1).
+    let mut hs = Vec::new();
+    for (i, b) in paths.iter().enumerate() {
+        let relayed = cfg.paths[b.slot].via.is_some();
+        for &server in &cfg.servers {
+            let (h, msg1) =
+                ClientHandshake::new(&cfg.key, &cfg.server_pub, sid, b.slot as PathId, now_ms)
+                    .map_err(|e| format!("handshake: {e}"))?;
+            hs.push((i, server, cfg.paths[b.slot].peer(server), h, msg1));
+            if relayed {
+                break; // A relay leads to one server.
+            }
+        }
+    }
+    // One receiver per socket, all into one channel: (index in `paths`, packet, source).
+    let (rtx, mut rrx) = mpsc::channel::<(usize, Vec<u8>, SocketAddr)>(64);
+    let readers: Vec<_> = paths
+        .iter()
+        .enumerate()
+        .map(|(i, b)| {
+            let (s, rtx) = (b.socket.clone(), rtx.clone());
+            tokio::spawn(async move {
+                let mut buf = vec![0u8; 2048];
+                while let Ok((n, from)) = s.recv_from(&mut buf).await {
+                    if rtx.send((i, buf[..n].to_vec(), from)).await.is_err() {
+                        return;
+                    }
+                }
+            })
+        })
+        .collect();
+    let mut won = None;
+    'attempts: for attempt in 0..attempts {
+        for (i, _, peer, _, msg1) in &hs {
+            let b = &paths[*i];
+            if let Err(e) = b.socket.send_to(msg1, *peer).await {
+                debug!(path = %cfg.paths[b.slot].name, %peer, "handshake not sent: {e}");
+            }
+        }
+        let deadline =
+            tokio::time::Instant::now() + Duration::from_millis(500) * (1 << attempt.min(3));
+        while let Ok(Some((i, pkt, from))) = tokio::time::timeout_at(deadline, rrx.recv()).await {
+            match parse_header(&pkt) {
+                Ok(h) if h.ptype == PacketType::Handshake && h.session_id == sid => {}
+                _ => continue,
+            }
+            let Some(k) = hs.iter().position(|x| x.0 == i && x.2 == from) else {
+                continue;
+            };
+            match hs[k].3.finish(&pkt) {
+                Ok(keys) => {
+                    won = Some((i, hs[k].1, keys));
+                    break 'attempts;
+                }
+                Err(e) => debug!("ignored a bad handshake reply: {e}"),
+            }
+        }
+    }
+    for r in readers {
+        r.abort();
+    }
+    let (i, server, keys) = won.ok_or_else(|| {
+        let names: Vec<&str> = paths.iter().map(|b| cfg.paths[b.slot].name.as_str()).collect();
+        format!(
+            "no handshake answer from {:?} on any of the paths {names:?}: check the address, that `braid server` runs there, \
+             that its key matches --server-pub and that this agent's key is in its authorized file",
+            cfg.servers
+        )
+    })?;
+    Ok(Established {
+        server,
+        sid,
+        keys,
+        first: paths[i].slot as PathId,
+        paths: paths.iter().map(|b| b.towards(cfg, server)).collect(),
+    })
+}

@@ -1,0 +1,696 @@
+//! Keeping the agent's session: wait for a path, shake hands on every available path, run
+//! the session, and apply the path manager's decisions to it while it runs — bind and add
+//! paths that appear, remove at once the ones that go, re-bind the ones that change — plus
+//! the per-path policy (backup paths and paths over their cap on standby, power for the
+//! energy-aware scheduler) and the byte counts against caps.
+//!
+//! Owns: the path sockets of the current session and their receive tasks, the session
+//! lifecycle, applying [`Action`]s. Must not touch: the decisions (`pathmgr`), the
+//! handshake details (`handshake`), the proxy front ends.
+
+use super::handshake::{self, Bound, Established};
+use super::{AgentConfig, PathStatus, Shared};
+use crate::bridge::{Cmd, SessionFn};
+use crate::driver::{Clock, Incoming, PathSender, SessionTask};
+use crate::netwatch::WatchMsg;
+use crate::pathmgr::{Action, PathManager};
+use crate::policy::{CapLedger, CapStatus};
+use crate::protect::Aead;
+use braid_core::path::PathStats;
+use braid_core::wire::PathState;
+use braid_core::{Event, PathId, Session};
+use braid_proxy::datagram;
+use bytes::{Bytes, BytesMut};
+use std::collections::HashMap;
+use std::net::SocketAddr;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+use tokio::net::UdpSocket;
+use tokio::sync::{mpsc, oneshot, watch};
+use tokio::task::JoinHandle;
+use tracing::{debug, info, warn};
+
+/// How often capped paths' bytes are counted: a path overshoots its cap by at most what it
+/// carries in this time.
+const CAP_TICK: Duration = Duration::from_millis(200);
+
+type Watcher = std::io::Result<(mpsc::UnboundedReceiver<WatchMsg>, JoinHandle<()>)>;
+type SocketTable = Arc<Mutex<HashMap<PathId, (Arc<UdpSocket>, SocketAddr)>>>;
+
+/// Aborts a task (with any output) when dropped.
+struct AbortOnDrop<T>(JoinHandle<T>);
+
+impl<T> Drop for AbortOnDrop<T> {
+    fn drop(&mut self) {
+        self.0.abort();
+    }
+}
+
+/// Aborts a task when dropped.
+struct Task(JoinHandle<()>);
+
+impl Drop for Task {
+    fn drop(&mut self) {
+        self.0.abort();
+    }
+}
+
+/// Per-path sockets, each sending to its peer (the server, or a relay in front of it).
+struct PathSockets {
+    table: SocketTable,
+}
+
+impl PathSender for PathSockets {
+    fn send(&mut self, path: PathId, packet: &[u8]) {
+        let Ok(t) = self.table.lock() else { return };
+        if let Some((s, to)) = t.get(&path) {
+            let r = match s.try_send_to(packet, *to) {
+                // A socket bound a moment ago has no write readiness from the reactor yet
+                // (tokio learns it on its next turn): send directly, the socket is
+                // non-blocking. Without this a new path's first challenge was dropped and
+                // validation waited a full probe timeout (1 s).
+                Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {
+                    socket2::SockRef::from(s.as_ref()).send_to(packet, &(*to).into())
+                }
+                r => r,
+            };
+            if let Err(e) = r {
+                debug!(path, "send failed: {e}");
+            }
+        }
+    }
+}
+
+/// Policy state of one configured path.
+#[derive(Debug, Default, Clone)]
+struct SlotState {
+    over_cap: bool,
+    warned: bool,
+}
+
+struct Runner {
+    cfg: Arc<AgentConfig>,
+    mgr: PathManager,
+    net: Option<mpsc::UnboundedReceiver<WatchMsg>>,
+    _watcher: Option<Task>,
+    epoch: tokio::time::Instant,
+    ledger: CapLedger,
+    slots: Vec<SlotState>,
+    status: watch::Sender<Vec<PathStatus>>,
+    /// The server of the current session.
+    server: SocketAddr,
+}
+
+/// Establish, run, and re-establish the session for as long as the agent runs.
+pub(super) async fn keep_session(
+    cfg: Arc<AgentConfig>,
+    tx: watch::Sender<Option<mpsc::UnboundedSender<Cmd>>>,
+    shared: Shared,
+    watcher: Watcher,
+    ledger: CapLedger,
+    status: watch::Sender<Vec<PathStatus>>,
+) {
+    let binds = cfg.paths.iter().map(|p| p.bind.clone()).collect();
+    let mut mgr = PathManager::new(binds, cfg.servers[0].is_ipv4());
+    let server = cfg.servers[0];
+    let (net, task) = match watcher {
+        Ok((rx, t)) => (Some(rx), Some(Task(t))),
+        Err(e) => {
+            warn!("cannot watch links through netlink ({e}): every path is assumed present");
+            mgr.assume_present();
+            (None, None)
+        }
+    };
+    let now = unix_secs();
+    let slots = cfg
+        .paths
+        .iter()
+        .map(|p| SlotState {
+            over_cap: p
+                .policy
+                .cap
+                .is_some_and(|c| ledger.status(&p.name, &c, now) == CapStatus::Over),
+            warned: false,
+        })
+        .collect::<Vec<_>>();
+    for (p, s) in cfg.paths.iter().zip(&slots) {
+        if s.over_cap {
+            warn!(path = %p.name, "path is over its cap for this period: it is a backup until the period ends");
+        }
+    }
+    let mut r = Runner {
+        cfg,
+        mgr,
+        net,
+        _watcher: task,
+        epoch: tokio::time::Instant::now(),
+        ledger,
+        slots,
+        status,
+        server,
+    };
+    let mut backoff = Duration::from_millis(500);
+    let mut next: Option<Established> = None;
+    loop {
+        let est = match next.take() {
+            Some(est) => est,
+            None => {
+                r.wait_for_a_path().await;
+                let avail = r.mgr.available();
+                match handshake::handshake(&r.cfg, &avail, 6).await {
+                    Ok(est) => est,
+                    Err(e) => {
+                        warn!("cannot establish a session: {e}; retrying in {backoff:?} (or when a path appears)");
+                        r.pause(backoff).await;
+                        backoff = (backoff * 2).min(Duration::from_secs(10));
+                        continue;
+                    }
+                }
+            }
+        };
+        backoff = Duration::from_millis(500);
+        let (reason, replacement) = r.run_session(est, &tx, &shared).await;
+        let _ = tx.send(None);
+        next = replacement;
+        if next.is_some() {
+            warn!("session ended ({reason}); switching to the new session");
+        } else {
+            warn!("session ended ({reason}); reconnecting");
+            r.pause(Duration::from_millis(200)).await;
+        }
+    }
+}
+
+fn unix_secs() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_secs())
+}
+
+impl Runner {
+    fn now(&self) -> Duration {
+        self.epoch.elapsed()
+    }
+
+    fn set_status(&self, slot: usize, st: PathStatus) {
+        self.status.send_modify(|v| {
+            if let Some(x) = v.get_mut(slot) {
+                *x = st;
+            }
+        });
+    }
+
+    fn name(&self, slot: usize) -> &str {
+        &self.cfg.paths[slot].name
+    }
+
+    /// Feed one watcher message to the manager.
+    fn on_net(&mut self, m: Option<WatchMsg>) {
+        let now = self.now();
+        match m {
+            Some(Some(ev)) => self.mgr.handle_event(now, ev),
+            Some(None) => self.mgr.reset_kernel_view(),
+            None => {
+                warn!("the link watcher ended: every path is assumed present from now on");
+                self.net = None;
+                self.mgr.assume_present();
+            }
+        }
+    }
+
+    async fn next_net(net: &mut Option<mpsc::UnboundedReceiver<WatchMsg>>) -> Option<WatchMsg> {
+        match net {
+            Some(rx) => rx.recv().await,
+            None => std::future::pending().await,
+        }
+    }
+
+    fn drain_net(&mut self) {
+        while let Some(rx) = self.net.as_mut() {
+            match rx.try_recv() {
+                Ok(m) => self.on_net(Some(m)),
+                Err(mpsc::error::TryRecvError::Empty) => break,
+                Err(mpsc::error::TryRecvError::Disconnected) => self.on_net(None),
+            }
+        }
+    }
+
+    /// Return once at least one configured path is available; say so once if none is.
+    async fn wait_for_a_path(&mut self) {
+        // Let the watcher's first dump arrive before judging.
+        let settle = tokio::time::Instant::now() + Duration::from_millis(50);
+        while tokio::time::Instant::now() < settle && self.mgr.available().is_empty() {
+            tokio::select! {
+                m = Self::next_net(&mut self.net) => self.on_net(m),
+                _ = tokio::time::sleep_until(settle) => {}
+            }
+        }
+        let mut said = false;
+        loop {
+            self.drain_net();
+            if !self.mgr.available().is_empty() {
+                if said {
+                    info!("a path is available: connecting");
+                }
+                return;
+            }
+            if !said {
+                let why: Vec<String> = (0..self.cfg.paths.len())
+                    .map(|i| format!("{}: {}", self.name(i), self.mgr.why_unavailable(i)))
+                    .collect();
+                warn!("no path is available ({}); waiting for one", why.join("; "));
+                said = true;
+            }
+            let m = Self::next_net(&mut self.net).await;
+            self.on_net(m);
+        }
+    }
+
+    /// Sleep, but wake up early when a path becomes available that was not.
+    async fn pause(&mut self, d: Duration) {
+        let until = tokio::time::Instant::now() + d;
+        let before = self.mgr.available().len();
+        loop {
+            tokio::select! {
+                _ = tokio::time::sleep_until(until) => return,
+                m = Self::next_net(&mut self.net) => {
+                    self.on_net(m);
+                    if self.mgr.available().len() > before {
+                        return;
+                    }
+                }
+            }
+        }
+    }
+
+    /// What a path of configured path `slot` is told at once: standby if it is a backup
+    /// or over its cap, its power if given.
+    fn policy_fn(&self, slot: usize, id: PathId) -> impl FnOnce(&mut Session, braid_core::Instant) {
+        let p = &self.cfg.paths[slot].policy;
+        let standby = p.backup || self.slots[slot].over_cap;
+        let power_mw = p.power_w.map(|w| (w * 1000.0).round() as u64);
+        move |s: &mut Session, now| {
+            if standby {
+                let _ = s.set_path_state(now, id, PathState::Standby);
+            }
+            if let Some(mw) = power_mw {
+                let _ = s.set_path_cost(now, id, mw, 0);
+            }
+        }
+    }
+
+    async fn run_session(
+        &mut self,
+        est: Established,
+        tx: &watch::Sender<Option<mpsc::UnboundedSender<Cmd>>>,
+        shared: &Shared,
+    ) -> (String, Option<Established>) {
+        self.server = est.server;
+        let clock = Clock::new();
+        let now = clock.now();
+        let mut session = Session::connect(self.cfg.transport.clone(), now, est.sid, est.first);
+        let table: SocketTable = Arc::new(Mutex::new(HashMap::new()));
+        let (in_tx, in_rx) = mpsc::channel::<Incoming>(4096);
+        let mut readers: HashMap<PathId, Task> = HashMap::new();
+        let mut started = Vec::new();
+        for b in est.paths {
+            let id = b.slot as PathId;
+            if id != est.first {
+                if let Err(e) = session.add_path(now, id) {
+                    warn!(path = %self.name(b.slot), "cannot add the path: {e}");
+                    continue;
+                }
+            }
+            (self.policy_fn(b.slot, id))(&mut session, now);
+            started.push((b.slot, id, b.attach));
+            self.set_status(b.slot, PathStatus::Validating);
+            readers.insert(id, reader(&b, in_tx.clone()));
+            if let Ok(mut t) = table.lock() {
+                t.insert(id, (b.socket, b.peer));
+            }
+        }
+        let names: Vec<&str> = started.iter().map(|p| self.name(p.0)).collect();
+        info!(
+            session = format_args!("{:016x}", est.sid),
+            server = %est.server,
+            first = %self.name(est.first as usize),
+            paths = ?names,
+            "session established"
+        );
+        let (cmd_tx, cmd_rx) = mpsc::unbounded_channel();
+        let (ev_tx, mut ev_rx) = mpsc::unbounded_channel();
+        let (dg_tx, mut dg_rx) = mpsc::channel::<Bytes>(1024);
+        let flows = shared.flows.clone();
+        let _dispatcher = Task(tokio::spawn(async move {
+            while let Some(d) = dg_rx.recv().await {
+                let Ok(p) = datagram::parse(&d) else { continue };
+                let tx = flows.lock().ok().and_then(|m| m.get(&p.flow_id).cloned());
+                if let Some(tx) = tx {
+                    let _ = tx.try_send(d);
+                }
+            }
+        }));
+        let task = SessionTask {
+            session,
+            protection: Aead::new(est.keys),
+            sender: PathSockets {
+                table: table.clone(),
+            },
+            incoming: in_rx,
+            cmd_rx,
+            cmd_tx: cmd_tx.clone(),
+            accepted: None,
+            datagrams: Some(dg_tx),
+            on_packet: None,
+            events: Some(ev_tx),
+            clock,
+        };
+        let mut handle = AbortOnDrop(tokio::spawn(task.run()));
+        let _ = tx.send(Some(cmd_tx.clone()));
+        self.mgr.session_started(self.now(), &started);
+        let mut counted: HashMap<PathId, u64> = HashMap::new();
+        let mut silence = Silence::new();
+        let mut replacement = None;
+        let mut tick = tokio::time::interval(CAP_TICK);
+        tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        let reason = loop {
+            self.apply(&cmd_tx, &table, &mut readers, &in_tx);
+            let deadline = self.mgr.poll_timeout().map_or(
+                tokio::time::Instant::now() + Duration::from_secs(3600),
+                |d| self.epoch + d,
+            );
+            tokio::select! {
+                r = &mut handle.0 => {
+                    break match r {
+                        Ok(Some(e)) => e.to_string(),
+                        Ok(None) => "closed".to_string(),
+                        Err(e) => format!("session task failed: {e}"),
+                    };
+                }
+                m = Self::next_net(&mut self.net) => self.on_net(m),
+                Some(ev) = ev_rx.recv() => {
+                    if let Event::PathValidated(id) = ev {
+                        if let Some(slot) = self.mgr.slot_of(id) {
+                            info!(path = %self.name(slot), id, "path validated: carrying data");
+                            self.set_status(slot, PathStatus::Up);
+                        }
+                        self.mgr.handle_validated(self.now(), id);
+                    }
+                }
+                _ = tokio::time::sleep_until(deadline) => self.mgr.handle_timeout(self.now()),
+                _ = tokio::time::sleep_until(silence.pending.as_ref().map_or(deadline, |p| p.1)), if silence.pending.is_some() => {
+                    let quiet = silence.last_rx.elapsed();
+                    replacement = silence.pending.take().map(|p| p.0);
+                    break format!(
+                        "no packet from {} for {:.1} s while a new handshake was answered: the server restarted or stopped answering",
+                        self.server,
+                        quiet.as_secs_f64()
+                    );
+                }
+                _ = tick.tick() => {
+                    let stats = query_stats(&cmd_tx).await;
+                    self.count_caps(&cmd_tx, &stats, &mut counted);
+                    self.watch_silence(&stats, &mut silence);
+                }
+                r = async { (&mut silence.probe.as_mut().expect("checked").0).await }, if silence.probe.is_some() => {
+                    silence.probe = None;
+                    match r {
+                        Ok(Ok(est)) => {
+                            // Answered. The network may just have come back after a
+                            // blackout (the old session is fine): make the old session
+                            // speak now, and switch only if it stays silent.
+                            info!(server = %est.server, "probe answered; checking whether the old session still answers");
+                            self.poke(&cmd_tx);
+                            silence.pending = Some((est, tokio::time::Instant::now() + CONFIRM.max(silence.srtt * 3)));
+                        }
+                        Ok(Err(e)) => {
+                            debug!("probe handshake: {e}");
+                            silence.probe_wait = (silence.probe_wait * 2).min(Duration::from_secs(10));
+                            silence.next_probe = tokio::time::Instant::now() + silence.probe_wait;
+                        }
+                        Err(_) => {}
+                    }
+                }
+            }
+        };
+        drop(handle);
+        if let Some((p, _)) = silence.probe.take() {
+            p.abort();
+        }
+        self.mgr.session_ended();
+        self.status
+            .send_modify(|v| v.iter_mut().for_each(|x| *x = PathStatus::Down));
+        let _ = self.ledger.save();
+        (reason, replacement)
+    }
+
+    /// Make the session send a PING on every path now (answered by an ACK if the server
+    /// still knows the session).
+    fn poke(&self, cmd: &mpsc::UnboundedSender<Cmd>) {
+        let _ = cmd.send(Cmd::Session(SessionFn(Box::new(|s, now| {
+            s.ping_paths(now)
+        }))));
+    }
+
+    /// Watch for a server that stopped answering: packets sent, none received for
+    /// [`SUSPECT_AFTER`]. Then probe with a new handshake on every path to every server
+    /// while the session goes on: an answer means the server restarted (or another one is
+    /// reachable) and the agent switches to that new session; no answer means the network
+    /// is out (a blackout) and the session is kept, probing again with backoff.
+    fn watch_silence(&mut self, stats: &[(PathId, PathStats)], w: &mut Silence) {
+        let rx: u64 = stats.iter().map(|s| s.1.packets_received).sum();
+        let tx: u64 = stats.iter().map(|s| s.1.packets_sent).sum();
+        w.srtt = Duration::from_micros(stats.iter().map(|s| s.1.srtt_us).max().unwrap_or(0));
+        let now = tokio::time::Instant::now();
+        if rx != w.rx {
+            w.last_rx = now;
+            w.unanswered_since = None;
+            w.probe_wait = SUSPECT_AFTER;
+            if w.pending.take().is_some() {
+                info!("the old session answered again (the network was out): keeping it");
+            }
+            if let Some((p, _)) = w.probe.take() {
+                p.abort();
+            }
+        } else if tx != w.tx && w.unanswered_since.is_none() {
+            w.unanswered_since = Some(now);
+        }
+        (w.rx, w.tx) = (rx, tx);
+        let suspect = w
+            .unanswered_since
+            .is_some_and(|t| now.duration_since(t) >= SUSPECT_AFTER);
+        if suspect && w.probe.is_none() && w.pending.is_none() && now >= w.next_probe {
+            let avail = self.mgr.available();
+            if avail.is_empty() {
+                return;
+            }
+            info!(server = %self.server, "no answer from the server for {:?}: probing with a new handshake", now.duration_since(w.last_rx));
+            let cfg = self.cfg.clone();
+            let probe = tokio::spawn(async move { handshake::handshake(&cfg, &avail, 2).await });
+            w.probe = Some((probe, now));
+        }
+    }
+
+    /// Apply everything the path manager decided.
+    fn apply(
+        &mut self,
+        cmd: &mpsc::UnboundedSender<Cmd>,
+        table: &SocketTable,
+        readers: &mut HashMap<PathId, Task>,
+        in_tx: &mpsc::Sender<Incoming>,
+    ) {
+        while let Some(a) = self.mgr.poll_action() {
+            match a {
+                Action::Add { slot, id, attach } => {
+                    let b = match handshake::bind(&self.cfg, slot, attach, self.server) {
+                        Ok(b) => b,
+                        Err(e) => {
+                            // The manager re-binds it when validation does not come.
+                            warn!(path = %self.name(slot), "cannot bind the path's socket: {e}; retrying");
+                            continue;
+                        }
+                    };
+                    info!(path = %self.name(slot), id, ifindex = attach.index, addr = %attach.addr, "path up: adding it to the session");
+                    self.set_status(slot, PathStatus::Validating);
+                    readers.insert(id, reader(&b, in_tx.clone()));
+                    if let Ok(mut t) = table.lock() {
+                        t.insert(id, (b.socket, b.peer));
+                    }
+                    let policy = self.policy_fn(slot, id);
+                    let _ = cmd.send(Cmd::Session(SessionFn(Box::new(move |s, now| {
+                        if let Err(e) = s.add_path(now, id) {
+                            debug!(id, "add_path: {e}");
+                        }
+                        policy(s, now);
+                    }))));
+                }
+                Action::Remove { slot, id, reason } => {
+                    info!(path = %self.name(slot), id, "path down ({reason}): its data in flight goes on the other paths");
+                    if !self.mgr.is_live(slot) {
+                        self.set_status(slot, PathStatus::Down);
+                    }
+                    readers.remove(&id);
+                    if let Ok(mut t) = table.lock() {
+                        t.remove(&id);
+                    }
+                    let _ = cmd.send(Cmd::Session(SessionFn(Box::new(move |s, now| {
+                        let _ = s.remove_path(now, id);
+                    }))));
+                }
+            }
+        }
+    }
+
+    /// Count the bytes of capped paths (both directions), warn at 80 %, put a path over its
+    /// cap on standby, save the ledger.
+    fn count_caps(
+        &mut self,
+        cmd: &mpsc::UnboundedSender<Cmd>,
+        stats: &[(PathId, PathStats)],
+        counted: &mut HashMap<PathId, u64>,
+    ) {
+        if self.cfg.paths.iter().all(|p| p.policy.cap.is_none()) {
+            return;
+        }
+        let totals = stats
+            .iter()
+            .map(|(id, st)| (*id, st.bytes_sent + st.bytes_received));
+        let now = unix_secs();
+        // A new period: paths that were over their cap are active again (unless backups).
+        for slot in 0..self.slots.len() {
+            let p = &self.cfg.paths[slot];
+            let Some(cap) = p.policy.cap else { continue };
+            if self.slots[slot].over_cap
+                && self.ledger.status(&p.name, &cap, now) != CapStatus::Over
+            {
+                info!(path = %p.name, "a new cap period began: the path carries data again");
+                self.slots[slot] = SlotState::default();
+                if !p.policy.backup {
+                    for id in [slot as PathId, slot as PathId + 8] {
+                        let _ = cmd.send(Cmd::Session(SessionFn(Box::new(move |s, now| {
+                            let _ = s.set_path_state(now, id, PathState::Active);
+                        }))));
+                    }
+                }
+            }
+        }
+        let mut changed = false;
+        for (id, total) in totals {
+            let last = counted.insert(id, total).unwrap_or(0);
+            // A re-added path starts its counters again.
+            let delta = if total >= last { total - last } else { total };
+            let Some(slot) = self.mgr.slot_of(id).or_else(|| {
+                let s = (id as usize) % 8;
+                (s < self.cfg.paths.len()).then_some(s)
+            }) else {
+                continue;
+            };
+            let p = &self.cfg.paths[slot];
+            let Some(cap) = p.policy.cap else { continue };
+            if delta == 0 {
+                continue;
+            }
+            changed = true;
+            let st = self.ledger.add(&p.name, &cap, now, delta);
+            let used = self.ledger.used(&p.name, &cap, now);
+            match st {
+                CapStatus::Near if !self.slots[slot].warned => {
+                    warn!(path = %p.name, used, cap = cap.bytes, "path has used 80 % of its cap");
+                    self.slots[slot].warned = true;
+                }
+                CapStatus::Over if !self.slots[slot].over_cap => {
+                    warn!(path = %p.name, used, cap = cap.bytes, "path reached its cap: it is a backup until the period ends");
+                    self.slots[slot].over_cap = true;
+                    for id in [slot as PathId, slot as PathId + 8] {
+                        let _ = cmd.send(Cmd::Session(SessionFn(Box::new(move |s, now| {
+                            let _ = s.set_path_state(now, id, PathState::Standby);
+                        }))));
+                    }
+                }
+                _ => {}
+            }
+        }
+        if changed {
+            if let Err(e) = self.ledger.save() {
+                warn!("{e}");
+            }
+        }
+    }
+}
+
+/// How long packets may go unanswered before the agent probes the servers.
+const SUSPECT_AFTER: Duration = Duration::from_secs(2);
+
+/// How long the old session gets to answer once a probe handshake was answered (at least;
+/// three times the largest smoothed RTT if that is longer).
+const CONFIRM: Duration = Duration::from_millis(600);
+
+/// The silence watch of one session.
+struct Silence {
+    /// A probe's new session, used unless the old one answers before the instant.
+    pending: Option<(Established, tokio::time::Instant)>,
+    rx: u64,
+    tx: u64,
+    last_rx: tokio::time::Instant,
+    unanswered_since: Option<tokio::time::Instant>,
+    probe: Option<(
+        JoinHandle<Result<Established, String>>,
+        tokio::time::Instant,
+    )>,
+    next_probe: tokio::time::Instant,
+    probe_wait: Duration,
+    /// The largest smoothed RTT of the session's paths.
+    srtt: Duration,
+}
+
+impl Silence {
+    fn new() -> Silence {
+        let now = tokio::time::Instant::now();
+        Silence {
+            pending: None,
+            rx: 0,
+            tx: 0,
+            last_rx: now,
+            unanswered_since: None,
+            probe: None,
+            next_probe: now,
+            probe_wait: SUSPECT_AFTER,
+            srtt: Duration::ZERO,
+        }
+    }
+}
+
+/// Every path's counters, from the session task.
+async fn query_stats(cmd: &mpsc::UnboundedSender<Cmd>) -> Vec<(PathId, PathStats)> {
+    let (rtx, rrx) = oneshot::channel();
+    let _ = cmd.send(Cmd::Session(SessionFn(Box::new(move |s, _| {
+        let v: Vec<(PathId, PathStats)> = s
+            .path_ids()
+            .into_iter()
+            .filter_map(|id| s.path_stats(id).map(|st| (id, st)))
+            .collect();
+        let _ = rtx.send(v);
+    }))));
+    rrx.await.unwrap_or_default()
+}
+
+/// The receive task of a path's socket.
+fn reader(b: &Bound, in_tx: mpsc::Sender<Incoming>) -> Task {
+    let (s, peer) = (b.socket.clone(), b.peer);
+    Task(tokio::spawn(async move {
+        let mut buf = vec![0u8; 65536];
+        while let Ok((n, from)) = s.recv_from(&mut buf).await {
+            if from == peer
+                && in_tx
+                    .send(Incoming {
+                        from,
+                        data: BytesMut::from(&buf[..n]),
+                    })
+                    .await
+                    .is_err()
+            {
+                return;
+            }
+        }
+    }))
+}

@@ -1,0 +1,469 @@
+//! The agent's live path manager: which configured paths the kernel offers right now, and
+//! what the running session must do about it.
+//!
+//! Owns: the decisions only — a plain struct fed with link and address events (from the
+//! netlink watcher, [`crate::netwatch`], or synthetic ones in tests), with session feedback
+//! (path validated, path closed) and with an explicit `now`; it answers with [`Action`]s.
+//! Must not touch: sockets, netlink or the session (the agent applies the actions).
+//!
+//! Rules, per configured path:
+//! - a path is *available* when its interface exists, is up with carrier and has a usable
+//!   address of the server's family (for `NAME=IFACE`), or when its local address sits on an
+//!   interface that is up with carrier (for `NAME=LOCAL_IP`);
+//! - it becomes available: [`Action::Add`] (a new socket, a new path of the session);
+//! - it stops being available (carrier loss, interface deleted, address removed):
+//!   [`Action::Remove`] at once, so its data in flight is resent on the other paths;
+//! - the interface was re-created (new index): remove and add again (the old socket is
+//!   bound to the old interface and dead);
+//! - the address changed while the link stayed up: make-before-break — the new path is
+//!   added under the slot's other id (`slot` or `slot + 8`) and the old one is removed once
+//!   the new one is validated (or after [`MBB_DEADLINE`]);
+//! - a path that is not validated within its retry interval (a black hole swallowing the
+//!   challenge or its answer) is removed and added again on a fresh socket, the interval
+//!   doubling from [`VALIDATE_FIRST`] up to [`VALIDATE_MAX`]; validation resets it.
+//!
+//! Path ids: slot `i` uses id `i`, or `i + 8` while a make-before-break replacement runs, so
+//! a session never uses more than 16 ids (what the server keeps addresses for).
+
+use crate::udp::PathBind;
+use braid_core::PathId;
+use std::collections::{BTreeSet, HashMap, VecDeque};
+use std::net::IpAddr;
+use std::time::Duration;
+
+/// First wait for a new path's validation before it is re-bound.
+pub const VALIDATE_FIRST: Duration = Duration::from_secs(2);
+/// Longest wait between re-binds of a path that never validates.
+pub const VALIDATE_MAX: Duration = Duration::from_secs(30);
+/// How long the old path of a make-before-break may outlive its replacement's start.
+pub const MBB_DEADLINE: Duration = Duration::from_secs(3);
+
+/// What the kernel said (a link or address appeared, changed or went away).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum NetEvent {
+    /// A link exists (new or changed). `up`: administratively up and with carrier.
+    Link {
+        /// Interface index.
+        index: u32,
+        /// Interface name.
+        name: String,
+        /// Up and running (carrier).
+        up: bool,
+    },
+    /// A link was deleted.
+    LinkGone {
+        /// Interface index.
+        index: u32,
+    },
+    /// An address was added to a link.
+    Addr {
+        /// Interface index.
+        index: u32,
+        /// The address.
+        addr: IpAddr,
+    },
+    /// An address was removed from a link.
+    AddrGone {
+        /// Interface index.
+        index: u32,
+        /// The address.
+        addr: IpAddr,
+    },
+}
+
+/// Where a path's socket goes: the interface (by index) and the source address in use.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Attach {
+    /// Interface index.
+    pub index: u32,
+    /// The local address the path sends from.
+    pub addr: IpAddr,
+}
+
+/// What the agent must do to the session.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Action {
+    /// Bind a new socket for configured path `slot` and add it to the session as `id`.
+    Add {
+        /// Index of the configured path.
+        slot: usize,
+        /// The session's path id.
+        id: PathId,
+        /// Where the kernel offers it.
+        attach: Attach,
+    },
+    /// Take path `id` out of the session now (its data in flight goes on other paths) and
+    /// close its socket.
+    Remove {
+        /// Index of the configured path.
+        slot: usize,
+        /// The session's path id.
+        id: PathId,
+        /// Why, for the log.
+        reason: &'static str,
+    },
+}
+
+#[derive(Debug, Clone)]
+struct Live {
+    id: PathId,
+    attach: Attach,
+    /// When it was (re-)added.
+    since: Duration,
+    validated: bool,
+    /// Current wait for validation before a re-bind.
+    retry: Duration,
+    /// The path being replaced (make-before-break), retired when this one validates.
+    old: Option<PathId>,
+}
+
+#[derive(Debug, Clone)]
+struct Slot {
+    bind: PathBind,
+    live: Option<Live>,
+}
+
+/// The decisions of the path manager (see the module docs).
+#[derive(Debug)]
+pub struct PathManager {
+    slots: Vec<Slot>,
+    /// index -> (name, up with carrier)
+    links: HashMap<u32, (String, bool)>,
+    addrs: HashMap<u32, BTreeSet<IpAddr>>,
+    ipv4: bool,
+    in_session: bool,
+    /// No kernel view (netlink unavailable): every path counts as present.
+    assume: bool,
+    actions: VecDeque<Action>,
+}
+
+impl PathManager {
+    /// A manager for these configured paths towards a server of this address family.
+    pub fn new(binds: Vec<PathBind>, server_is_ipv4: bool) -> PathManager {
+        PathManager {
+            slots: binds
+                .into_iter()
+                .map(|bind| Slot { bind, live: None })
+                .collect(),
+            links: HashMap::new(),
+            addrs: HashMap::new(),
+            ipv4: server_is_ipv4,
+            in_session: false,
+            assume: false,
+            actions: VecDeque::new(),
+        }
+    }
+
+    /// Feed one kernel event.
+    pub fn handle_event(&mut self, now: Duration, ev: NetEvent) {
+        match ev {
+            NetEvent::Link { index, name, up } => {
+                self.links.insert(index, (name, up));
+            }
+            NetEvent::LinkGone { index } => {
+                self.links.remove(&index);
+                self.addrs.remove(&index);
+            }
+            NetEvent::Addr { index, addr } => {
+                self.addrs.entry(index).or_default().insert(addr);
+            }
+            NetEvent::AddrGone { index, addr } => {
+                if let Some(s) = self.addrs.get_mut(&index) {
+                    s.remove(&addr);
+                }
+            }
+        }
+        self.reconcile(now);
+    }
+
+    /// Forget everything the kernel said (the watcher lost events and dumps again).
+    pub fn reset_kernel_view(&mut self) {
+        self.links.clear();
+        self.addrs.clear();
+    }
+
+    /// Without a kernel view (netlink unavailable), count every path as present: sockets
+    /// that cannot be bound are retried by the validation timer.
+    pub fn assume_present(&mut self) {
+        self.assume = true;
+    }
+
+    /// Where configured path `slot` can be bound now, if anywhere.
+    pub fn attach(&self, slot: usize) -> Option<Attach> {
+        let bind = &self.slots.get(slot)?.bind;
+        let unspecified: IpAddr = if self.ipv4 {
+            std::net::Ipv4Addr::UNSPECIFIED.into()
+        } else {
+            std::net::Ipv6Addr::UNSPECIFIED.into()
+        };
+        if self.assume {
+            let addr = match bind {
+                PathBind::Address(ip) => *ip,
+                PathBind::Interface(_) => unspecified,
+            };
+            return Some(Attach { index: 0, addr });
+        }
+        match bind {
+            // The whole loopback prefix is local without being listed (127.0.0.2, ...).
+            PathBind::Address(ip) if ip.is_loopback() => Some(Attach {
+                index: self
+                    .links
+                    .iter()
+                    .find(|(_, (n, _))| n == "lo")
+                    .map_or(1, |(i, _)| *i),
+                addr: *ip,
+            }),
+            PathBind::Interface(name) => {
+                let (&index, _) = self.links.iter().find(|(_, (n, up))| n == name && *up)?;
+                let addr = self
+                    .addrs
+                    .get(&index)?
+                    .iter()
+                    .find(|a| self.usable_addr(a))?;
+                Some(Attach { index, addr: *addr })
+            }
+            PathBind::Address(ip) => {
+                let (&index, _) = self
+                    .addrs
+                    .iter()
+                    .find(|(i, s)| s.contains(ip) && self.links.get(i).is_some_and(|l| l.1))?;
+                Some(Attach { index, addr: *ip })
+            }
+        }
+    }
+
+    fn usable_addr(&self, a: &IpAddr) -> bool {
+        match a {
+            IpAddr::V4(_) => self.ipv4,
+            IpAddr::V6(v6) => !self.ipv4 && (v6.segments()[0] & 0xffc0) != 0xfe80,
+        }
+    }
+
+    /// The configured paths available now, with where to bind them.
+    pub fn available(&self) -> Vec<(usize, Attach)> {
+        (0..self.slots.len())
+            .filter_map(|i| self.attach(i).map(|a| (i, a)))
+            .collect()
+    }
+
+    /// Why path `slot` is not available, for the log.
+    pub fn why_unavailable(&self, slot: usize) -> String {
+        let Some(s) = self.slots.get(slot) else {
+            return "no such path".into();
+        };
+        match &s.bind {
+            PathBind::Interface(name) => match self.links.iter().find(|(_, (n, _))| n == name) {
+                None => format!("interface {name} does not exist"),
+                Some((_, (_, false))) => format!("interface {name} is down or has no carrier"),
+                Some(_) => format!(
+                    "interface {name} has no {} address",
+                    if self.ipv4 { "IPv4" } else { "global IPv6" }
+                ),
+            },
+            PathBind::Address(ip) => format!("no interface that is up has the address {ip}"),
+        }
+    }
+
+    /// A session started with these paths (slot, id, where bound) in it.
+    pub fn session_started(&mut self, now: Duration, paths: &[(usize, PathId, Attach)]) {
+        self.in_session = true;
+        self.actions.clear();
+        for s in &mut self.slots {
+            s.live = None;
+        }
+        for &(slot, id, attach) in paths {
+            if let Some(s) = self.slots.get_mut(slot) {
+                s.live = Some(Live {
+                    id,
+                    attach,
+                    since: now,
+                    validated: false,
+                    retry: VALIDATE_FIRST,
+                    old: None,
+                });
+            }
+        }
+        self.reconcile(now);
+    }
+
+    /// The session ended: no more actions until the next one starts.
+    pub fn session_ended(&mut self) {
+        self.in_session = false;
+        self.actions.clear();
+        for s in &mut self.slots {
+            s.live = None;
+        }
+    }
+
+    /// The session validated path `id`.
+    pub fn handle_validated(&mut self, _now: Duration, id: PathId) {
+        for (slot, s) in self.slots.iter_mut().enumerate() {
+            let Some(l) = s.live.as_mut() else { continue };
+            if l.id == id {
+                l.validated = true;
+                l.retry = VALIDATE_FIRST;
+                if let Some(old) = l.old.take() {
+                    self.actions.push_back(Action::Remove {
+                        slot,
+                        id: old,
+                        reason: "replaced by a validated path (make-before-break)",
+                    });
+                }
+            }
+        }
+    }
+
+    /// Timers: re-bind paths that never validated; end overdue make-before-breaks.
+    pub fn handle_timeout(&mut self, now: Duration) {
+        if !self.in_session {
+            return;
+        }
+        for (slot, s) in self.slots.iter_mut().enumerate() {
+            let Some(l) = s.live.as_mut() else { continue };
+            if !l.validated && now >= l.since + l.retry {
+                if let Some(old) = l.old.take() {
+                    self.actions.push_back(Action::Remove {
+                        slot,
+                        id: old,
+                        reason: "its replacement did not validate in time",
+                    });
+                }
+                self.actions.push_back(Action::Remove {
+                    slot,
+                    id: l.id,
+                    reason: "not validated in time; re-binding",
+                });
+                self.actions.push_back(Action::Add {
+                    slot,
+                    id: l.id,
+                    attach: l.attach,
+                });
+                l.since = now;
+                l.retry = (l.retry * 2).min(VALIDATE_MAX);
+            } else if l.old.is_some() && now >= l.since + MBB_DEADLINE {
+                let old = l.old.take().expect("checked");
+                self.actions.push_back(Action::Remove {
+                    slot,
+                    id: old,
+                    reason: "its replacement took too long to validate",
+                });
+            }
+        }
+    }
+
+    /// When [`PathManager::handle_timeout`] wants to run next.
+    pub fn poll_timeout(&self) -> Option<Duration> {
+        if !self.in_session {
+            return None;
+        }
+        self.slots
+            .iter()
+            .filter_map(|s| s.live.as_ref())
+            .flat_map(|l| {
+                let v = (!l.validated).then_some(l.since + l.retry);
+                let m = l.old.map(|_| l.since + MBB_DEADLINE);
+                [v, m]
+            })
+            .flatten()
+            .min()
+    }
+
+    /// The next thing to do to the session.
+    pub fn poll_action(&mut self) -> Option<Action> {
+        self.actions.pop_front()
+    }
+
+    /// True when configured path `slot` is in the session (validated or not).
+    pub fn is_live(&self, slot: usize) -> bool {
+        self.slots.get(slot).is_some_and(|s| s.live.is_some())
+    }
+
+    /// The slot that path `id` belongs to.
+    pub fn slot_of(&self, id: PathId) -> Option<usize> {
+        self.slots.iter().position(|s| {
+            s.live
+                .as_ref()
+                .is_some_and(|l| l.id == id || l.old == Some(id))
+        })
+    }
+
+    fn reconcile(&mut self, now: Duration) {
+        if !self.in_session {
+            return;
+        }
+        for slot in 0..self.slots.len() {
+            let want = self.attach(slot);
+            let s = &mut self.slots[slot];
+            match (want, s.live.as_mut()) {
+                (None, Some(l)) => {
+                    let reason = "its link or address went away";
+                    if let Some(old) = l.old {
+                        self.actions.push_back(Action::Remove {
+                            slot,
+                            id: old,
+                            reason,
+                        });
+                    }
+                    self.actions.push_back(Action::Remove {
+                        slot,
+                        id: l.id,
+                        reason,
+                    });
+                    s.live = None;
+                }
+                (Some(attach), None) => {
+                    let id = slot as PathId;
+                    self.actions.push_back(Action::Add { slot, id, attach });
+                    s.live = Some(Live {
+                        id,
+                        attach,
+                        since: now,
+                        validated: false,
+                        retry: VALIDATE_FIRST,
+                        old: None,
+                    });
+                }
+                (Some(attach), Some(l)) if attach != l.attach => {
+                    if attach.index != l.attach.index || l.old.is_some() {
+                        // Re-created interface (the old socket is bound to a dead index),
+                        // or a second change while a replacement runs: start over.
+                        self.actions.push_back(Action::Remove {
+                            slot,
+                            id: l.id,
+                            reason: "its interface was re-created or changed again",
+                        });
+                        self.actions.push_back(Action::Add {
+                            slot,
+                            id: l.id,
+                            attach,
+                        });
+                        l.validated = false;
+                        l.retry = VALIDATE_FIRST;
+                    } else {
+                        // New address, same link: make-before-break.
+                        let new = if (l.id as usize) < 8 {
+                            l.id + 8
+                        } else {
+                            l.id - 8
+                        };
+                        self.actions.push_back(Action::Add {
+                            slot,
+                            id: new,
+                            attach,
+                        });
+                        l.old = Some(l.id);
+                        l.id = new;
+                        l.validated = false;
+                        l.retry = VALIDATE_FIRST;
+                    }
+                    l.attach = attach;
+                    l.since = now;
+                }
+                _ => {}
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,236 @@
+//! The path manager's decisions, driven by synthetic link and address events.
+
+use super::*;
+
+const T0: Duration = Duration::ZERO;
+
+fn ip(s: &str) -> IpAddr {
+    s.parse().unwrap()
+}
+
+fn link(index: u32, name: &str, up: bool) -> NetEvent {
+    NetEvent::Link {
+        index,
+        name: name.into(),
+        up,
+    }
+}
+
+fn addr(index: u32, a: &str) -> NetEvent {
+    NetEvent::Addr { index, addr: ip(a) }
+}
+
+fn mgr() -> PathManager {
+    PathManager::new(
+        vec![
+            PathBind::Interface("wlan0".into()),
+            PathBind::Address(ip("10.2.0.1")),
+        ],
+        true,
+    )
+}
+
+fn drain(m: &mut PathManager) -> Vec<Action> {
+    std::iter::from_fn(|| m.poll_action()).collect()
+}
+
+fn started(m: &mut PathManager) {
+    let paths: Vec<_> = m
+        .available()
+        .into_iter()
+        .map(|(s, a)| (s, s as PathId, a))
+        .collect();
+    m.session_started(T0, &paths);
+}
+
+#[test]
+fn an_absent_path_is_not_offered_and_a_present_one_is() {
+    let mut m = mgr();
+    m.handle_event(T0, link(2, "eth1", true));
+    m.handle_event(T0, addr(2, "10.2.0.1"));
+    let av = m.available();
+    assert_eq!(av.len(), 1);
+    assert_eq!(av[0].0, 1);
+    assert_eq!(m.why_unavailable(0), "interface wlan0 does not exist");
+    // A link without carrier does not count; neither does one without an address.
+    m.handle_event(T0, link(3, "wlan0", false));
+    assert!(m.why_unavailable(0).contains("down"));
+    m.handle_event(T0, link(3, "wlan0", true));
+    assert!(m.why_unavailable(0).contains("no IPv4 address"));
+    m.handle_event(T0, addr(3, "fe80::1"));
+    assert_eq!(m.available().len(), 1);
+    m.handle_event(T0, addr(3, "192.168.1.5"));
+    assert_eq!(m.available().len(), 2);
+}
+
+#[test]
+fn a_late_link_is_added_to_the_running_session() {
+    let mut m = mgr();
+    m.handle_event(T0, link(2, "eth1", true));
+    m.handle_event(T0, addr(2, "10.2.0.1"));
+    started(&mut m);
+    assert!(drain(&mut m).is_empty());
+    m.handle_event(T0, link(3, "wlan0", true));
+    assert!(drain(&mut m).is_empty(), "no address yet");
+    m.handle_event(T0, addr(3, "192.168.1.5"));
+    let a = drain(&mut m);
+    assert_eq!(
+        a,
+        vec![Action::Add {
+            slot: 0,
+            id: 0,
+            attach: Attach {
+                index: 3,
+                addr: ip("192.168.1.5")
+            }
+        }]
+    );
+}
+
+#[test]
+fn carrier_loss_removes_at_once_and_carrier_return_adds_again() {
+    let mut m = mgr();
+    m.handle_event(T0, link(3, "wlan0", true));
+    m.handle_event(T0, addr(3, "192.168.1.5"));
+    started(&mut m);
+    m.handle_event(T0, link(3, "wlan0", false));
+    assert!(matches!(
+        drain(&mut m)[..],
+        [Action::Remove { slot: 0, id: 0, .. }]
+    ));
+    m.handle_event(T0, link(3, "wlan0", true));
+    assert!(matches!(
+        drain(&mut m)[..],
+        [Action::Add { slot: 0, id: 0, .. }]
+    ));
+}
+
+#[test]
+fn a_recreated_interface_is_removed_then_added_on_its_new_index() {
+    let mut m = mgr();
+    m.handle_event(T0, link(3, "wlan0", true));
+    m.handle_event(T0, addr(3, "192.168.1.5"));
+    started(&mut m);
+    m.handle_event(T0, NetEvent::LinkGone { index: 3 });
+    assert!(matches!(drain(&mut m)[..], [Action::Remove { id: 0, .. }]));
+    m.handle_event(T0, link(7, "wlan0", true));
+    m.handle_event(T0, addr(7, "192.168.1.5"));
+    let a = drain(&mut m);
+    assert!(
+        matches!(
+            a[..],
+            [Action::Add {
+                id: 0,
+                attach: Attach { index: 7, .. },
+                ..
+            }]
+        ),
+        "{a:?}"
+    );
+}
+
+#[test]
+fn an_address_change_on_a_live_link_is_make_before_break() {
+    let mut m = mgr();
+    m.handle_event(T0, link(3, "wlan0", true));
+    m.handle_event(T0, addr(3, "192.168.1.5"));
+    started(&mut m);
+    m.handle_validated(T0, 0);
+    // The new lease arrives before the old one goes.
+    m.handle_event(T0, addr(3, "192.168.1.1"));
+    let a = drain(&mut m);
+    assert!(
+        matches!(a[..], [Action::Add { slot: 0, id: 8, .. }]),
+        "{a:?}"
+    );
+    // The old path keeps carrying data until the new one is validated.
+    assert!(drain(&mut m).is_empty());
+    m.handle_validated(T0, 8);
+    assert!(matches!(drain(&mut m)[..], [Action::Remove { id: 0, .. }]));
+    // The next change goes back to id 0.
+    m.handle_event(
+        T0,
+        NetEvent::AddrGone {
+            index: 3,
+            addr: ip("192.168.1.1"),
+        },
+    );
+    assert!(matches!(drain(&mut m)[..], [Action::Add { id: 0, .. }]));
+}
+
+#[test]
+fn removing_the_only_address_removes_the_path_and_a_new_one_brings_it_back() {
+    let mut m = mgr();
+    m.handle_event(T0, link(2, "eth1", true));
+    m.handle_event(T0, addr(2, "10.2.0.1"));
+    started(&mut m);
+    m.handle_event(
+        T0,
+        NetEvent::AddrGone {
+            index: 2,
+            addr: ip("10.2.0.1"),
+        },
+    );
+    assert!(matches!(
+        drain(&mut m)[..],
+        [Action::Remove { slot: 1, id: 1, .. }]
+    ));
+    // The address-bound path comes back wherever its address appears.
+    m.handle_event(T0, link(9, "usb0", true));
+    m.handle_event(T0, addr(9, "10.2.0.1"));
+    assert!(matches!(
+        drain(&mut m)[..],
+        [Action::Add {
+            slot: 1,
+            id: 1,
+            attach: Attach { index: 9, .. }
+        }]
+    ));
+}
+
+#[test]
+fn a_black_holed_validation_is_retried_with_backoff_until_it_passes() {
+    let mut m = mgr();
+    m.handle_event(T0, link(3, "wlan0", true));
+    m.handle_event(T0, addr(3, "192.168.1.5"));
+    started(&mut m);
+    let mut now = T0;
+    let mut waits = Vec::new();
+    for _ in 0..6 {
+        let t = m.poll_timeout().expect("a retry is armed");
+        waits.push(t - now);
+        now = t;
+        m.handle_timeout(now);
+        let a = drain(&mut m);
+        assert!(
+            matches!(
+                a[..],
+                [Action::Remove { id: 0, .. }, Action::Add { id: 0, .. }]
+            ),
+            "{a:?}"
+        );
+    }
+    assert_eq!(
+        waits,
+        [2, 4, 8, 16, 30, 30].map(Duration::from_secs).to_vec(),
+        "backoff"
+    );
+    // The black hole goes: the path validates and nothing more is retried.
+    m.handle_validated(now, 0);
+    assert_eq!(m.poll_timeout(), None);
+    m.handle_timeout(now + VALIDATE_MAX * 2);
+    assert!(drain(&mut m).is_empty());
+}
+
+#[test]
+fn nothing_happens_outside_a_session() {
+    let mut m = mgr();
+    m.handle_event(T0, link(3, "wlan0", true));
+    m.handle_event(T0, addr(3, "192.168.1.5"));
+    assert!(drain(&mut m).is_empty());
+    assert_eq!(m.poll_timeout(), None);
+    started(&mut m);
+    m.session_ended();
+    m.handle_event(T0, link(3, "wlan0", false));
+    assert!(drain(&mut m).is_empty());
+}

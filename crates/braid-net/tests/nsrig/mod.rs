@@ -1,0 +1,366 @@
+//! The namespace rig of the live-path tests: two namespaces joined by two veth pairs, the
+//! braid server and an HTTP server in one, the agent and a SOCKS5 download client in the
+//! other; link changes with `ip`; downloads timed read by read.
+#![allow(dead_code)]
+
+use crate::common::{body, http_server, sha};
+use braid_crypto::StaticKeypair;
+use braid_net::agent::{Agent, AgentConfig, AgentPath, PathStatus};
+use braid_net::policy::parse_path_spec;
+use braid_net::server::{Server, ServerConfig};
+use braid_testbed::cmd::{exec_ns, ip_ns, run};
+use std::future::Future;
+use std::net::SocketAddr;
+use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::TcpStream;
+
+/// Download rate of each link (tbf on the server side of each veth).
+pub const RATE: &str = "40mbit";
+pub const SERVER: &str = "10.0.0.1:4433";
+
+pub fn skip() -> bool {
+    if let Some(why) = braid_testbed::unavailable_reason() {
+        eprintln!("skipped: {why}");
+        return true;
+    }
+    false
+}
+
+/// The two namespaces; removed on drop.
+pub struct Net {
+    pub c: String,
+    pub s: String,
+}
+
+impl Drop for Net {
+    fn drop(&mut self) {
+        for ns in [&self.c, &self.s] {
+            let _ = run("ip", &["netns", "del", ns]);
+        }
+    }
+}
+
+pub fn sh(r: braid_testbed::Result<String>) {
+    if let Err(e) = r {
+        panic!("{e}");
+    }
+}
+
+impl Net {
+    pub fn new() -> Net {
+        static N: AtomicU32 = AtomicU32::new(0);
+        let id = format!(
+            "{}{}",
+            std::process::id() % 100_000,
+            N.fetch_add(1, Ordering::Relaxed)
+        );
+        let net = Net {
+            c: format!("blp{id}-c"),
+            s: format!("blp{id}-s"),
+        };
+        for ns in [&net.c, &net.s] {
+            sh(run("ip", &["netns", "add", ns]));
+            sh(ip_ns(ns, &["link", "set", "lo", "up"]));
+        }
+        sh(ip_ns(&net.s, &["addr", "add", "10.0.0.1/32", "dev", "lo"]));
+        for i in 0..2 {
+            net.make_link(i);
+        }
+        net
+    }
+
+    /// Create veth pair `i` with its addresses, route and rate limit.
+    pub fn make_link(&self, i: usize) {
+        let (p, s) = (format!("p{i}"), format!("s{i}"));
+        sh(run(
+            "ip",
+            &[
+                "link", "add", &p, "netns", &self.c, "type", "veth", "peer", "name", &s, "netns",
+                &self.s,
+            ],
+        ));
+        sh(ip_ns(
+            &self.c,
+            &["addr", "add", &format!("10.{}.0.1/24", i + 1), "dev", &p],
+        ));
+        sh(ip_ns(
+            &self.s,
+            &["addr", "add", &format!("10.{}.0.2/24", i + 1), "dev", &s],
+        ));
+        sh(ip_ns(&self.c, &["link", "set", &p, "up"]));
+        sh(ip_ns(&self.s, &["link", "set", &s, "up"]));
+        self.route(i);
+        sh(exec_ns(
+            &self.s,
+            "tc",
+            &[
+                "qdisc", "add", "dev", &s, "root", "tbf", "rate", RATE, "burst", "20kb", "latency",
+                "30ms",
+            ],
+        ));
+    }
+
+    pub fn route(&self, i: usize) {
+        let metric = (i + 1).to_string();
+        sh(ip_ns(
+            &self.c,
+            &[
+                "route",
+                "replace",
+                "10.0.0.1/32",
+                "dev",
+                &format!("p{i}"),
+                "metric",
+                &metric,
+            ],
+        ));
+    }
+
+    /// Bytes received by the client on interface `p<i>` (0 if it does not exist).
+    pub fn rx_bytes(&self, i: usize) -> u64 {
+        exec_ns(
+            &self.c,
+            "cat",
+            &[&format!("/sys/class/net/p{i}/statistics/rx_bytes")],
+        )
+        .ok()
+        .and_then(|s| s.trim().parse().ok())
+        .unwrap_or(0)
+    }
+
+    pub fn ip_c(&self, args: &[&str]) {
+        sh(ip_ns(&self.c, args));
+    }
+
+    pub fn ip_s(&self, args: &[&str]) {
+        sh(ip_ns(&self.s, args));
+    }
+
+    /// Run the braid server and an HTTP server serving `data` in the server namespace until
+    /// the returned guard is dropped. Returns the HTTP address and the server's public key.
+    pub fn serve(
+        &self,
+        data: Arc<Vec<u8>>,
+        agent: braid_crypto::PublicKey,
+    ) -> (SocketAddr, braid_crypto::PublicKey, Stop) {
+        let key = StaticKeypair::generate().unwrap();
+        let public = key.public();
+        let (tx, rx) = std::sync::mpsc::channel();
+        let (stop_tx, stop_rx) = tokio::sync::oneshot::channel::<()>();
+        let ns = self.s.clone();
+        let t = std::thread::spawn(move || {
+            braid_testbed::netns::enter(&ns).unwrap();
+            let rt = tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()
+                .unwrap();
+            rt.block_on(async move {
+                let web = http_server(data).await;
+                let cfg = ServerConfig::new(SERVER.parse().unwrap(), key, vec![agent]);
+                let server = Server::bind(cfg).await.unwrap();
+                tx.send(web).unwrap();
+                tokio::select! {
+                    _ = server.run() => {}
+                    _ = stop_rx => {}
+                }
+            });
+        });
+        let web = rx.recv_timeout(Duration::from_secs(10)).unwrap();
+        (web, public, Stop(Some(stop_tx), Some(t)))
+    }
+
+    /// Run `body` in the client namespace on a fresh runtime.
+    pub fn client<T, F, Fut>(&self, f: F) -> T
+    where
+        T: Send + 'static,
+        F: FnOnce() -> Fut + Send + 'static,
+        Fut: Future<Output = T>,
+    {
+        let ns = self.c.clone();
+        std::thread::spawn(move || {
+            braid_testbed::netns::enter(&ns).unwrap();
+            tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()
+                .unwrap()
+                .block_on(f())
+        })
+        .join()
+        .expect("the client side panicked")
+    }
+}
+
+pub struct Stop(
+    Option<tokio::sync::oneshot::Sender<()>>,
+    Option<std::thread::JoinHandle<()>>,
+);
+
+impl Drop for Stop {
+    fn drop(&mut self) {
+        if let Some(s) = self.0.take() {
+            let _ = s.send(());
+        }
+        if let Some(t) = self.1.take() {
+            let _ = t.join();
+        }
+    }
+}
+
+pub fn agent_cfg(
+    paths: &[&str],
+    key: Arc<StaticKeypair>,
+    server_pub: braid_crypto::PublicKey,
+) -> AgentConfig {
+    let paths = paths
+        .iter()
+        .map(|p| {
+            let s = parse_path_spec(p).unwrap();
+            AgentPath {
+                policy: s.policy,
+                ..AgentPath::new(s.name, s.bind)
+            }
+        })
+        .collect();
+    let mut cfg = AgentConfig::new(SERVER.parse().unwrap(), server_pub, key, paths);
+    cfg.socks = Some("127.0.0.1:0".parse().unwrap());
+    cfg
+}
+
+/// What a download saw.
+#[derive(Debug)]
+pub struct Outcome {
+    pub bytes: Vec<u8>,
+    /// Longest gap between two reads, and when it ended (since the start).
+    pub stall: Duration,
+    pub stall_end: Duration,
+    pub took: Duration,
+}
+
+/// GET /file from `web` through the SOCKS5 port `socks` (the server resolves and connects).
+pub async fn download(socks: SocketAddr, web: SocketAddr) -> Outcome {
+    let t0 = Instant::now();
+    let mut s = TcpStream::connect(socks).await.unwrap();
+    s.write_all(&[5, 1, 0]).await.unwrap();
+    let mut r = [0u8; 2];
+    s.read_exact(&mut r).await.unwrap();
+    let SocketAddr::V4(w) = web else {
+        panic!("IPv4 only")
+    };
+    let mut req = vec![5, 1, 0, 1];
+    req.extend_from_slice(&w.ip().octets());
+    req.extend_from_slice(&w.port().to_be_bytes());
+    s.write_all(&req).await.unwrap();
+    let mut rep = [0u8; 10];
+    s.read_exact(&mut rep).await.unwrap();
+    assert_eq!(rep[1], 0, "SOCKS5 CONNECT refused with code {}", rep[1]);
+    s.write_all(b"GET /file HTTP/1.1\r\nHost: x\r\n\r\n")
+        .await
+        .unwrap();
+    let mut all = Vec::new();
+    let mut buf = vec![0u8; 1 << 16];
+    let (mut last, mut stall, mut stall_end) = (Instant::now(), Duration::ZERO, Duration::ZERO);
+    loop {
+        let n = tokio::time::timeout(Duration::from_secs(30), s.read(&mut buf))
+            .await
+            .expect("the download stalled for 30 s")
+            .unwrap();
+        if n == 0 {
+            break;
+        }
+        let now = Instant::now();
+        if now - last > stall {
+            stall = now - last;
+            stall_end = now - t0;
+        }
+        last = now;
+        all.extend_from_slice(&buf[..n]);
+    }
+    let head = all
+        .windows(4)
+        .position(|w| w == b"\r\n\r\n")
+        .expect("an HTTP answer")
+        + 4;
+    Outcome {
+        bytes: all.split_off(head),
+        stall,
+        stall_end,
+        took: t0.elapsed(),
+    }
+}
+
+/// Start an agent (in the client namespace), wait for its session and start a download.
+pub async fn start(cfg: AgentConfig, web: SocketAddr) -> (Agent, tokio::task::JoinHandle<Outcome>) {
+    let agent = Agent::start(cfg).await.unwrap();
+    let mut agent = agent;
+    assert!(
+        agent.wait_established(Duration::from_secs(5)).await,
+        "no session"
+    );
+    let dl = tokio::spawn(download(agent.socks.unwrap(), web));
+    (agent, dl)
+}
+
+/// Wait for path `name` to reach `st`; returns how long it took.
+pub async fn wait(agent: &mut Agent, name: &str, st: PathStatus, limit_ms: u64) -> Duration {
+    let t = Instant::now();
+    assert!(
+        agent
+            .wait_path(name, st, Duration::from_millis(limit_ms))
+            .await,
+        "path {name} not {st:?} within {limit_ms} ms: {:?}",
+        agent.paths()
+    );
+    t.elapsed()
+}
+
+pub fn sleep(ms: u64) -> tokio::time::Sleep {
+    tokio::time::sleep(Duration::from_millis(ms))
+}
+
+pub fn check(name: &str, o: &Outcome, data: &[u8], max_stall: Duration) {
+    eprintln!(
+        "{name}: {} bytes in {:.2} s, longest stall {} ms (ending at {:.2} s)",
+        o.bytes.len(),
+        o.took.as_secs_f64(),
+        o.stall.as_millis(),
+        o.stall_end.as_secs_f64()
+    );
+    assert_eq!(o.bytes.len(), data.len(), "{name}: length");
+    assert_eq!(sha(&o.bytes), sha(data), "{name}: SHA-256");
+    assert!(
+        o.stall <= max_stall,
+        "{name}: stalled {:?} (limit {max_stall:?})",
+        o.stall
+    );
+}
+
+pub struct Setup {
+    pub net: Arc<Net>,
+    pub data: Arc<Vec<u8>>,
+    pub web: SocketAddr,
+    pub server_pub: braid_crypto::PublicKey,
+    pub key: Arc<StaticKeypair>,
+    _stop: Stop,
+}
+
+pub fn setup(size: usize) -> Setup {
+    let _ = tracing_subscriber::fmt()
+        .with_env_filter(tracing_subscriber::EnvFilter::from_env("BRAID_TEST_LOG"))
+        .with_test_writer()
+        .try_init();
+    let net = Arc::new(Net::new());
+    let data = Arc::new(body(size));
+    let key = Arc::new(StaticKeypair::generate().unwrap());
+    let (web, server_pub, stop) = net.serve(data.clone(), key.public());
+    Setup {
+        net,
+        data,
+        web,
+        server_pub,
+        key,
+        _stop: stop,
+    }
+}
