@@ -46,8 +46,8 @@ pub use guard::{GuardFileError, ReplayGuard};
 pub use handshake::{ClientHandshake, HandshakeError, ServerHandshake, NOISE_PARAMS, PROLOGUE};
 pub use header::{parse_header, write_header, HeaderError, HeaderInfo, PacketType};
 pub use keys::{
-    parse_public_key, read_authorized, read_private_key, read_public_key, write_keypair, KeyError,
-    PublicKey, StaticKeypair,
+    parse_authorized, parse_public_key, read_authorized, read_private_key, read_public_key,
+    write_keypair, KeyError, PublicKey, StaticKeypair,
 };
 pub use random::RandomError;
 pub use replay::ReplayWindow;
