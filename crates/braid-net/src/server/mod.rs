@@ -131,6 +131,8 @@ pub struct HandshakeCounters {
     pub bad_mac1: AtomicU64,
     /// Sessions closed because their first exchange did not complete in time.
     pub unfinished: AtomicU64,
+    /// Log lines written about drops (`DropLog`), at any level.
+    pub log_lines: AtomicU64,
 }
 
 impl HandshakeCounters {
@@ -250,10 +252,14 @@ impl Server {
                     let now = std::time::Instant::now();
                     l.log.flush(now);
                     l.limiter.gc(now);
+                    self.counters.log_lines.store(l.log.lines(), Ordering::Relaxed);
                     continue;
                 }
             };
             l.datagram(&buf[..n], from, &done_tx, &expire_tx);
+            self.counters
+                .log_lines
+                .store(l.log.lines(), Ordering::Relaxed);
         }
     }
 }
