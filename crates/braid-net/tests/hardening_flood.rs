@@ -377,5 +377,7 @@ async fn handshake_flood_gets_no_answers_and_spares_a_running_download() {
         lines <= 16,
         "{lines} log lines for two floods: not rate-limited"
     );
+    // Both agents' sessions completed their first exchange long before (no expiry).
+    assert_eq!(HandshakeCounters::get(&counters.unfinished), 0);
     drop(victim_agent);
 }
