@@ -1,17 +1,21 @@
-//! The Noise IK handshake (`Noise_IK_25519_ChaChaPoly_BLAKE2s`, prologue `braid v1`).
+//! The Noise IK handshake (`Noise_IK_25519_ChaChaPoly_BLAKE2s`, prologue `braid v2`).
 //!
-//! Owns: building and checking the two handshake packets, the client's proof of freshness
-//! (a timestamp) and the server's refusal of unknown clients and replays ([`ReplayGuard`]),
-//! and turning the finished handshake into [`SessionKeys`].
+//! Owns: building and checking the handshake packets, the client's proof of freshness (a
+//! timestamp) and the server's refusal of unknown clients and replays (with a
+//! [`ReplayGuard`]), the client's use of a cookie reply, and turning the finished handshake
+//! into [`SessionKeys`].
 //!
 //! Must not touch: clocks (the caller passes unix time in milliseconds), sockets, key files
-//! and transport packets. The Noise protocol itself is `snow`'s.
+//! and transport packets. The Noise protocol itself is `snow`'s; the MACs and cookies are
+//! [`crate::cookie`]'s.
 //!
 //! Packets (no AEAD tag is appended: Noise messages carry their own):
 //!
 //! ```text
-//! message 1 (client -> server): header(type 1, session id, path id, pn 0) | Noise IK msg 1
+//! message 1 (client -> server): header(type 1, session id, path id, pn 0) | Noise IK msg 1 (112 B)
+//!                               | mac1 (16) | mac2 (16)
 //!     its encrypted payload: timestamp (u64 BE, unix ms) | session id (u64 BE)
+//! cookie reply (server -> client, only under load): see crate::cookie (56 B)
 //! message 2 (server -> client): header(type 1, same session id and path id, pn 0) | Noise IK msg 2
 //!     its payload: empty
 //! ```
@@ -21,17 +25,22 @@
 //!
 //! Freshness: the server refuses a message 1 whose timestamp is more than `max_skew_ms` away
 //! from its own clock, and the [`ReplayGuard`] refuses one whose timestamp is not newer
-//! than the newest already accepted from the same client key. Two handshakes of one client
-//! key therefore need distinct milliseconds (use e.g. `max(now, last + 1)`). A client whose
-//! reply was lost resends the same message 1 bytes: the braid server answers an identical
-//! copy for a session it already accepted with its cached reply (see braid-net's server).
+//! than the newest already accepted from the same client key (checked before the server
+//! spends its second and third Diffie-Hellman on message 2). Two handshakes of one client
+//! key therefore need distinct milliseconds (use e.g. `max(now, last + 1)`).
 //!
-//! No-panic contract: [`ServerHandshake::respond`] and [`ClientHandshake::finish`] accept
-//! any bytes and return a [`HandshakeError`] for anything malformed or forged.
-
-use std::collections::HashMap;
+//! Cookies: a server under load answers message 1 with a cookie reply instead of message 2;
+//! the client passes it to [`ClientHandshake::handle_cookie_reply`] and resends
+//! [`ClientHandshake::message1`], which now carries mac2. The Noise part of message 1 does
+//! not change, so the server sees the same timestamp.
+//!
+//! No-panic contract: [`ServerHandshake::respond`], [`ClientHandshake::finish`] and
+//! [`ClientHandshake::handle_cookie_reply`] accept any bytes and return an error for
+//! anything malformed or forged.
 
 use crate::aead::{Role, SessionKeys};
+use crate::cookie::{self, CookieError, Mac1Key, COOKIE_LEN, MACS_LEN, MAC_LEN};
+use crate::guard::ReplayGuard;
 use crate::header::{parse_header, write_header, HeaderError, PacketType};
 use crate::keys::{wipe, PublicKey, StaticKeypair};
 
@@ -39,7 +48,7 @@ use crate::keys::{wipe, PublicKey, StaticKeypair};
 pub const NOISE_PARAMS: &str = "Noise_IK_25519_ChaChaPoly_BLAKE2s";
 
 /// The Noise prologue: both ends must use the same one or the handshake fails.
-pub const PROLOGUE: &[u8] = b"braid v1";
+pub const PROLOGUE: &[u8] = b"braid v2";
 
 /// Bytes of message 1's payload: timestamp and session id.
 const PAYLOAD_LEN: usize = 16;
@@ -59,6 +68,12 @@ pub enum HandshakeError {
          transport packets go to `PacketKey::open_in_place`"
     )]
     NotHandshake,
+    /// Message 1 without a valid mac1: not made for this server's public key.
+    #[error(
+        "handshake message 1 has no valid mac1: it was not made for this server's public \
+         key (random bytes, a scan, another server key or an older braid version): drop it"
+    )]
+    Mac1,
     /// Handshake packets always carry packet number 0.
     #[error("handshake packet carries packet number {0}, but braid handshake packets always carry 0: drop it")]
     PacketNumber(u64),
@@ -103,7 +118,7 @@ pub enum HandshakeError {
         message: u8,
         /// What it carried.
         len: usize,
-        /// What braid v1 sends.
+        /// What braid v2 sends.
         expected: usize,
     },
     /// The session id in the clear header differs from the authenticated one.
@@ -198,6 +213,12 @@ pub struct ClientHandshake {
     state: snow::HandshakeState,
     session_id: u64,
     path_id: u8,
+    server_pub: PublicKey,
+    /// Header and Noise message of message 1, then its mac1.
+    body: Vec<u8>,
+    mac1: [u8; MAC_LEN],
+    /// The cookie of the server's last cookie reply, if any.
+    cookie: Option<[u8; COOKIE_LEN]>,
 }
 
 impl std::fmt::Debug for ClientHandshake {
@@ -251,15 +272,44 @@ impl ClientHandshake {
         let n = state
             .write_message(&payload, &mut msg)
             .map_err(noise("writing message 1"))?;
-        let packet = handshake_packet(session_id, path_id, &msg[..n])?;
-        Ok((
-            ClientHandshake {
-                state,
-                session_id,
-                path_id,
-            },
-            packet,
-        ))
+        let body = handshake_packet(session_id, path_id, &msg[..n])?;
+        let mac1 = Mac1Key::new(server_pub).mac1(&body);
+        let hs = ClientHandshake {
+            state,
+            session_id,
+            path_id,
+            server_pub: *server_pub,
+            body,
+            mac1,
+            cookie: None,
+        };
+        let packet = hs.message1();
+        Ok((hs, packet))
+    }
+
+    /// Message 1 as a complete packet: header, Noise message, mac1, and mac2 (made with the
+    /// cookie of the last accepted cookie reply, or zeros before any). Resend this, not the
+    /// packet [`ClientHandshake::new`] returned, after a cookie reply.
+    pub fn message1(&self) -> Vec<u8> {
+        let mut p = Vec::with_capacity(self.body.len() + MACS_LEN);
+        p.extend_from_slice(&self.body);
+        p.extend_from_slice(&self.mac1);
+        match &self.cookie {
+            Some(c) => p.extend_from_slice(&cookie::mac2(c, &self.body, &self.mac1)),
+            None => p.extend_from_slice(&[0; MAC_LEN]),
+        }
+        p
+    }
+
+    /// Take the server's cookie reply (a type 2 packet) to this handshake's message 1; on
+    /// success [`ClientHandshake::message1`] carries mac2 from now on. A reply that fails
+    /// changes nothing.
+    pub fn handle_cookie_reply(&mut self, packet: &[u8]) -> Result<(), CookieError> {
+        let mut m1 = self.body.clone();
+        m1.extend_from_slice(&self.mac1);
+        m1.extend_from_slice(&[0; MAC_LEN]);
+        self.cookie = Some(cookie::open_cookie_reply(&self.server_pub, &m1, packet)?);
+        Ok(())
     }
 
     /// The session this handshake is for.
@@ -316,61 +366,19 @@ impl ClientHandshake {
     }
 }
 
-/// Remembers, per client key, the newest handshake timestamp accepted, and refuses any
-/// handshake that is not newer. Holds one entry per client that completed a handshake
-/// (only authorized keys get there through [`ServerHandshake::respond`]).
-#[derive(Debug, Clone, Default)]
-pub struct ReplayGuard {
-    newest: HashMap<PublicKey, u64>,
-}
-
-impl ReplayGuard {
-    /// An empty guard.
-    pub fn new() -> ReplayGuard {
-        ReplayGuard::default()
-    }
-
-    /// The newest timestamp accepted from `client`.
-    pub fn newest(&self, client: &PublicKey) -> Option<u64> {
-        self.newest.get(client).copied()
-    }
-
-    /// Accept `timestamp_ms` from `client` if it is newer than every one accepted before
-    /// (and remember it); otherwise [`HandshakeError::Replayed`] and no change.
-    pub fn check_and_record(
-        &mut self,
-        client: &PublicKey,
-        timestamp_ms: u64,
-    ) -> Result<(), HandshakeError> {
-        match self.newest.get_mut(client) {
-            Some(newest) if timestamp_ms <= *newest => Err(HandshakeError::Replayed {
-                client: *client,
-                timestamp_ms,
-                newest_ms: *newest,
-            }),
-            Some(newest) => {
-                *newest = timestamp_ms;
-                Ok(())
-            }
-            None => {
-                self.newest.insert(*client, timestamp_ms);
-                Ok(())
-            }
-        }
-    }
-}
-
 /// The server's side: one call per message 1 (the server keeps no handshake state).
 #[derive(Debug, Clone, Copy)]
 pub struct ServerHandshake;
 
 impl ServerHandshake {
     /// Answer message 1 (`packet`, a complete handshake packet). Checks, in order: the
-    /// header, the Noise message (server key and prologue), that the client's key is in
-    /// `authorized`, the payload, that the timestamp is within `max_skew_ms` of
-    /// `now_unix_ms`, and that `guard` has seen no newer timestamp from this client (the
-    /// guard is updated only when all checks pass). Returns the client's key, the session
-    /// keys and message 2 as a complete handshake packet to send back on the same path.
+    /// header, mac1 (cheap: do any load or mac2 checks of [`crate::CookieChecker`] before
+    /// calling this), the Noise message (server key and prologue; one X25519), that the
+    /// client's key is in `authorized` (one more X25519), the payload, that the timestamp
+    /// is within `max_skew_ms` of `now_unix_ms`, and that `guard` has seen no newer
+    /// timestamp from this client; only then is message 2 built (two more X25519) and the
+    /// guard updated. Returns the client's key, the session keys and message 2 as a
+    /// complete handshake packet to send back on the same path.
     pub fn respond(
         server_key: &StaticKeypair,
         authorized: &[PublicKey],
@@ -380,6 +388,14 @@ impl ServerHandshake {
         max_skew_ms: u64,
     ) -> Result<(PublicKey, SessionKeys, Vec<u8>), HandshakeError> {
         let (session_id, path_id, msg) = split_handshake_packet(packet)?;
+        if !Mac1Key::new(&server_key.public()).check(packet) {
+            return Err(HandshakeError::Mac1);
+        }
+        let msg = msg
+            .len()
+            .checked_sub(MACS_LEN)
+            .and_then(|n| msg.get(..n))
+            .ok_or(HandshakeError::Mac1)?;
         let mut state = builder(PROLOGUE)?
             .local_private_key(server_key.private_bytes())
             .and_then(|b| b.build_responder())
@@ -427,6 +443,8 @@ impl ServerHandshake {
                 max_skew_ms,
             });
         }
+        // A replay costs no more Diffie-Hellman than this.
+        guard.check(&client, timestamp_ms)?;
         // Build the reply before recording the timestamp, so a failure leaves the guard as
         // it was.
         let mut reply = [0u8; 256];
@@ -483,6 +501,16 @@ mod tests {
                 SKEW,
             )
         }
+    }
+
+    /// `packet` with its mac1 made again for `server` (an attacker who altered the header
+    /// can do this: mac1 is keyed by the public key).
+    fn remac(server: &PublicKey, packet: &[u8]) -> Vec<u8> {
+        let mut p = packet.to_vec();
+        let at = p.len() - 32;
+        let mac = Mac1Key::new(server).mac1(&p[..at]);
+        p[at..at + 16].copy_from_slice(&mac);
+        p
     }
 
     /// Keys match when what one end seals the other opens, both ways.
@@ -574,10 +602,12 @@ mod tests {
     fn wrong_server_key_refused() {
         let mut w = world();
         let impostor = StaticKeypair::generate().unwrap();
-        // The client believes the server's key is `impostor`: the real server cannot read.
+        // The client believes the server's key is `impostor`: mac1 is wrong for the real
+        // server, and with a mac1 made right the Noise message still does not open.
         let (_, m1) = ClientHandshake::new(&w.client, &impostor.public(), 7, 0, NOW).unwrap();
+        assert!(matches!(w.respond(&m1, NOW), Err(HandshakeError::Mac1)));
         assert!(matches!(
-            w.respond(&m1, NOW),
+            w.respond(&remac(&w.server.public(), &m1), NOW),
             Err(HandshakeError::Noise { .. })
         ));
         // A server answering with another key than the client expects: the client refuses.
@@ -605,7 +635,7 @@ mod tests {
     fn wrong_prologue_refused() {
         let mut w = world();
         let (_, m1) =
-            ClientHandshake::with_prologue(&w.client, &w.server.public(), 7, 0, NOW, b"braid v2")
+            ClientHandshake::with_prologue(&w.client, &w.server.public(), 7, 0, NOW, b"braid v1")
                 .unwrap();
         let e = w.respond(&m1, NOW).unwrap_err();
         assert!(matches!(e, HandshakeError::Noise { .. }), "{e:?}");
@@ -660,11 +690,13 @@ mod tests {
     fn altered_header_refused() {
         let mut w = world();
         let (mut ch, m1) = ClientHandshake::new(&w.client, &w.server.public(), 7, 2, NOW).unwrap();
-        // Session id changed in the clear header: the authenticated payload disagrees.
+        // Session id changed in the clear header: mac1 fails; with mac1 made again for the
+        // altered header, the authenticated payload disagrees.
         let mut bad = m1.clone();
         bad[9] ^= 1;
+        assert!(matches!(w.respond(&bad, NOW), Err(HandshakeError::Mac1)));
         assert!(matches!(
-            w.respond(&bad, NOW),
+            w.respond(&remac(&w.server.public(), &bad), NOW),
             Err(HandshakeError::SessionMismatch { .. })
         ));
         let mut bad = m1.clone();
@@ -696,10 +728,8 @@ mod tests {
     fn any_corrupted_byte_of_message_1_refused() {
         let mut w = world();
         let (_, m1) = ClientHandshake::new(&w.client, &w.server.public(), 7, 0, NOW).unwrap();
-        for i in 0..m1.len() {
-            if i == 10 {
-                continue; // the path id is not authenticated; the reply just echoes it
-            }
+        // Every byte but mac2 (the server's load check, which `respond` ignores).
+        for i in 0..m1.len() - 16 {
             let mut bad = m1.clone();
             bad[i] ^= 0x20;
             assert!(w.respond(&bad, NOW).is_err(), "byte {i}");
@@ -708,5 +738,53 @@ mod tests {
             assert!(w.respond(&m1[..cut], NOW).is_err(), "cut {cut}");
         }
         w.respond(&m1, NOW).unwrap();
+    }
+
+    #[test]
+    fn message_1_without_valid_mac1_refused_before_noise() {
+        let mut w = world();
+        let (_, m1) = ClientHandshake::new(&w.client, &w.server.public(), 7, 0, NOW).unwrap();
+        let at = m1.len() - 32;
+        for i in at..at + 16 {
+            let mut bad = m1.clone();
+            bad[i] ^= 1;
+            assert!(
+                matches!(w.respond(&bad, NOW), Err(HandshakeError::Mac1)),
+                "mac1 byte {}",
+                i - at
+            );
+        }
+        // mac1 covers the clear header too (the path id the reply echoes).
+        let mut bad = m1.clone();
+        bad[10] ^= 1;
+        assert!(matches!(w.respond(&bad, NOW), Err(HandshakeError::Mac1)));
+        assert_eq!(w.guard.newest(&w.client.public()), None);
+        w.respond(&m1, NOW).unwrap();
+    }
+
+    #[test]
+    fn cookie_reply_gives_message_1_a_mac2_and_keeps_the_noise_part() {
+        let mut w = world();
+        let (mut ch, m1) = ClientHandshake::new(&w.client, &w.server.public(), 7, 1, NOW).unwrap();
+        assert_eq!(m1.len(), 12 + 112 + 32);
+        assert_eq!(ch.message1(), m1);
+        assert_eq!(&m1[m1.len() - 16..], &[0u8; 16], "no mac2 before a cookie");
+        let from: std::net::SocketAddr = "198.51.100.1:5000".parse().unwrap();
+        let mut checker = crate::cookie::CookieChecker::new(&w.server.public(), 0).unwrap();
+        assert!(checker.check_mac1(&m1));
+        assert!(!checker.check_mac2(&m1, from, 0));
+        let reply = checker.cookie_reply(&m1, from, 0).unwrap();
+        // A forged cookie reply changes nothing.
+        let mut forged = reply.clone();
+        forged[30] ^= 1;
+        assert!(ch.handle_cookie_reply(&forged).is_err());
+        assert_eq!(ch.message1(), m1);
+        ch.handle_cookie_reply(&reply).unwrap();
+        let m1c = ch.message1();
+        assert_eq!(m1c[..m1c.len() - 16], m1[..m1.len() - 16]);
+        assert!(checker.check_mac1(&m1c) && checker.check_mac2(&m1c, from, 1));
+        let (_, server_keys, m2) = w.respond(&m1c, NOW).unwrap();
+        let client_keys = ch.finish(&m2).unwrap();
+        assert_keys_match(&client_keys, &server_keys);
     }
 }

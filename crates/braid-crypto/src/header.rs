@@ -27,6 +27,8 @@ pub enum PacketType {
     Transport,
     /// Type 1: a Noise handshake message.
     Handshake,
+    /// Type 2: the server's cookie reply to a handshake message 1 (see [`crate::cookie`]).
+    Cookie,
 }
 
 impl PacketType {
@@ -35,6 +37,7 @@ impl PacketType {
         match self {
             PacketType::Transport => 0,
             PacketType::Handshake => 1,
+            PacketType::Cookie => 2,
         }
     }
 }
@@ -56,8 +59,11 @@ pub enum HeaderError {
     /// Byte 0 is not a version this build speaks.
     #[error("packet version byte is {0}, this build speaks only version 1: drop the packet")]
     BadVersion(u8),
-    /// Byte 1 is not 0 (transport) or 1 (handshake).
-    #[error("packet type byte is {0}, expected 0 (transport) or 1 (handshake): drop the packet")]
+    /// Byte 1 is not 0 (transport), 1 (handshake) or 2 (cookie reply).
+    #[error(
+        "packet type byte is {0}, expected 0 (transport), 1 (handshake) or 2 (cookie reply): \
+         drop the packet"
+    )]
     BadType(u8),
     /// A packet number above 2^62 - 1 cannot be written as a varint.
     #[error("packet number {0} exceeds the varint maximum 2^62 - 1 and cannot be written")]
@@ -90,6 +96,7 @@ pub fn parse_header(packet: &[u8]) -> Result<HeaderInfo, HeaderError> {
     let ptype = match *packet.get(1).ok_or(truncated("type"))? {
         0 => PacketType::Transport,
         1 => PacketType::Handshake,
+        2 => PacketType::Cookie,
         other => return Err(HeaderError::BadType(other)),
     };
     let sid: [u8; 8] = packet
@@ -173,7 +180,11 @@ mod tests {
             1 << 30,
             MAX_PACKET_NUMBER,
         ] {
-            for ptype in [PacketType::Transport, PacketType::Handshake] {
+            for ptype in [
+                PacketType::Transport,
+                PacketType::Handshake,
+                PacketType::Cookie,
+            ] {
                 let mut buf = Vec::new();
                 let n = write_header(&mut buf, ptype, 0xdead_beef_0102_0304, 7, pn).unwrap();
                 assert_eq!(n, buf.len());
@@ -207,8 +218,8 @@ mod tests {
         buf[0] = 2;
         assert_eq!(parse_header(&buf), Err(HeaderError::BadVersion(2)));
         buf[0] = 1;
-        buf[1] = 2;
-        assert_eq!(parse_header(&buf), Err(HeaderError::BadType(2)));
+        buf[1] = 3;
+        assert_eq!(parse_header(&buf), Err(HeaderError::BadType(3)));
         assert_eq!(
             write_header(&mut Vec::new(), PacketType::Transport, 1, 0, u64::MAX),
             Err(HeaderError::PacketNumberTooLarge(u64::MAX))

@@ -409,7 +409,13 @@ pub fn read_authorized(path: impl AsRef<Path>) -> Result<Vec<PublicKey>, KeyErro
     let path = path.as_ref();
     let file = File::open(path).map_err(|e| KeyError::io(path, "open the authorized keys", e))?;
     let content = read_small(path, file, "read the authorized keys")?;
-    Ok(parse_key_lines(path, &content)?
+    parse_authorized(path, &content)
+}
+
+/// Parse the content of an authorized-keys file (`path` only names it in errors); what
+/// [`read_authorized`] does after reading the file.
+pub fn parse_authorized(path: &Path, content: &[u8]) -> Result<Vec<PublicKey>, KeyError> {
+    Ok(parse_key_lines(path, content)?
         .into_iter()
         .map(|(_, k)| PublicKey(k))
         .collect())

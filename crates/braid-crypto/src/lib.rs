@@ -2,8 +2,11 @@
 //!
 //! Owns: long-term X25519 key files ([`keys`]), the Noise IK handshake that authenticates
 //! client and server and derives per-session keys ([`handshake`]), per-packet AEAD
-//! protection of transport packets ([`aead`]), the per-path replay window ([`replay`]) and
-//! a small bounds-checked parser/builder of the braid packet header ([`header`]).
+//! protection of transport packets ([`aead`]), the per-path replay window ([`replay`]), a
+//! small bounds-checked parser/builder of the braid packet header ([`header`]), the cheap
+//! checks in front of the handshake's Diffie-Hellman (mac1, mac2 and cookies: [`cookie`]),
+//! the handshake replay guard and its state file ([`guard`]) and unguessable values from
+//! the system CSPRNG ([`random`]).
 //!
 //! Must not touch: `braid-core` (this crate does not depend on it and never parses frames),
 //! sockets, clocks and global state. Every function that needs the time takes it as an
@@ -17,8 +20,11 @@
 //!
 //! 1. Client: [`ClientHandshake::new`] gives message 1 as a complete handshake packet;
 //!    [`ClientHandshake::finish`] takes the server's reply and yields [`SessionKeys`].
-//! 2. Server: [`ServerHandshake::respond`] checks message 1 (authorized key, clock skew,
-//!    replay) and yields the client's key, [`SessionKeys`] and the reply packet.
+//! 2. Server: [`CookieChecker::check_mac1`] drops anything not made for this server for the
+//!    price of one HMAC; under load [`CookieChecker::check_mac2`] demands a cookie bound to
+//!    the source address (and [`CookieChecker::cookie_reply`] hands one out);
+//!    [`ServerHandshake::respond`] checks message 1 (authorized key, clock skew, replay) and
+//!    yields the client's key, [`SessionKeys`] and the reply packet.
 //! 3. Send: the core writes a transport packet ending in 16 zero bytes; the driver calls
 //!    [`PacketKey::seal_in_place`] with `keys.send`.
 //! 4. Receive: [`parse_header`] routes the datagram; [`PacketKey::open_in_place`] with
@@ -26,18 +32,22 @@
 //!    packet's path drops duplicates; then the core gets the packet (same length).
 
 pub mod aead;
+pub mod cookie;
+pub mod guard;
 pub mod handshake;
 pub mod header;
 pub mod keys;
+pub mod random;
 pub mod replay;
 
 pub use aead::{AeadError, PacketKey, Role, SessionKeys, TAG_LEN};
-pub use handshake::{
-    ClientHandshake, HandshakeError, ReplayGuard, ServerHandshake, NOISE_PARAMS, PROLOGUE,
-};
+pub use cookie::{CookieChecker, CookieError, Mac1Key};
+pub use guard::{GuardFileError, ReplayGuard};
+pub use handshake::{ClientHandshake, HandshakeError, ServerHandshake, NOISE_PARAMS, PROLOGUE};
 pub use header::{parse_header, write_header, HeaderError, HeaderInfo, PacketType};
 pub use keys::{
-    parse_public_key, read_authorized, read_private_key, read_public_key, write_keypair, KeyError,
-    PublicKey, StaticKeypair,
+    parse_authorized, parse_public_key, read_authorized, read_private_key, read_public_key,
+    write_keypair, KeyError, PublicKey, StaticKeypair,
 };
+pub use random::RandomError;
 pub use replay::ReplayWindow;

@@ -2,8 +2,8 @@
 //! AEAD and the server handshake produce errors, never panics, and never a false success.
 
 use braid_crypto::{
-    parse_header, write_header, ClientHandshake, PacketType, ReplayGuard, Role, ServerHandshake,
-    SessionKeys, StaticKeypair, TAG_LEN,
+    parse_header, write_header, ClientHandshake, CookieChecker, PacketType, ReplayGuard, Role,
+    ServerHandshake, SessionKeys, StaticKeypair, TAG_LEN,
 };
 use proptest::prelude::*;
 use std::sync::OnceLock;
@@ -90,14 +90,35 @@ proptest! {
         let (_, m1) = ClientHandshake::new(&f.client, &f.server.public(), 9, 0, NOW).unwrap();
         let mut bad = m1.clone();
         for (i, x) in &flips {
-            let i = i.index(bad.len());
-            if i != 10 { bad[i] ^= x; } // byte 10 (path id) is not authenticated
+            // Not the last 16 bytes: mac2 is the server's load check, respond ignores it.
+            let i = i.index(bad.len() - 16);
+            bad[i] ^= x;
         }
         bad.extend_from_slice(&extra);
         let mut guard = ReplayGuard::new();
         let auth = [f.client.public()];
         let r = ServerHandshake::respond(&f.server, &auth, &mut guard, &bad, NOW, 1000);
         prop_assert_eq!(r.is_ok(), bad == m1);
+    }
+
+    #[test]
+    fn cookie_checks_random_bytes_never_panic(
+        bytes in proptest::collection::vec(any::<u8>(), 0..300),
+        port in any::<u16>(),
+        now in any::<u64>(),
+    ) {
+        let f = fixture();
+        let mut c = CookieChecker::new(&f.server.public(), 0).unwrap();
+        let from = std::net::SocketAddr::from(([127, 0, 0, 1], port));
+        prop_assert!(!c.check_mac1(&bytes));
+        prop_assert!(!c.check_mac2(&bytes, from, now));
+        let _ = c.cookie_reply(&bytes, from, now);
+        let (mut ch, _) = ClientHandshake::new(&f.client, &f.server.public(), 9, 0, NOW).unwrap();
+        let mut p = Vec::new();
+        write_header(&mut p, PacketType::Cookie, 9, 0, 0).unwrap();
+        p.extend_from_slice(&bytes);
+        prop_assert!(ch.handle_cookie_reply(&bytes).is_err());
+        prop_assert!(ch.handle_cookie_reply(&p).is_err());
     }
 
     #[test]

@@ -161,29 +161,47 @@ async fn hostile_input_everywhere_leaves_a_running_transfer_intact() {
 }
 
 /// Replays: every packet the agent sends on one path is sent to the server a second time
-/// 50 ms later by a tampering relay. The AEAD replay window drops them; the transfer is
-/// exact.
+/// 50 ms later, from another address, by a tampering relay. Without the AEAD replay window
+/// the server would take the authentic replay as the path moving to the replayer's address
+/// (protocol section 18) and send there; with it, the replayer gets nothing and the
+/// transfers are exact. (A replay from the agent's own address would prove nothing: the
+/// core drops duplicate packet numbers itself.)
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn replayed_packets_are_dropped() {
     let rig = rig().await;
-    // A relay in front of the server that replays everything from the agent.
+    // A relay in front of the server that replays everything from the agent, from a
+    // second socket.
     let front = UdpSocket::bind("127.0.0.1:0").await.unwrap();
     let back = Arc::new(UdpSocket::bind("127.0.0.1:0").await.unwrap());
+    let replayer = Arc::new(UdpSocket::bind("127.0.0.1:0").await.unwrap());
     let front = Arc::new(front);
-    let (server, f2, b2) = (rig.server, front.clone(), back.clone());
+    let (server, f2, b2, r2) = (rig.server, front.clone(), back.clone(), replayer.clone());
     let agent_addr = Arc::new(std::sync::Mutex::new(None));
     let aa = agent_addr.clone();
+    let replayed = Arc::new(std::sync::atomic::AtomicU64::new(0));
+    let rp = replayed.clone();
     tokio::spawn(async move {
         let mut buf = vec![0u8; 65536];
         while let Ok((n, from)) = f2.recv_from(&mut buf).await {
             *aa.lock().unwrap() = Some(from);
             let pkt = buf[..n].to_vec();
             let _ = b2.send_to(&pkt, server).await;
-            let b3 = b2.clone();
+            let (r3, rp) = (r2.clone(), rp.clone());
             tokio::spawn(async move {
                 tokio::time::sleep(Duration::from_millis(50)).await;
-                let _ = b3.send_to(&pkt, server).await;
+                if r3.send_to(&pkt, server).await.is_ok() {
+                    rp.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                }
             });
+        }
+    });
+    // Whatever the server sends to the replayer's address.
+    let misdirected = Arc::new(std::sync::atomic::AtomicU64::new(0));
+    let (r4, md) = (replayer.clone(), misdirected.clone());
+    tokio::spawn(async move {
+        let mut buf = vec![0u8; 65536];
+        while r4.recv_from(&mut buf).await.is_ok() {
+            md.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         }
     });
     let (f3, b3) = (front.clone(), back.clone());
@@ -225,4 +243,11 @@ async fn replayed_packets_are_dropped() {
     .await;
     let _ = std::fs::remove_file(&file);
     assert_eq!(String::from_utf8_lossy(&got), sha(&up));
+    let replayed = replayed.load(std::sync::atomic::Ordering::Relaxed);
+    assert!(replayed > 1000, "only {replayed} packets replayed");
+    assert_eq!(
+        misdirected.load(std::sync::atomic::Ordering::Relaxed),
+        0,
+        "the server sent to the replayer's address after {replayed} replays"
+    );
 }

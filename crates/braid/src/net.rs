@@ -37,6 +37,11 @@ pub struct ServerArgs {
     /// File of agent public keys allowed to connect, one per line, `#` comments allowed.
     #[arg(long, value_name = "FILE")]
     pub authorized: Option<PathBuf>,
+    /// Where the newest handshake timestamp of each agent is kept across restarts, so a
+    /// captured handshake cannot be replayed after one (default: the authorized file's
+    /// path with `.state` appended; the server must be able to write it).
+    #[arg(long, value_name = "FILE")]
+    pub state: Option<PathBuf>,
     /// Most sessions at once.
     #[arg(long)]
     pub max_sessions: Option<usize>,
@@ -198,8 +203,14 @@ pub fn server(a: ServerArgs) -> Result<()> {
         .context("--authorized FILE is required: the agent public keys allowed to connect")?;
     init_logging(a.log_level.or(f.log_level).as_deref())?;
     let key = braid_crypto::read_private_key(&key)?;
+    let state = a.state.or(f.state).unwrap_or_else(|| {
+        let mut p = authorized.clone().into_os_string();
+        p.push(".state");
+        PathBuf::from(p)
+    });
     let authorized = braid_crypto::read_authorized(&authorized)?;
     let mut cfg = ServerConfig::new(listen, key, authorized);
+    cfg.state_file = Some(state);
     if let Some(n) = a.max_sessions.or(f.max_sessions) {
         cfg.max_sessions = n;
     }

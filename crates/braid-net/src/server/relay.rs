@@ -1,0 +1,273 @@
+//! What the server does for a session's streams and datagrams: each stream's open request,
+//! the TCP connection to its target and the relay; each UDP flow's socket and its return
+//! traffic.
+//!
+//! Owns: resolving and connecting targets, the per-session UDP flow table and the bound on
+//! UDP return traffic. Must not touch: the session (it talks to the session task through
+//! stream handles and commands), handshakes and the listening socket.
+//!
+//! Bounded memory for UDP return traffic: datagrams from targets travel to the session task
+//! as commands; each carries a share of the session's [`UDP_RETURN_BYTES`] budget until the
+//! session task (and the core's datagram queue) let go of it. A datagram that does not fit
+//! the budget is dropped (UDP semantics, counted), so a target flooding a flow cannot grow
+//! the server's memory; the core's own queue drops its oldest datagram when full.
+
+use crate::bridge::{Cmd, StreamHandle, StreamMsg};
+use crate::udp::send_datagram;
+use braid_proxy::target::{self, ReplyCode};
+use braid_proxy::{datagram, TargetAddr};
+use bytes::{Bytes, BytesMut};
+use std::collections::HashMap;
+use std::net::SocketAddr;
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+use tokio::net::{TcpStream, UdpSocket};
+use tokio::sync::mpsc;
+use tracing::{debug, info, warn};
+
+/// Bytes of proxied UDP return traffic one session may have waiting between the flows'
+/// sockets and the wire.
+pub const UDP_RETURN_BYTES: usize = 1 << 20;
+
+/// One proxied connection: read the open request, connect, answer, relay.
+pub(crate) async fn serve_stream(h: StreamHandle, connect_timeout: Duration) {
+    let StreamHandle {
+        id,
+        mut reader,
+        writer,
+    } = h;
+    let mut head = BytesMut::new();
+    let (target, used) = loop {
+        match target::parse_request(&head) {
+            Ok((req, used)) => break (req.target.to_target_addr(), used),
+            Err(braid_proxy::ParseError::Incomplete) => {}
+            Err(e) => {
+                warn!(stream = id, "bad stream-open request: {e}");
+                reply(&writer, e.reply_code()).await;
+                writer.finish();
+                return;
+            }
+        }
+        match reader.read().await {
+            Some(StreamMsg::Data(b)) => head.extend_from_slice(&b),
+            _ => return,
+        }
+        if head.len() > 4096 {
+            return;
+        }
+    };
+    let early = head.split_off(used).freeze();
+    match connect(&target, connect_timeout).await {
+        Ok(tcp) => {
+            debug!(stream = id, %target, "connected");
+            reply(&writer, ReplyCode::Succeeded).await;
+            crate::splice::splice(tcp, reader, writer, early).await;
+        }
+        Err(code) => {
+            info!(stream = id, %target, ?code, "connect failed");
+            reply(&writer, code).await;
+            writer.finish();
+        }
+    }
+}
+
+async fn reply(w: &crate::bridge::StreamWriter, code: ReplyCode) {
+    let mut out = Vec::with_capacity(2);
+    target::emit_reply(code, &mut out);
+    let _ = w.write(Bytes::from(out)).await;
+}
+
+/// Resolve (names at the server, as SOCKS5 with remote resolution expects) and connect.
+pub async fn connect(target: &TargetAddr, timeout: Duration) -> Result<TcpStream, ReplyCode> {
+    let addrs: Vec<SocketAddr> = match target {
+        TargetAddr::Ip(a) => vec![*a],
+        TargetAddr::Domain(name, port) => {
+            match tokio::time::timeout(timeout, tokio::net::lookup_host((name.as_str(), *port)))
+                .await
+            {
+                Ok(Ok(a)) => a.collect(),
+                Ok(Err(_)) => return Err(ReplyCode::HostUnreachable),
+                Err(_) => return Err(ReplyCode::TtlExpired),
+            }
+        }
+    };
+    let mut last = ReplyCode::HostUnreachable;
+    for a in addrs {
+        match tokio::time::timeout(timeout, TcpStream::connect(a)).await {
+            Ok(Ok(s)) => return Ok(s),
+            Ok(Err(e)) => last = ReplyCode::from_io_error(&e),
+            Err(_) => last = ReplyCode::TtlExpired,
+        }
+    }
+    Err(last)
+}
+
+/// The share of a session's UDP return budget one datagram holds until it is dropped.
+struct Budgeted {
+    data: Vec<u8>,
+    budget: Arc<AtomicUsize>,
+}
+
+impl AsRef<[u8]> for Budgeted {
+    fn as_ref(&self) -> &[u8] {
+        &self.data
+    }
+}
+
+impl Drop for Budgeted {
+    fn drop(&mut self) {
+        self.budget.fetch_sub(self.data.len(), Ordering::Relaxed);
+    }
+}
+
+/// A session's budget for UDP return traffic.
+#[derive(Debug, Clone)]
+pub struct UdpBudget {
+    in_flight: Arc<AtomicUsize>,
+    limit: usize,
+    dropped: Arc<AtomicU64>,
+}
+
+impl UdpBudget {
+    /// At most `limit` bytes in flight.
+    pub fn new(limit: usize) -> UdpBudget {
+        UdpBudget {
+            in_flight: Arc::new(AtomicUsize::new(0)),
+            limit,
+            dropped: Arc::new(AtomicU64::new(0)),
+        }
+    }
+
+    /// `data` as bytes that hold their share of the budget until dropped; `None` (and the
+    /// datagram counted as dropped) when it does not fit.
+    pub fn admit(&self, data: Vec<u8>) -> Option<Bytes> {
+        let len = data.len();
+        let before = self.in_flight.fetch_add(len, Ordering::Relaxed);
+        if before + len > self.limit {
+            self.in_flight.fetch_sub(len, Ordering::Relaxed);
+            self.dropped.fetch_add(1, Ordering::Relaxed);
+            return None;
+        }
+        Some(Bytes::from_owner(Budgeted {
+            data,
+            budget: self.in_flight.clone(),
+        }))
+    }
+
+    /// Bytes in flight now.
+    pub fn in_flight(&self) -> usize {
+        self.in_flight.load(Ordering::Relaxed)
+    }
+
+    /// Datagrams dropped so far.
+    pub fn dropped(&self) -> u64 {
+        self.dropped.load(Ordering::Relaxed)
+    }
+}
+
+/// UDP flows of one session: each flow gets its own socket towards its destinations. Ends
+/// when the session task drops its datagram channel; the flows' sockets close with it.
+pub async fn udp_flows(
+    mut rx: mpsc::Receiver<Bytes>,
+    cmd: mpsc::UnboundedSender<Cmd>,
+    max_flows: usize,
+    session: u64,
+) {
+    let budget = UdpBudget::new(UDP_RETURN_BYTES);
+    let mut flows: HashMap<u32, Arc<UdpSocket>> = HashMap::new();
+    let mut returns = tokio::task::JoinSet::new();
+    let mut refused_flows = 0u64;
+    while let Some(d) = rx.recv().await {
+        let Ok(p) = datagram::parse(&d) else {
+            debug!("dropped a malformed proxied datagram");
+            continue;
+        };
+        let sock = match flows.get(&p.flow_id) {
+            Some(s) => s.clone(),
+            None => {
+                if flows.len() >= max_flows {
+                    if refused_flows == 0 {
+                        warn!(
+                            session = format_args!("{session:016x}"),
+                            limit = max_flows,
+                            "UDP flow limit reached; datagrams of new flows are dropped \
+                             (counted, total logged when the session ends)"
+                        );
+                    }
+                    refused_flows += 1;
+                    continue;
+                }
+                let Ok(s) = UdpSocket::bind("0.0.0.0:0")
+                    .await
+                    .or(UdpSocket::bind("[::]:0").await)
+                else {
+                    continue;
+                };
+                let s = Arc::new(s);
+                flows.insert(p.flow_id, s.clone());
+                returns.spawn(udp_return(
+                    s.clone(),
+                    p.flow_id,
+                    cmd.clone(),
+                    budget.clone(),
+                ));
+                s
+            }
+        };
+        let dest = p.addr.to_target_addr();
+        send_datagram(&sock, &dest, p.payload).await;
+    }
+    // Dropping the set aborts the return tasks, which closes the flows' sockets.
+    drop(returns);
+    if refused_flows > 0 || budget.dropped() > 0 {
+        info!(
+            session = format_args!("{session:016x}"),
+            refused_flows,
+            return_dropped = budget.dropped(),
+            "UDP datagrams dropped over the session (flow limit, full return queue)"
+        );
+    }
+}
+
+async fn udp_return(
+    sock: Arc<UdpSocket>,
+    flow: u32,
+    cmd: mpsc::UnboundedSender<Cmd>,
+    budget: UdpBudget,
+) {
+    let mut buf = vec![0u8; 65536];
+    while let Ok((n, from)) = sock.recv_from(&mut buf).await {
+        let mut out = Vec::with_capacity(n + 32);
+        if datagram::emit(flow, &TargetAddr::Ip(from), &buf[..n], &mut out).is_err() {
+            continue;
+        }
+        let Some(d) = budget.admit(out) else {
+            continue;
+        };
+        if cmd.send(Cmd::Datagram(d)).is_err() {
+            return;
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn udp_return_budget_drops_when_full_and_frees_on_drop() {
+        let b = UdpBudget::new(10_000);
+        let held: Vec<Bytes> = (0..10).map(|_| b.admit(vec![7; 1000]).unwrap()).collect();
+        assert_eq!(b.in_flight(), 10_000);
+        assert!(b.admit(vec![7; 1]).is_none(), "over the budget");
+        assert_eq!(b.dropped(), 1);
+        // A slice (what a queue may keep) still holds the share.
+        let part = held[0].slice(10..20);
+        drop(held);
+        assert_eq!(b.in_flight(), 1000);
+        drop(part);
+        assert_eq!(b.in_flight(), 0);
+        assert!(b.admit(vec![7; 10_000]).is_some());
+    }
+}
