@@ -4,7 +4,7 @@ use braid_sim::{run_scenario, Report, Scenario};
 use std::path::PathBuf;
 
 /// Runs `scenarios/<name>` (only the variants in `only`, or all when it is empty); every
-/// transfer must arrive complete and verified.
+/// transfer must arrive complete and verified, within the links' capacity.
 pub fn run_shipped(name: &str, only: &[&str]) -> Report {
     let path = PathBuf::from(env!("CARGO_MANIFEST_DIR"))
         .join("../../scenarios")
@@ -20,6 +20,13 @@ pub fn run_shipped(name: &str, only: &[&str]) -> Report {
             r.verified,
             "{name}: {} not verified: {:?}",
             r.variant, r.error
+        );
+        // Goodput can never beat the links' capacity (a trace that ran out once made it).
+        assert!(
+            r.efficiency <= 1.0,
+            "{name}: {} efficiency {} above 1",
+            r.variant,
+            r.efficiency
         );
     }
     report
