@@ -43,6 +43,11 @@ impl Drop for Net {
     }
 }
 
+/// `ip -n NS args`, ignoring failure (e.g. an address that is already there).
+pub fn try_ip(ns: &str, args: &[&str]) -> bool {
+    ip_ns(ns, args).is_ok()
+}
+
 pub fn sh(r: braid_testbed::Result<String>) {
     if let Err(e) = r {
         panic!("{e}");
