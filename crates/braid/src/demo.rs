@@ -44,10 +44,9 @@ paths = ["wifi"]
 name = "lte-only"
 paths = ["lte"]
 
+# braid as `braid agent` runs it: no scheduler or controller named, the default stack.
 [[variant]]
 name = "braid"
-scheduler = "minrtt"
-cc = "cubic"
 "#;
 
 pub fn run(json: bool) -> Result<bool> {
