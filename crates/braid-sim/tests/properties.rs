@@ -23,14 +23,32 @@ struct PathParams {
 }
 
 fn path_params() -> impl Strategy<Value = PathParams> {
+    params(500..40_000, 1..120, 0..30, 0.2, 20..300, true)
+}
+
+/// Paths drawn from these ranges (loss up to `max_loss`, duplication up to 5 %, a blackout
+/// of up to 10 s when `blackouts`).
+fn params(
+    rate_kbit: std::ops::Range<u32>,
+    delay_ms: std::ops::Range<u32>,
+    jitter_ms: std::ops::Range<u32>,
+    max_loss: f64,
+    queue_ms: std::ops::Range<u32>,
+    blackouts: bool,
+) -> impl Strategy<Value = PathParams> {
+    let blackout = if blackouts {
+        proptest::option::of((0u32..3_000, 100u32..10_000)).boxed()
+    } else {
+        Just(None).boxed()
+    };
     (
-        500u32..40_000,
-        1u32..120,
-        0u32..30,
-        prop_oneof![Just(0.0), 0.0..0.2f64],
+        rate_kbit,
+        delay_ms,
+        jitter_ms,
+        prop_oneof![Just(0.0), 0.0..max_loss],
         prop_oneof![Just(0.0), 0.0..0.05f64],
-        20u32..300,
-        proptest::option::of((0u32..3_000, 100u32..10_000)),
+        queue_ms,
+        blackout,
     )
         .prop_map(
             |(rate_kbit, delay_ms, jitter_ms, loss, duplicate, queue_ms, blackout)| PathParams {
@@ -253,25 +271,7 @@ proptest! {
 /// Paths that reorder heavily: jitter of 20-80 ms on top of a 1-20 ms delay (a packet often
 /// overtakes dozens of others), with some random loss and duplication.
 fn reordering_path() -> impl Strategy<Value = PathParams> {
-    (
-        1_000u32..30_000,
-        1u32..20,
-        20u32..80,
-        prop_oneof![Just(0.0), 0.0..0.03f64],
-        prop_oneof![Just(0.0), 0.0..0.05f64],
-        50u32..300,
-    )
-        .prop_map(
-            |(rate_kbit, delay_ms, jitter_ms, loss, duplicate, queue_ms)| PathParams {
-                rate_kbit,
-                delay_ms,
-                jitter_ms,
-                loss,
-                duplicate,
-                queue_ms,
-                blackout: None,
-            },
-        )
+    params(1_000..30_000, 1..20, 20..80, 0.03, 50..300, false)
 }
 
 proptest! {
