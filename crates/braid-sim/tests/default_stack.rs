@@ -136,3 +136,20 @@ fn aggregated_wifi_and_3g_are_never_slower_than_the_best_single_interface() {
         }
     }
 }
+
+#[test]
+fn wifi_blackouts_cost_the_default_less_than_5_percent_of_the_ideal() {
+    // Ideal: what the same stack gets without blackouts (its efficiency) times the capacity
+    // the blackouts leave during the run, as super-blackout.toml defines it.
+    let r = common::run_shipped("field-wifi-blackout.toml", &["default", "no-blackouts"]);
+    let clean = worst_efficiency(&r, "no-blackouts");
+    for x in runs(&r, "default") {
+        let ideal = clean * x.capacity_bps;
+        assert!(
+            x.goodput_bps >= 0.95 * ideal,
+            "rep {}: {} of an ideal {ideal}",
+            x.repetition,
+            x.goodput_bps
+        );
+    }
+}
