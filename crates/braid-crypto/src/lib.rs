@@ -9,8 +9,9 @@
 //! the system CSPRNG ([`random`]).
 //!
 //! Must not touch: `braid-core` (this crate does not depend on it and never parses frames),
-//! sockets, clocks and global state. Every function that needs the time takes it as an
-//! argument. No primitive is implemented here: Noise comes from `snow`, the AEAD from
+//! sockets, clocks and global state (the operating system's random generator aside, read
+//! through [`random`]). Every function that needs the time takes it as an argument. No
+//! primitive is implemented here: Noise comes from `snow`, the AEAD, HMAC and SHA-256 from
 //! `ring`.
 //!
 //! No-panic contract: every function that takes bytes from a file or from the network
