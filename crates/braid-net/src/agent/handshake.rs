@@ -15,7 +15,6 @@ use crate::udp::{bind_path, bind_udp, PathBind};
 use braid_core::PathId;
 use braid_crypto::{parse_header, ClientHandshake, PacketType, SessionKeys};
 use std::net::SocketAddr;
-use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 use tokio::net::UdpSocket;
@@ -78,15 +77,6 @@ pub(super) fn bind(
     })
 }
 
-pub(super) fn new_session_id() -> u64 {
-    static COUNTER: AtomicU32 = AtomicU32::new(0);
-    let t = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map_or(0, |d| d.as_nanos() as u64);
-    let c = COUNTER.fetch_add(1, Ordering::Relaxed) as u64;
-    braid_core::rng::splitmix64(t ^ (std::process::id() as u64) << 32 ^ c.rotate_left(48))
-}
-
 /// Send message 1 on every path in `avail` (bound now) to every server and wait for the
 /// first answer; `attempts` rounds, 0.5 s, 1 s, 2 s, then 4 s apart.
 pub(super) async fn handshake(
@@ -105,7 +95,10 @@ pub(super) async fn handshake(
     if paths.is_empty() {
         return Err(errors.join("; "));
     }
-    let sid = new_session_id();
+    // Unguessable (issue 14): a session id from the system CSPRNG.
+    let sid = braid_crypto::random::session_id().map_err(|_| {
+        "the system's random number generator failed; cannot start a session".to_string()
+    })?;
     let now_ms = std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
         .map_or(0, |d| d.as_millis() as u64);

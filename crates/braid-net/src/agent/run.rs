@@ -308,7 +308,11 @@ impl Runner {
         self.server = est.server;
         let clock = Clock::new();
         let now = clock.now();
-        let mut session = Session::connect(self.cfg.transport.clone(), now, est.sid, est.first);
+        // Path-challenge tokens from a CSPRNG seed, as the server's (the core's own generator
+        // is deterministic from its seed).
+        let mut transport = self.cfg.transport.clone();
+        transport.seed = braid_crypto::random::random_u64().unwrap_or(transport.seed ^ est.sid);
+        let mut session = Session::connect(transport, now, est.sid, est.first);
         let table: SocketTable = Arc::new(Mutex::new(HashMap::new()));
         let (in_tx, in_rx) = mpsc::channel::<Incoming>(4096);
         let mut readers: HashMap<PathId, Task> = HashMap::new();
