@@ -9,6 +9,10 @@
 //! [[sweep]]
 //! key = "path[0].loss"                 # or keys = [...]: set together to each value
 //! values = [0.005, 0.01, 0.02]         # or from = 0.005, to = 0.03, step = 0.005
+//!
+//! [[sweep]]                            # a list per value gives each key its own
+//! keys = ["path[0].delay", "path[0].queue"]
+//! values = [["25ms", "125KB"], ["50ms", "250KB"]]
 //! ```
 
 use crate::scenario::{Scenario, ScenarioError};
@@ -74,12 +78,16 @@ pub fn expand(text: &str, file: &Path) -> Result<Vec<SweepPoint>, ScenarioError>
         for (i, s) in sweeps.iter().enumerate() {
             let v = &s.values[rest % s.values.len()];
             rest /= s.values.len();
-            for k in &s.keys {
-                set(&mut t, k, v.clone())
+            for (ki, k) in s.keys.iter().enumerate() {
+                set(&mut t, k, per_key(v, ki, s.keys.len()).clone())
                     .map_err(|m| ScenarioError::new(file, format!("sweep[{i}].key"), m))?;
             }
             // Keys set together are named by the first.
-            labels.push(format!("{}={}", s.keys[0], show(v)));
+            labels.push(format!(
+                "{}={}",
+                s.keys[0],
+                show(per_key(v, 0, s.keys.len()))
+            ));
         }
         let label = labels.join(" ");
         let scenario = Scenario::from_toml_value(Value::Table(t), file).map_err(|mut e| {
@@ -233,6 +241,16 @@ fn set(t: &mut Table, key: &str, v: Value) -> Result<(), String> {
     Err(format!("{key:?}: empty key"))
 }
 
+/// The value key `ki` of `n` keys set together gets: a list of exactly `n` items gives each
+/// key its own (`values = [["25ms", "125KB"], ["50ms", "250KB"]]` for a delay and its queue),
+/// anything else goes to every key.
+fn per_key(v: &Value, ki: usize, n: usize) -> &Value {
+    match v {
+        Value::Array(items) if n > 1 && items.len() == n => &items[ki],
+        other => other,
+    }
+}
+
 fn show(v: &Value) -> String {
     match v {
         Value::String(s) => s.clone(),
@@ -286,6 +304,19 @@ name = "v"
         assert_eq!(p[1].scenario.paths[0].down.loss, 0.02);
         assert_eq!(p[5].scenario.paths[1].down.delay, 100_000_000);
         assert_eq!(p[5].scenario.paths[0].down.delay, 100_000_000);
+    }
+
+    #[test]
+    fn keys_set_together_take_one_item_each_from_a_list_value() {
+        let p = expand_str(
+            "[[sweep]]\nkeys = [\"path[0].delay\", \"path[0].queue\"]\n\
+             values = [[\"25ms\", \"125KB\"], [\"50ms\", \"250KB\"]]\n",
+        )
+        .unwrap();
+        assert_eq!(p.len(), 2);
+        assert_eq!(p[1].label, "path[0].delay=50ms");
+        assert_eq!(p[1].scenario.paths[0].down.delay, 50_000_000);
+        assert_eq!(p[1].scenario.paths[0].down.queue_bytes, 250_000);
     }
 
     #[test]
