@@ -185,6 +185,57 @@ async fn under_load_a_cookie_is_demanded_before_any_diffie_hellman() {
     assert_eq!(get(&srv.counters.accepted), 1);
 }
 
+/// Regression for "the agent does not act on a cookie reply": while a flood keeps the server
+/// under load, a real agent still gets its session (message 1 again, with mac2).
+#[tokio::test]
+async fn an_agent_gets_in_while_a_flood_keeps_the_server_under_load() {
+    use braid_net::agent::{Agent, AgentConfig, AgentPath};
+    use braid_net::udp::PathBind;
+    let server_key = server_key();
+    let agent = Arc::new(StaticKeypair::generate().unwrap());
+    let srv = start(&server_key, &agent, |c| {
+        c.load_threshold = 20;
+        c.handshake_rate = 1000;
+        c.handshake_burst = 1000;
+    })
+    .await;
+    let (_, captured) = initiation(&agent, &srv.server_pub, unix_ms() - 200_000);
+    let (addr, stop) = (
+        srv.addr,
+        Arc::new(std::sync::atomic::AtomicBool::new(false)),
+    );
+    let flag = stop.clone();
+    let flood = tokio::spawn(async move {
+        let mut socks = Vec::new();
+        for _ in 0..10 {
+            socks.push(socket().await);
+        }
+        // About 1000 replays a second, bounded in time, until told to stop.
+        for i in 0..20_000usize {
+            if flag.load(std::sync::atomic::Ordering::Relaxed) {
+                break;
+            }
+            let _ = socks[i % 10].send_to(&captured, addr).await;
+            if i % 10 == 0 {
+                tokio::time::sleep(Duration::from_millis(10)).await;
+            }
+        }
+    });
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let path = AgentPath::new("a", PathBind::Address("127.0.0.1".parse().unwrap()));
+    let cfg = AgentConfig::new(srv.addr, srv.server_pub, agent.clone(), vec![path]);
+    let mut a = Agent::start(cfg).await.unwrap();
+    let up = a.wait_established(Duration::from_secs(5)).await;
+    stop.store(true, std::sync::atomic::Ordering::Relaxed);
+    let _ = flood.await;
+    assert!(
+        get(&srv.counters.cookies) > 0,
+        "the server was never under load"
+    );
+    assert!(up, "no session while the server demanded cookies");
+    assert_eq!(get(&srv.counters.accepted), 1);
+}
+
 /// One address (many ports) replaying an initiation captured 200 s ago (so each copy
 /// reaches the Noise step) gets at most its budget of handshake work: the burst and 80 a
 /// second; and no answer.

@@ -144,13 +144,31 @@ pub(super) async fn handshake(
         let deadline =
             tokio::time::Instant::now() + Duration::from_millis(500) * (1 << attempt.min(3));
         while let Ok(Some((i, pkt, from))) = tokio::time::timeout_at(deadline, rrx.recv()).await {
-            match parse_header(&pkt) {
-                Ok(h) if h.ptype == PacketType::Handshake && h.session_id == sid => {}
+            let cookie = match parse_header(&pkt) {
+                Ok(h) if h.session_id == sid && h.ptype == PacketType::Handshake => false,
+                Ok(h) if h.session_id == sid && h.ptype == PacketType::Cookie => true,
                 _ => continue,
-            }
+            };
             let Some(k) = hs.iter().position(|x| x.0 == i && x.2 == from) else {
                 continue;
             };
+            if cookie {
+                // The server is under load and wants proof that we receive at our address:
+                // message 1 again, now with mac2 from its cookie, at once (and in every
+                // later round). A forged reply fails to open and changes nothing.
+                match hs[k].3.handle_cookie_reply(&pkt) {
+                    Ok(()) => {
+                        hs[k].4 = hs[k].3.message1();
+                        let (b, peer) = (&paths[i], hs[k].2);
+                        debug!(path = %cfg.paths[b.slot].name, %peer, "cookie reply: message 1 again with mac2");
+                        if let Err(e) = b.socket.send_to(&hs[k].4, peer).await {
+                            debug!(path = %cfg.paths[b.slot].name, %peer, "handshake not sent: {e}");
+                        }
+                    }
+                    Err(e) => debug!("ignored a bad cookie reply: {e}"),
+                }
+                continue;
+            }
             match hs[k].3.finish(&pkt) {
                 Ok(keys) => {
                     won = Some((i, hs[k].1, keys));
