@@ -57,6 +57,17 @@ async fn start(
     }
 }
 
+/// A server under load from 20 handshakes a second, with a budget large enough that the
+/// per-address limit does not get in the way.
+async fn start_easily_loaded(server_key: &[u8; 32], agent: &StaticKeypair) -> TestServer {
+    start(server_key, agent, |c| {
+        c.load_threshold = 20;
+        c.handshake_rate = 1000;
+        c.handshake_burst = 1000;
+    })
+    .await
+}
+
 fn unix_ms() -> u64 {
     std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
@@ -147,12 +158,7 @@ async fn replayed_initiation_after_a_server_restart_is_refused() {
 async fn under_load_a_cookie_is_demanded_before_any_diffie_hellman() {
     let server_key = server_key();
     let agent = StaticKeypair::generate().unwrap();
-    let srv = start(&server_key, &agent, |c| {
-        c.load_threshold = 20;
-        c.handshake_rate = 1000;
-        c.handshake_burst = 1000;
-    })
-    .await;
+    let srv = start_easily_loaded(&server_key, &agent).await;
     // Load: an initiation captured 200 s ago (its session long gone) replayed 200 times
     // from 20 ports.
     let (_, captured) = initiation(&agent, &srv.server_pub, unix_ms() - 200_000);
@@ -193,12 +199,7 @@ async fn an_agent_gets_in_while_a_flood_keeps_the_server_under_load() {
     use braid_net::udp::PathBind;
     let server_key = server_key();
     let agent = Arc::new(StaticKeypair::generate().unwrap());
-    let srv = start(&server_key, &agent, |c| {
-        c.load_threshold = 20;
-        c.handshake_rate = 1000;
-        c.handshake_burst = 1000;
-    })
-    .await;
+    let srv = start_easily_loaded(&server_key, &agent).await;
     let (_, captured) = initiation(&agent, &srv.server_pub, unix_ms() - 200_000);
     let (addr, stop) = (
         srv.addr,

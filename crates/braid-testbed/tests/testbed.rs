@@ -202,41 +202,56 @@ fn one_way_delay_within_1ms() {
     let topo = Topology::create(&format!("td{:x}", std::process::id()), 4).expect("topology");
     let emus: Vec<LinkEmu> = (0..4).map(|i| emu_for(&topo, &scn, i)).collect();
     for (i, &d) in delays.iter().enumerate() {
-        let got = udp_probe(
-            &topo,
-            i,
-            200,
-            100,
-            Duration::from_millis(2),
-            Duration::from_millis(2 * d + 100),
-        );
-        let mut ms: Vec<f64> = got
-            .iter()
-            .flatten()
-            .map(|x| x.as_secs_f64() * 1e3)
-            .collect();
-        assert_eq!(ms.len(), 200, "path {d} ms: every datagram arrives");
-        ms.sort_by(f64::total_cmp);
-        let (lo, med, hi) = (ms[0], ms[ms.len() / 2], ms[ms.len() - 1]);
-        let within = ms.iter().filter(|&&x| (x - d as f64).abs() <= 1.0).count();
-        println!(
-            "delay {d} ms: measured min {lo:.3} median {med:.3} p95 {:.3} max {hi:.3} ms; \
-             {within} of {} within 1 ms",
-            ms[ms.len() * 95 / 100],
-            ms.len()
-        );
-        // The median must be within 1 ms, and so must 95 % of the datagrams (a loaded
-        // machine occasionally delays a wake-up of the emulator or the receiving kernel).
-        assert!(
-            (med - d as f64).abs() <= 1.0,
-            "delay {d} ms: median {med:.3} ms"
-        );
-        assert!(
-            within * 100 >= ms.len() * 95,
-            "delay {d} ms: only {within} within 1 ms"
-        );
+        // A second set of probes when the first misses: one busy moment of this 2-core
+        // machine (another test binary starting) can delay a dozen wake-ups of the emulator
+        // or the receiving kernel; a broken emulator misses twice.
+        let mut verdict = Err(String::new());
+        for attempt in 0..2 {
+            verdict = probe_delay(&topo, i, d, attempt);
+            if verdict.is_ok() {
+                break;
+            }
+        }
+        if let Err(e) = verdict {
+            panic!("{e}");
+        }
     }
     drop(emus);
+}
+
+/// 200 probes over emulated path `i` with one-way delay `d` ms: the median and 95 % of
+/// them must be within 1 ms of `d`.
+fn probe_delay(topo: &Topology, i: usize, d: u64, attempt: u32) -> Result<(), String> {
+    let got = udp_probe(
+        topo,
+        i,
+        200,
+        100,
+        Duration::from_millis(2),
+        Duration::from_millis(2 * d + 100),
+    );
+    let mut ms: Vec<f64> = got
+        .iter()
+        .flatten()
+        .map(|x| x.as_secs_f64() * 1e3)
+        .collect();
+    assert_eq!(ms.len(), 200, "path {d} ms: every datagram arrives");
+    ms.sort_by(f64::total_cmp);
+    let (lo, med, hi) = (ms[0], ms[ms.len() / 2], ms[ms.len() - 1]);
+    let within = ms.iter().filter(|&&x| (x - d as f64).abs() <= 1.0).count();
+    println!(
+        "delay {d} ms (set {attempt}): measured min {lo:.3} median {med:.3} p95 {:.3} max {hi:.3} ms; \
+         {within} of {} within 1 ms",
+        ms[ms.len() * 95 / 100],
+        ms.len()
+    );
+    if (med - d as f64).abs() > 1.0 {
+        return Err(format!("delay {d} ms: median {med:.3} ms"));
+    }
+    if within * 100 < ms.len() * 95 {
+        return Err(format!("delay {d} ms: only {within} within 1 ms"));
+    }
+    Ok(())
 }
 
 #[test]
