@@ -11,7 +11,6 @@ use braid_crypto::StaticKeypair;
 use braid_net::agent::{Agent, AgentConfig, AgentPath};
 use braid_net::server::{Server, ServerConfig};
 use braid_net::udp::PathBind;
-use braid_proxy::{AuthPolicy, HttpLimits};
 use serde::Serialize;
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -178,24 +177,12 @@ pub fn loopback(size: u64) -> Result<Report> {
     let server = addr_rx
         .recv_timeout(Duration::from_secs(5))?
         .context("the benchmark server did not start")?;
+    let path = AgentPath::new("lo", PathBind::Address("127.0.0.1".parse()?));
     let acfg = AgentConfig {
-        servers: vec![server],
-        server_pub,
-        key: Arc::new(agent_key),
-        paths: vec![AgentPath {
-            name: "lo".into(),
-            bind: PathBind::Address("127.0.0.1".parse()?),
-            via: None,
-            policy: Default::default(),
-        }],
         socks: Some("127.0.0.1:0".parse()?),
-        http: None,
-        socks_auth: AuthPolicy::NoAuth,
-        http_limits: HttpLimits::default(),
-        open_timeout: Duration::from_secs(15),
-        session_wait: Duration::from_secs(10),
-        state_file: None,
+        // The core's stack as it is (the agent's defaults differ only in timeouts).
         transport: braid_core::Config::default(),
+        ..AgentConfig::new(server, server_pub, Arc::new(agent_key), vec![path])
     };
     let (socks_tx, socks_rx) = std::sync::mpsc::channel();
     thread_runtime("bench-agent", move || {

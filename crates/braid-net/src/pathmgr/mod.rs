@@ -117,6 +117,20 @@ struct Live {
     old: Option<PathId>,
 }
 
+impl Live {
+    /// A path just added, not validated yet.
+    fn new(id: PathId, attach: Attach, now: Duration) -> Live {
+        Live {
+            id,
+            attach,
+            since: now,
+            validated: false,
+            retry: VALIDATE_FIRST,
+            old: None,
+        }
+    }
+}
+
 #[derive(Debug, Clone)]
 struct Slot {
     bind: PathBind,
@@ -273,14 +287,7 @@ impl PathManager {
         }
         for &(slot, id, attach) in paths {
             if let Some(s) = self.slots.get_mut(slot) {
-                s.live = Some(Live {
-                    id,
-                    attach,
-                    since: now,
-                    validated: false,
-                    retry: VALIDATE_FIRST,
-                    old: None,
-                });
+                s.live = Some(Live::new(id, attach, now));
             }
         }
         self.reconcile(now);
@@ -414,14 +421,7 @@ impl PathManager {
                 (Some(attach), None) => {
                     let id = slot as PathId;
                     self.actions.push_back(Action::Add { slot, id, attach });
-                    s.live = Some(Live {
-                        id,
-                        attach,
-                        since: now,
-                        validated: false,
-                        retry: VALIDATE_FIRST,
-                        old: None,
-                    });
+                    s.live = Some(Live::new(id, attach, now));
                 }
                 (Some(attach), Some(l)) if attach != l.attach => {
                     if attach.index != l.attach.index || l.old.is_some() {
