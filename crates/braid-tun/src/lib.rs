@@ -1,0 +1,8 @@
+//! braid's TUN front end: every application on the device (or every host behind it) is
+//! carried without a proxy setting. `stack` is the sans-IO userspace TCP/IP stack that turns
+//! the IP packets of the TUN device into TCP connections and UDP flows.
+//!
+//! Owns: what happens to IP packets between the TUN device and the agent's streams and
+//! datagram flows. Must not touch: the braid session or its paths.
+
+pub mod stack;
