@@ -8,6 +8,7 @@ use braid_proxy::TargetAddr;
 use socket2::{Domain, Protocol, Socket, Type};
 use std::io;
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
+use std::sync::atomic::{AtomicU32, Ordering};
 use tokio::net::UdpSocket;
 
 /// Socket buffers: several bandwidth-delay products of a fast path.
@@ -37,6 +38,20 @@ impl std::str::FromStr for PathBind {
     }
 }
 
+/// The firewall mark every path socket carries (0: none). TUN mode sets it so that policy
+/// routing keeps braid's own packets out of the tunnel.
+static SOCKET_MARK: AtomicU32 = AtomicU32::new(0);
+
+/// Marks every path socket bound from now on with `mark` (SO_MARK; needs CAP_NET_ADMIN).
+pub fn set_socket_mark(mark: Option<u32>) {
+    SOCKET_MARK.store(mark.unwrap_or(0), Ordering::Relaxed);
+}
+
+/// The mark path sockets carry now, if any.
+pub fn socket_mark() -> Option<u32> {
+    Some(SOCKET_MARK.load(Ordering::Relaxed)).filter(|&m| m != 0)
+}
+
 /// Bind a non-blocking UDP socket to `addr`, optionally to a device, with big buffers.
 pub fn bind_udp(addr: SocketAddr, device: Option<&str>) -> io::Result<UdpSocket> {
     let domain = if addr.is_ipv4() {
@@ -50,6 +65,14 @@ pub fn bind_udp(addr: SocketAddr, device: Option<&str>) -> io::Result<UdpSocket>
             io::Error::new(
                 e.kind(),
                 format!("cannot bind to interface {dev:?}: {e} (binding to a device needs root or CAP_NET_RAW)"),
+            )
+        })?;
+    }
+    if let Some(mark) = socket_mark() {
+        sock.set_mark(mark).map_err(|e| {
+            io::Error::new(
+                e.kind(),
+                format!("cannot mark a path socket for TUN mode's routing: {e}"),
             )
         })?;
     }

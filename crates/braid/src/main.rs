@@ -56,7 +56,7 @@ enum Command {
     /// Run the server proxy: accepts agents, talks plain TCP to legacy servers.
     Server(net::ServerArgs),
     /// Run the agent on the multi-homed device: SOCKS5 and HTTP CONNECT over every path.
-    Agent(net::AgentArgs),
+    Agent(Box<net::AgentArgs>),
     /// Run a scenario on the namespace testbed (root; real kernels, emulated links).
     #[command(subcommand)]
     Testbed(testbed_cmd::TestbedCommand),
@@ -79,7 +79,7 @@ fn main() -> ExitCode {
         Command::Demo { json } => demo::run(json),
         Command::Keygen(a) => net::keygen(a).map(|()| true),
         Command::Server(a) => net::server(a).map(|()| true),
-        Command::Agent(a) => net::agent(a).map(|()| true),
+        Command::Agent(a) => net::agent(*a).map(|()| true),
         Command::Bench { size, json } => bench_cmd(&size, json),
         Command::Testbed(c) => testbed_cmd::dispatch(c),
     };

@@ -90,6 +90,19 @@ pub struct AgentArgs {
     /// HTTP CONNECT proxy listen address, like 127.0.0.1:8080.
     #[arg(long, value_name = "ADDR:PORT")]
     pub http: Option<SocketAddr>,
+    /// TUN mode: create this device and carry every application through it, no proxy
+    /// setting needed (needs CAP_NET_ADMIN). All IPv4 and IPv6 traffic unless --tun-route
+    /// says otherwise; braid's own packets stay off it.
+    #[arg(long, value_name = "NAME")]
+    pub tun: Option<String>,
+    /// With --tun: carry only this prefix (repeat for several), like 10.0.0.0/8.
+    #[arg(long = "tun-route", value_name = "CIDR")]
+    #[serde(default, rename = "tun_route")]
+    pub tun_routes: Vec<String>,
+    /// With --tun: leave this prefix out of the tunnel (repeat for several).
+    #[arg(long = "tun-exclude", value_name = "CIDR")]
+    #[serde(default)]
+    pub tun_exclude: Vec<String>,
     /// Require this SOCKS5 username (with --socks-pass).
     #[arg(long)]
     pub socks_user: Option<String>,
@@ -294,9 +307,42 @@ pub fn agent(a: AgentArgs) -> Result<()> {
     }
     let socks = a.socks.or(f.socks);
     let http = a.http.or(f.http);
-    if socks.is_none() && http.is_none() {
-        bail!("give at least one proxy port: --socks ADDR:PORT and/or --http ADDR:PORT");
+    let tun = a.tun.or(f.tun);
+    if socks.is_none() && http.is_none() && tun.is_none() {
+        bail!("give at least one way in for applications: --socks ADDR:PORT, --http ADDR:PORT or --tun NAME");
     }
+    let cidrs = |flag: &str, v: Vec<String>| -> Result<Vec<braid_tun::routing::Cidr>> {
+        v.iter()
+            .map(|c| {
+                c.parse()
+                    .map_err(|e: String| anyhow::anyhow!("--{flag}: {e}"))
+            })
+            .collect()
+    };
+    let tun_routes = cidrs(
+        "tun-route",
+        if a.tun_routes.is_empty() {
+            f.tun_routes
+        } else {
+            a.tun_routes
+        },
+    )?;
+    let tun_exclude = cidrs(
+        "tun-exclude",
+        if a.tun_exclude.is_empty() {
+            f.tun_exclude
+        } else {
+            a.tun_exclude
+        },
+    )?;
+    if tun.is_none() && !(tun_routes.is_empty() && tun_exclude.is_empty()) {
+        bail!("--tun-route and --tun-exclude need --tun NAME");
+    }
+    let tun = tun.map(|name| braid_net::agent::TunSettings {
+        name,
+        routes: tun_routes,
+        exclude: tun_exclude,
+    });
     let socks_auth = match (a.socks_user.or(f.socks_user), a.socks_pass.or(f.socks_pass)) {
         (Some(u), Some(p)) => {
             AuthPolicy::user_pass(u, p).map_err(|e| anyhow::anyhow!("SOCKS5 credentials: {e}"))?
@@ -351,6 +397,7 @@ pub fn agent(a: AgentArgs) -> Result<()> {
         session_wait,
         state_file,
         transport,
+        tun,
     };
     runtime()?.block_on(async move {
         let _agent = Agent::start(cfg).await?;

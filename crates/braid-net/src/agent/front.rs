@@ -76,7 +76,7 @@ enum OpenError {
 /// came after the server's answer. If the session ends before the server answers (it
 /// stopped answering and the agent moved to a new session), the open is tried once more on
 /// the next session.
-async fn open(
+pub(super) async fn open(
     shared: &Shared,
     target: &TargetAddr,
 ) -> Result<(StreamReader, StreamWriter, Bytes), ReplyCode> {

@@ -5,7 +5,8 @@
 //! - [`handshake`]: the handshake, sent on every available path (first answer wins);
 //! - [`run`]: keeping a session, applying the path manager's decisions to it (sockets,
 //!   paths, backup and cap policy);
-//! - [`front`]: the proxy front ends.
+//! - [`front`]: the proxy front ends;
+//! - [`tun`]: TUN mode, every application without a proxy setting.
 //!
 //! Must not touch: the protocol (the session task and the core), the SOCKS/HTTP wire
 //! details (braid-proxy), or link decisions (`pathmgr`).
@@ -13,6 +14,9 @@
 mod front;
 mod handshake;
 mod run;
+mod tun;
+
+pub use tun::{tun_mtu, TunSettings};
 
 use crate::bridge::Cmd;
 use crate::policy::PathPolicy;
@@ -60,6 +64,8 @@ pub struct AgentConfig {
     pub state_file: Option<PathBuf>,
     /// Transport settings (scheduler, congestion control, ...).
     pub transport: Config,
+    /// TUN mode: a device carrying every application (needs CAP_NET_ADMIN).
+    pub tun: Option<TunSettings>,
 }
 
 impl AgentConfig {
@@ -83,6 +89,7 @@ impl AgentConfig {
             session_wait: Duration::from_secs(10),
             state_file: None,
             transport: agent_transport(),
+            tun: None,
         }
     }
 }
@@ -252,6 +259,11 @@ impl Agent {
                 shared.clone(),
                 Front::Http,
             )));
+        }
+        if let Some(t) = &cfg.tun {
+            // Before any path socket exists: they must carry braid's routing mark.
+            let dev = tun::Tun::create(t, cfg.transport.max_datagram_payload)?;
+            tasks.push(tokio::spawn(tun::run(dev, shared.clone())));
         }
         // The link watcher is created here, in the caller's network namespace.
         let watcher = crate::netwatch::watch();

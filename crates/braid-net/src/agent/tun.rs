@@ -1,0 +1,448 @@
+//! TUN mode: every application on the machine (and, with forwarding, every host behind it)
+//! is carried without a proxy setting. The device's packets go through braid-tun's
+//! userspace stack; each TCP connection it terminates becomes one stream of the session,
+//! exactly as a SOCKS5 CONNECT does (the server connects to the destination), and each
+//! application UDP socket becomes one datagram flow.
+//!
+//! One task owns the device and the stack. Per connection, a task opens the stream and
+//! relays it; between the two, bounded channels one way and a byte credit the other, so a
+//! slow application or a slow stream holds back only its own connection.
+//!
+//! Owns: the TUN device, its routing, the stack and the connection and flow tables. Must
+//! not touch: the session's lifecycle (`run`), the stream-open exchange (`front::open`).
+
+use super::front;
+use super::Shared;
+use crate::bridge::{Cmd, StreamMsg};
+use crate::splice::TCP_FAILED;
+use braid_core::time::Instant;
+use braid_proxy::{datagram, TargetAddr};
+use braid_tun::device::TunDevice;
+use braid_tun::routing::{Cidr, Routing, RoutingConfig};
+use braid_tun::stack::{ConnId, Event, StackConfig, TunStack};
+use bytes::Bytes;
+use std::collections::{HashMap, VecDeque};
+use std::net::SocketAddr;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+use tokio::io::unix::AsyncFd;
+use tokio::sync::{mpsc, Semaphore};
+use tracing::{debug, info, warn};
+
+/// TUN mode settings.
+#[derive(Debug, Clone)]
+pub struct TunSettings {
+    /// The device's name.
+    pub name: String,
+    /// Prefixes carried (empty: every IPv4 and IPv6 destination).
+    pub routes: Vec<Cidr>,
+    /// Prefixes left out.
+    pub exclude: Vec<Cidr>,
+}
+
+/// Bytes of stream data on their way to one application connection (the credit the
+/// stream side may run ahead of what the stack has taken).
+const CREDIT: usize = 256 * 1024;
+/// Bytes of application data queued toward one stream before the stack stops reading the
+/// application (its TCP window then closes).
+const UP_BYTES: usize = 256 * 1024;
+/// A UDP flow with no datagram either way for this long is forgotten.
+const FLOW_IDLE: Duration = Duration::from_secs(120);
+/// Datagram flows at once (one per application UDP socket).
+const MAX_FLOWS: usize = 4096;
+
+/// The device's MTU: the largest IP packet whose UDP payload, with the flow header and an
+/// IPv6 address, still fits one datagram of the session.
+pub fn tun_mtu(max_datagram_payload: usize) -> u32 {
+    let v4 = max_datagram_payload.saturating_sub(datagram::FLOW_ID_LEN + 7) + 28;
+    let v6 = max_datagram_payload.saturating_sub(datagram::FLOW_ID_LEN + 19) + 48;
+    v4.min(v6).clamp(1280, 9000) as u32
+}
+
+/// Device and routing, made before any path socket is bound (they carry braid's mark).
+pub(super) struct Tun {
+    dev: TunDevice,
+    routing: Routing,
+    mtu: u32,
+}
+
+impl Tun {
+    pub(super) fn create(s: &TunSettings, max_datagram_payload: usize) -> std::io::Result<Tun> {
+        let io = |e: String| std::io::Error::other(e);
+        let mtu = tun_mtu(max_datagram_payload);
+        let addrs = [
+            ("198.18.0.1".parse().expect("literal"), 30),
+            ("fd00:b1d::1".parse().expect("literal"), 64),
+        ];
+        let dev = TunDevice::create(&s.name, mtu, &addrs).map_err(|e| io(e.to_string()))?;
+        let cfg = RoutingConfig {
+            include: if s.routes.is_empty() {
+                Cidr::defaults()
+            } else {
+                s.routes.clone()
+            },
+            exclude: s.exclude.clone(),
+            ..RoutingConfig::default()
+        };
+        crate::udp::set_socket_mark(Some(cfg.fwmark));
+        let routing = Routing::install(dev.index(), cfg).map_err(|e| io(e.to_string()))?;
+        info!(device = %s.name, mtu, "TUN device ready: applications are carried without a proxy setting");
+        Ok(Tun { dev, routing, mtu })
+    }
+}
+
+/// Application data toward a stream.
+enum Up {
+    Data(Bytes),
+    Fin,
+    Reset,
+}
+
+/// From the per-connection tasks to the TUN task.
+enum ToTun {
+    /// Stream bytes for the application (credit taken).
+    Data(ConnId, Bytes),
+    /// The stream finished: FIN to the application after its bytes.
+    Fin(ConnId),
+    /// The stream failed or never opened: reset the application's connection.
+    Reset(ConnId),
+    /// The connection's task took a chunk: reading the application may resume.
+    Drained(ConnId),
+}
+
+struct Conn {
+    up: mpsc::UnboundedSender<Up>,
+    up_queued: Arc<AtomicUsize>,
+    credit: Arc<Semaphore>,
+    down: VecDeque<Bytes>,
+    fin_pending: bool,
+    app_blocked: bool,
+}
+
+struct Flow {
+    id: u32,
+    last: std::time::Instant,
+}
+
+/// Runs TUN mode until the agent stops; the device and its routes go with it.
+pub(super) async fn run(tun: Tun, shared: Shared) {
+    let Tun { dev, routing, mtu } = tun;
+    let _routing = routing;
+    // SAFETY: the AsyncFd owns the device, so its descriptor stays open (and is not
+    // reused) for as long as it is registered.
+    let dev = match unsafe { AsyncFd::register(dev) } {
+        Ok(d) => d,
+        Err(e) => {
+            warn!("TUN mode stopped: cannot poll the device: {e}");
+            return;
+        }
+    };
+    let epoch = std::time::Instant::now();
+    let now = move || Instant(epoch.elapsed().as_nanos() as u64);
+    let mut stack = TunStack::new(
+        StackConfig {
+            mtu: mtu as usize,
+            seed: epoch.elapsed().as_nanos() as u64 ^ u64::from(std::process::id()),
+            ..StackConfig::default()
+        },
+        now(),
+    );
+    let (ctl_tx, mut ctl_rx) = mpsc::unbounded_channel::<ToTun>();
+    let (dgram_tx, mut dgram_rx) = mpsc::channel::<Bytes>(1024);
+    let mut conns: HashMap<ConnId, Conn> = HashMap::new();
+    let mut flows: HashMap<SocketAddr, Flow> = HashMap::new();
+    let mut flow_apps: HashMap<u32, SocketAddr> = HashMap::new();
+    let mut buf = vec![0u8; 65_536];
+    let mut sweep = tokio::time::interval(Duration::from_secs(10));
+    loop {
+        let wake = stack
+            .poll_timeout(now())
+            .map(|t| Duration::from_nanos(t.as_nanos().saturating_sub(now().as_nanos())))
+            .unwrap_or(Duration::from_secs(3600));
+        tokio::select! {
+            r = dev.readable() => {
+                let Ok(mut guard) = r else { break };
+                for _ in 0..256 {
+                    match guard.try_io(|d| d.get_ref().recv(&mut buf)) {
+                        Ok(Ok(n)) => { let _ = stack.handle_packet(now(), &buf[..n]); }
+                        Ok(Err(e)) => { warn!("TUN mode stopped: reading the device failed: {e}"); return; }
+                        Err(_would_block) => break,
+                    }
+                }
+            }
+            Some(m) = ctl_rx.recv() => {
+                handle_ctl(&mut stack, &mut conns, m, now(), &mut buf);
+                while let Ok(m) = ctl_rx.try_recv() {
+                    handle_ctl(&mut stack, &mut conns, m, now(), &mut buf);
+                }
+            }
+            Some(d) = dgram_rx.recv() => {
+                let Ok(p) = datagram::parse(&d) else { continue };
+                let (Some(app), TargetAddr::Ip(from)) = (flow_apps.get(&p.flow_id), p.addr.to_target_addr()) else { continue };
+                if let Some(f) = flows.get_mut(app) { f.last = std::time::Instant::now(); }
+                if let Err(e) = stack.send_udp(from, *app, p.payload) {
+                    debug!("a datagram for {app} dropped: {e}");
+                }
+            }
+            _ = tokio::time::sleep(wake) => stack.handle_timeout(now()),
+            _ = sweep.tick() => {
+                flows.retain(|_, f| {
+                    let keep = f.last.elapsed() < FLOW_IDLE;
+                    if !keep {
+                        flow_apps.remove(&f.id);
+                        if let Ok(mut m) = shared.flows.lock() { m.remove(&f.id); }
+                    }
+                    keep
+                });
+            }
+        }
+        while let Some(e) = stack.poll_event() {
+            match e {
+                Event::TcpOpened { id, src, dst } => {
+                    debug!(%src, %dst, "TUN: a new connection");
+                    let (up_tx, up_rx) = mpsc::unbounded_channel();
+                    let credit = Arc::new(Semaphore::new(CREDIT));
+                    let up_queued = Arc::new(AtomicUsize::new(0));
+                    conns.insert(
+                        id,
+                        Conn {
+                            up: up_tx,
+                            up_queued: up_queued.clone(),
+                            credit: credit.clone(),
+                            down: VecDeque::new(),
+                            fin_pending: false,
+                            app_blocked: false,
+                        },
+                    );
+                    tokio::spawn(conn_task(
+                        shared.clone(),
+                        id,
+                        dst,
+                        (up_rx, up_queued),
+                        ctl_tx.clone(),
+                        credit,
+                    ));
+                }
+                Event::TcpReadable { id } => read_app(&mut stack, &mut conns, id, now(), &mut buf),
+                Event::TcpEof { id } => {
+                    if let Some(c) = conns.get(&id) {
+                        let _ = c.up.send(Up::Fin);
+                    }
+                }
+                Event::TcpWritable { id } => write_app(&mut stack, &mut conns, id, now()),
+                Event::TcpClosed { id, reset } => {
+                    if let Some(c) = conns.remove(&id) {
+                        if reset {
+                            let _ = c.up.send(Up::Reset);
+                        }
+                        c.credit.close();
+                    }
+                }
+                Event::UdpDatagram { src, dst, payload } => {
+                    let full = flows.len() >= MAX_FLOWS;
+                    let flow = match flows.get_mut(&src) {
+                        Some(f) => {
+                            f.last = std::time::Instant::now();
+                            f.id
+                        }
+                        None if full => {
+                            debug!(%src, "TUN: too many UDP flows; a datagram dropped");
+                            continue;
+                        }
+                        None => {
+                            let id = shared.next_flow.fetch_add(1, Ordering::Relaxed);
+                            if let Ok(mut m) = shared.flows.lock() {
+                                m.insert(id, dgram_tx.clone());
+                            }
+                            flows.insert(
+                                src,
+                                Flow {
+                                    id,
+                                    last: std::time::Instant::now(),
+                                },
+                            );
+                            flow_apps.insert(id, src);
+                            id
+                        }
+                    };
+                    let mut out = Vec::with_capacity(payload.len() + 32);
+                    if datagram::emit(flow, &TargetAddr::Ip(dst), &payload, &mut out).is_ok() {
+                        if let Some(cmd) = shared.session.borrow().clone() {
+                            let _ = cmd.send(Cmd::Datagram(Bytes::from(out)));
+                        }
+                    }
+                }
+            }
+        }
+        while let Some(p) = stack.poll_transmit() {
+            if let Err(e) = dev.get_ref().send(&p) {
+                debug!("TUN: a packet for the device dropped: {e}");
+            }
+        }
+    }
+}
+
+/// Application bytes of `id` toward its stream, as far as the stream's queue takes them.
+fn read_app(
+    stack: &mut TunStack,
+    conns: &mut HashMap<ConnId, Conn>,
+    id: ConnId,
+    now: Instant,
+    buf: &mut [u8],
+) {
+    let Some(c) = conns.get_mut(&id) else { return };
+    loop {
+        if c.up_queued.load(Ordering::Acquire) >= UP_BYTES {
+            c.app_blocked = true;
+            return;
+        }
+        match stack.tcp_recv(now, id, buf) {
+            Ok(n) if n > 0 => {
+                c.up_queued.fetch_add(n, Ordering::AcqRel);
+                let _ = c.up.send(Up::Data(Bytes::copy_from_slice(&buf[..n])));
+            }
+            _ => {
+                c.app_blocked = false;
+                return;
+            }
+        }
+    }
+}
+
+/// Stream bytes of `id` into the stack, as far as its send buffer takes them; the credit
+/// returns to the stream side for what was taken.
+fn write_app(stack: &mut TunStack, conns: &mut HashMap<ConnId, Conn>, id: ConnId, now: Instant) {
+    let Some(c) = conns.get_mut(&id) else { return };
+    while let Some(front) = c.down.front_mut() {
+        let Ok(n) = stack.tcp_send(now, id, front) else {
+            c.down.clear();
+            return;
+        };
+        c.credit.add_permits(n);
+        if n < front.len() {
+            let _ = front.split_to(n);
+            return;
+        }
+        c.down.pop_front();
+    }
+    if c.fin_pending {
+        c.fin_pending = false;
+        let _ = stack.tcp_shutdown(now, id);
+    }
+}
+
+fn handle_ctl(
+    stack: &mut TunStack,
+    conns: &mut HashMap<ConnId, Conn>,
+    m: ToTun,
+    now: Instant,
+    buf: &mut [u8],
+) {
+    match m {
+        ToTun::Data(id, b) => {
+            if let Some(c) = conns.get_mut(&id) {
+                c.down.push_back(b);
+                write_app(stack, conns, id, now);
+            }
+        }
+        ToTun::Fin(id) => {
+            if let Some(c) = conns.get_mut(&id) {
+                c.fin_pending = true;
+                write_app(stack, conns, id, now);
+            }
+        }
+        ToTun::Reset(id) => {
+            if conns.contains_key(&id) {
+                let _ = stack.tcp_abort(now, id);
+            }
+        }
+        ToTun::Drained(id) => {
+            if conns.get(&id).is_some_and(|c| c.app_blocked) {
+                read_app(stack, conns, id, now, buf);
+            }
+        }
+    }
+}
+
+/// One connection: opens its stream (as SOCKS5 CONNECT does), then relays both ways.
+async fn conn_task(
+    shared: Shared,
+    id: ConnId,
+    dst: SocketAddr,
+    (mut up, up_queued): (mpsc::UnboundedReceiver<Up>, Arc<AtomicUsize>),
+    ctl: mpsc::UnboundedSender<ToTun>,
+    credit: Arc<Semaphore>,
+) {
+    let (mut reader, writer, early) = match front::open(&shared, &TargetAddr::Ip(dst)).await {
+        Ok(x) => x,
+        Err(code) => {
+            info!(%dst, "TUN: cannot open a stream: {code}; the connection is reset");
+            let _ = ctl.send(ToTun::Reset(id));
+            return;
+        }
+    };
+    let to_stream = async {
+        while let Some(m) = up.recv().await {
+            match m {
+                Up::Data(b) => {
+                    let n = b.len();
+                    if writer.write(b).await.is_err() {
+                        return;
+                    }
+                    let before = up_queued.fetch_sub(n, Ordering::AcqRel);
+                    if before >= UP_BYTES && before - n < UP_BYTES {
+                        let _ = ctl.send(ToTun::Drained(id));
+                    }
+                }
+                Up::Fin => {
+                    writer.finish();
+                    return;
+                }
+                Up::Reset => break,
+            }
+        }
+        // The application reset the connection, or it is gone.
+        writer.reset(TCP_FAILED);
+    };
+    let to_app = async {
+        let give = |mut b: Bytes| {
+            let credit = credit.clone();
+            let ctl = ctl.clone();
+            async move {
+                while !b.is_empty() {
+                    let chunk = b.split_to(b.len().min(CREDIT));
+                    let Ok(p) = credit.acquire_many(chunk.len() as u32).await else {
+                        return false;
+                    };
+                    p.forget();
+                    if ctl.send(ToTun::Data(id, chunk)).is_err() {
+                        return false;
+                    }
+                }
+                true
+            }
+        };
+        if !early.is_empty() && !give(early).await {
+            return;
+        }
+        loop {
+            match reader.read().await {
+                Some(StreamMsg::Data(b)) => {
+                    if !give(b).await {
+                        return;
+                    }
+                }
+                Some(StreamMsg::Fin) => {
+                    let _ = ctl.send(ToTun::Fin(id));
+                    return;
+                }
+                Some(StreamMsg::Reset(_)) | None => {
+                    let _ = ctl.send(ToTun::Reset(id));
+                    return;
+                }
+            }
+        }
+    };
+    tokio::join!(to_stream, to_app);
+}
