@@ -1,10 +1,11 @@
 //! The `braid` command: the simulator (`sim`, `demo`) and the real thing (`keygen`,
-//! `server`, `agent`).
+//! `server`, `agent`, `status`).
 
 mod bench;
 mod demo;
 mod net;
 mod report_cmd;
+mod status_cmd;
 mod testbed_cmd;
 
 use anyhow::{Context, Result};
@@ -57,6 +58,9 @@ enum Command {
     Server(net::ServerArgs),
     /// Run the agent on the multi-homed device: SOCKS5 and HTTP CONNECT over every path.
     Agent(net::AgentArgs),
+    /// Show what a running agent or server does: paths, sessions, streams (its control
+    /// socket).
+    Status(status_cmd::StatusArgs),
     /// Run a scenario on the namespace testbed (root; real kernels, emulated links).
     #[command(subcommand)]
     Testbed(testbed_cmd::TestbedCommand),
@@ -80,6 +84,7 @@ fn main() -> ExitCode {
         Command::Keygen(a) => net::keygen(a).map(|()| true),
         Command::Server(a) => net::server(a).map(|()| true),
         Command::Agent(a) => net::agent(a).map(|()| true),
+        Command::Status(a) => status_cmd::run(a).map(|()| true),
         Command::Bench { size, json } => bench_cmd(&size, json),
         Command::Testbed(c) => testbed_cmd::dispatch(c),
     };

@@ -51,6 +51,10 @@ pub struct ServerArgs {
     /// Most bytes buffered per session.
     #[arg(long)]
     pub max_buffered: Option<u64>,
+    /// The control socket `braid status` asks (mode 0600) [default: /run/braid/server.sock
+    /// as root, else $XDG_RUNTIME_DIR/braid/server.sock].
+    #[arg(long, value_name = "PATH")]
+    pub control: Option<PathBuf>,
     /// Log level: error, warn, info, debug or trace.
     #[arg(long)]
     pub log_level: Option<String>,
@@ -117,6 +121,10 @@ pub struct AgentArgs {
     /// balia.
     #[arg(long)]
     pub cc: Option<String>,
+    /// The control socket `braid status` asks (mode 0600) [default: /run/braid/agent.sock
+    /// as root, else $XDG_RUNTIME_DIR/braid/agent.sock].
+    #[arg(long, value_name = "PATH")]
+    pub control: Option<PathBuf>,
     /// Log level: error, warn, info, debug or trace.
     #[arg(long)]
     pub log_level: Option<String>,
@@ -220,13 +228,42 @@ pub fn server(a: ServerArgs) -> Result<()> {
     if let Some(n) = a.max_buffered.or(f.max_buffered) {
         cfg.max_buffered = n;
     }
+    let control = a.control.or(f.control);
     runtime()?.block_on(async move {
         let server = Server::bind(cfg).await?;
+        let _ctl = control_socket(
+            control,
+            "server",
+            braid_ops::Source::Server(server.status()),
+        )?;
         tokio::select! {
             r = server.run() => r.context("server failed"),
             _ = tokio::signal::ctrl_c() => Ok(()),
         }
     })
+}
+
+/// Start the control socket: at `path` (an error if that fails), or at the default place
+/// (a warning if that fails: the agent or server runs without one). The task ends, and
+/// the socket file goes, when the runtime does.
+fn control_socket(
+    path: Option<PathBuf>,
+    role: &str,
+    source: braid_ops::Source,
+) -> Result<Option<tokio::task::JoinHandle<()>>> {
+    use braid_ops::control::{default_path, ControlServer};
+    let explicit = path.is_some();
+    let path = path.unwrap_or_else(|| default_path(role));
+    match ControlServer::bind(&path) {
+        Ok(c) => Ok(Some(tokio::spawn(c.serve(source)))),
+        Err(e) if explicit => Err(e.into()),
+        Err(e) => {
+            tracing::warn!(
+                "{e}; running without a control socket (braid status will not reach this {role})"
+            );
+            Ok(None)
+        }
+    }
 }
 
 fn parse_path(s: &str) -> Result<AgentPath> {
@@ -352,8 +389,10 @@ pub fn agent(a: AgentArgs) -> Result<()> {
         state_file,
         transport,
     };
+    let control = a.control.or(f.control);
     runtime()?.block_on(async move {
-        let _agent = Agent::start(cfg).await?;
+        let agent = Agent::start(cfg).await?;
+        let _ctl = control_socket(control, "agent", braid_ops::Source::Agent(agent.status()))?;
         let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())
             .context("installing the SIGTERM handler")?;
         tokio::select! {

@@ -5,14 +5,18 @@
 //! - [`handshake`]: the handshake, sent on every available path (first answer wins);
 //! - [`run`]: keeping a session, applying the path manager's decisions to it (sockets,
 //!   paths, backup and cap policy);
-//! - [`front`]: the proxy front ends.
+//! - [`front`]: the proxy front ends;
+//! - [`report`]: the status board (`braid status`), refreshed by the session loop.
 //!
 //! Must not touch: the protocol (the session task and the core), the SOCKS/HTTP wire
 //! details (braid-proxy), or link decisions (`pathmgr`).
 
 mod front;
 mod handshake;
+mod report;
 mod run;
+
+pub use report::{Counters, StatusBoard};
 
 use crate::bridge::Cmd;
 use crate::policy::PathPolicy;
@@ -156,6 +160,7 @@ struct Shared {
     flows: Arc<Mutex<HashMap<u32, mpsc::Sender<Bytes>>>>,
     next_flow: Arc<AtomicU32>,
     cfg: Arc<AgentConfig>,
+    board: Arc<StatusBoard>,
 }
 
 /// Where a configured path stands in the current session.
@@ -178,6 +183,7 @@ pub struct Agent {
     established: SessionSlot,
     status: watch::Receiver<Vec<PathStatus>>,
     names: Vec<String>,
+    board: Arc<StatusBoard>,
     tasks: Vec<tokio::task::JoinHandle<()>>,
 }
 
@@ -215,6 +221,7 @@ impl Agent {
         }
         let ledger = crate::policy::CapLedger::load(cfg.state_file.as_deref())
             .map_err(|e| std::io::Error::new(std::io::ErrorKind::InvalidData, e))?;
+        let board = StatusBoard::new(&cfg);
         let cfg = Arc::new(cfg);
         let (tx, rx) = watch::channel(None);
         let shared = Shared {
@@ -222,6 +229,7 @@ impl Agent {
             flows: Arc::new(Mutex::new(HashMap::new())),
             next_flow: Arc::new(AtomicU32::new(1)),
             cfg: cfg.clone(),
+            board: board.clone(),
         };
         let mut tasks = Vec::new();
         let mut socks = None;
@@ -266,8 +274,14 @@ impl Agent {
             established: rx,
             status,
             names,
+            board,
             tasks,
         })
+    }
+
+    /// The agent's status board (`braid status`): [`StatusBoard::snapshot`] at any time.
+    pub fn status(&self) -> Arc<StatusBoard> {
+        self.board.clone()
     }
 
     /// Each configured path's name and status.

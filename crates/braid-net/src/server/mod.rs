@@ -11,7 +11,8 @@
 //!
 //! - [`gate`]: per-address rate limit and the load meter,
 //! - [`logs`]: rate-limited logging of drops, with counts,
-//! - [`relay`]: streams to TCP targets and UDP flows (bounded return traffic).
+//! - [`relay`]: streams to TCP targets and UDP flows (bounded return traffic),
+//! - [`report`]: the registry of live sessions behind `braid status`.
 //!
 //! A handshake packet (type 1) goes through, in order (docs/protocol.md section 16):
 //! mac1 (one HMAC; else dropped silently) -> an existing session's retransmission (the
@@ -28,10 +29,12 @@
 mod gate;
 mod logs;
 mod relay;
+mod report;
 
 pub use gate::{LoadMeter, RateLimiter};
 pub use logs::{DropLog, Dropped};
 pub use relay::{connect, UdpBudget, UDP_RETURN_BYTES};
+pub use report::{fingerprint, ServerBoard};
 
 use crate::bridge::StreamHandle;
 use crate::driver::{AddressHook, Clock, Incoming, PathSender, SessionTask};
@@ -167,6 +170,7 @@ pub struct Server {
     cfg: ServerConfig,
     guard: ReplayGuard,
     counters: Arc<HandshakeCounters>,
+    board: Arc<ServerBoard>,
 }
 
 impl Server {
@@ -189,11 +193,18 @@ impl Server {
         };
         let socket = Arc::new(bind_udp(cfg.listen, None)?);
         info!(listen = %socket.local_addr()?, "braid server listening");
+        let counters: Arc<HandshakeCounters> = Arc::default();
+        let board = Arc::new(ServerBoard::new(
+            &cfg,
+            socket.local_addr()?,
+            counters.clone(),
+        ));
         Ok(Server {
             socket,
             cfg,
             guard,
-            counters: Arc::default(),
+            counters,
+            board,
         })
     }
 
@@ -205,6 +216,11 @@ impl Server {
     /// What the server did with handshake packets (shared; read it while it runs).
     pub fn counters(&self) -> Arc<HandshakeCounters> {
         self.counters.clone()
+    }
+
+    /// The server's status (`braid status`): [`ServerBoard::snapshot`] while it runs.
+    pub fn status(&self) -> Arc<ServerBoard> {
+        self.board.clone()
     }
 
     /// Serve until the task is dropped.
@@ -393,7 +409,14 @@ impl Listener<'_> {
                 self.state_tx.send_replace(self.guard.clone());
                 let _ = s.socket.try_send_to(&reply, from);
                 HandshakeCounters::bump(&c.replies);
-                let tx = s.spawn_session(sid, path, from, keys, done.clone(), expire.clone());
+                let tx = s.spawn_session(
+                    sid,
+                    path,
+                    from,
+                    (client, keys),
+                    done.clone(),
+                    expire.clone(),
+                );
                 self.sessions.insert(
                     sid,
                     Entry {
@@ -443,7 +466,7 @@ impl Server {
         id: u64,
         first_path: PathId,
         from: SocketAddr,
-        keys: braid_crypto::SessionKeys,
+        (client, keys): (PublicKey, braid_crypto::SessionKeys),
         done: mpsc::UnboundedSender<u64>,
         expire: mpsc::UnboundedSender<u64>,
     ) -> mpsc::Sender<Incoming> {
@@ -498,6 +521,17 @@ impl Server {
             }
             true
         });
+        let open = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+        self.board.insert(
+            id,
+            report::Live {
+                key: client,
+                started: std::time::Instant::now(),
+                cmd: cmd_tx.clone(),
+                open_streams: open.clone(),
+                addrs: addrs.clone(),
+            },
+        );
         let sender = SharedSocketSender {
             socket: self.socket.clone(),
             addrs,
@@ -518,7 +552,6 @@ impl Server {
         let connect_timeout = self.cfg.connect_timeout;
         let max_streams = self.cfg.max_streams as usize;
         tokio::spawn(async move {
-            let open = Arc::new(std::sync::atomic::AtomicUsize::new(0));
             while let Some(h) = acc_rx.recv().await {
                 let n = open.fetch_add(1, std::sync::atomic::Ordering::Relaxed) + 1;
                 if n == max_streams {
@@ -537,10 +570,12 @@ impl Server {
             }
         });
         tokio::spawn(relay::udp_flows(dg_rx, cmd_tx, self.cfg.max_udp_flows, id));
+        let board = self.board.clone();
         tokio::spawn(async move {
             if let Some(e) = task.run().await {
                 info!(session = format_args!("{id:016x}"), "session ended: {e}");
             }
+            board.remove(id);
             let _ = done.send(id);
         });
         in_tx
