@@ -1,12 +1,16 @@
 //! braid-ops: what an operator sees of a running agent or server.
 //!
 //! - [`control`]: the control socket (a Unix socket, mode 0600) that answers `braid status`
-//!   with the stable JSON snapshot of `braid_net::status`, and its client.
+//!   with the stable JSON snapshot of `braid_net::status`, and its client;
+//! - [`metrics`]: the snapshot as Prometheus (OpenMetrics) text;
+//! - [`http`]: `--metrics ADDR:PORT` (axum): `GET /metrics`.
 //!
 //! Must not touch: the protocol, sessions, paths (braid-net produces the snapshots; this
 //! crate only serves them).
 
 pub mod control;
+pub mod http;
+pub mod metrics;
 
 use braid_net::agent::StatusBoard;
 use braid_net::server::ServerBoard;

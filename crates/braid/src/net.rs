@@ -55,6 +55,10 @@ pub struct ServerArgs {
     /// as root, else $XDG_RUNTIME_DIR/braid/server.sock].
     #[arg(long, value_name = "PATH")]
     pub control: Option<PathBuf>,
+    /// Serve Prometheus metrics at http://ADDR:PORT/metrics (off by default; no
+    /// authentication: keep it on localhost or a management network).
+    #[arg(long, value_name = "ADDR:PORT")]
+    pub metrics: Option<SocketAddr>,
     /// Log level: error, warn, info, debug or trace.
     #[arg(long)]
     pub log_level: Option<String>,
@@ -125,6 +129,10 @@ pub struct AgentArgs {
     /// as root, else $XDG_RUNTIME_DIR/braid/agent.sock].
     #[arg(long, value_name = "PATH")]
     pub control: Option<PathBuf>,
+    /// Serve Prometheus metrics at http://ADDR:PORT/metrics (off by default; no
+    /// authentication: keep it on localhost or a management network).
+    #[arg(long, value_name = "ADDR:PORT")]
+    pub metrics: Option<SocketAddr>,
     /// Log level: error, warn, info, debug or trace.
     #[arg(long)]
     pub log_level: Option<String>,
@@ -229,13 +237,15 @@ pub fn server(a: ServerArgs) -> Result<()> {
         cfg.max_buffered = n;
     }
     let control = a.control.or(f.control);
+    let metrics = a.metrics.or(f.metrics);
     runtime()?.block_on(async move {
         let server = Server::bind(cfg).await?;
-        let _ctl = control_socket(
-            control,
-            "server",
-            braid_ops::Source::Server(server.status()),
-        )?;
+        let source = braid_ops::Source::Server(server.status());
+        let _ctl = control_socket(control, "server", source.clone())?;
+        let _metrics = match metrics {
+            Some(m) => Some(braid_ops::http::serve_metrics(m, source).await?),
+            None => None,
+        };
         tokio::select! {
             r = server.run() => r.context("server failed"),
             _ = tokio::signal::ctrl_c() => Ok(()),
@@ -390,9 +400,15 @@ pub fn agent(a: AgentArgs) -> Result<()> {
         transport,
     };
     let control = a.control.or(f.control);
+    let metrics = a.metrics.or(f.metrics);
     runtime()?.block_on(async move {
         let agent = Agent::start(cfg).await?;
-        let _ctl = control_socket(control, "agent", braid_ops::Source::Agent(agent.status()))?;
+        let source = braid_ops::Source::Agent(agent.status());
+        let _ctl = control_socket(control, "agent", source.clone())?;
+        let _metrics = match metrics {
+            Some(m) => Some(braid_ops::http::serve_metrics(m, source).await?),
+            None => None,
+        };
         let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())
             .context("installing the SIGTERM handler")?;
         tokio::select! {
