@@ -1,7 +1,8 @@
 //! The `braid` command: the simulator (`sim`, `demo`) and the real thing (`keygen`,
-//! `server`, `agent`, `status`).
+//! `server`, `agent`, `status`, `check-config`).
 
 mod bench;
+mod check_cmd;
 mod demo;
 mod net;
 mod report_cmd;
@@ -61,6 +62,14 @@ enum Command {
     /// Show what a running agent or server does: paths, sessions, streams (its control
     /// socket).
     Status(status_cmd::StatusArgs),
+    /// Check an agent or server TOML configuration file without starting anything.
+    CheckConfig {
+        /// The file (as given to `braid agent --config` or `braid server --config`).
+        file: PathBuf,
+        /// agent or server [default: told from the keys in the file].
+        #[arg(long)]
+        role: Option<String>,
+    },
     /// Run a scenario on the namespace testbed (root; real kernels, emulated links).
     #[command(subcommand)]
     Testbed(testbed_cmd::TestbedCommand),
@@ -85,6 +94,9 @@ fn main() -> ExitCode {
         Command::Server(a) => net::server(a).map(|()| true),
         Command::Agent(a) => net::agent(a).map(|()| true),
         Command::Status(a) => status_cmd::run(a).map(|()| true),
+        Command::CheckConfig { file, role } => {
+            check_cmd::run(&file, role.as_deref()).map(|()| true)
+        }
         Command::Bench { size, json } => bench_cmd(&size, json),
         Command::Testbed(c) => testbed_cmd::dispatch(c),
     };

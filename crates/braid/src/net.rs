@@ -161,11 +161,17 @@ fn load<T: for<'de> Deserialize<'de> + Default>(file: Option<&Path>) -> Result<T
     toml::from_str(&text).map_err(|e| anyhow::anyhow!("config file {}: {e}", file.display()))
 }
 
-fn init_logging(level: Option<&str>) -> Result<()> {
+fn check_log_level(level: Option<&str>) -> Result<()> {
     let level = level.unwrap_or("info");
     if !["error", "warn", "info", "debug", "trace"].contains(&level) {
         bail!("--log-level {level:?}: expected error, warn, info, debug or trace");
     }
+    Ok(())
+}
+
+fn init_logging(level: Option<&str>) -> Result<()> {
+    check_log_level(level)?;
+    let level = level.unwrap_or("info");
     let filter = tracing_subscriber::EnvFilter::try_from_env("BRAID_LOG").unwrap_or_else(|_| {
         tracing_subscriber::EnvFilter::new(format!("braid={level},braid_net={level}"))
     });
@@ -200,7 +206,18 @@ pub fn keygen(a: KeygenArgs) -> Result<()> {
 }
 
 /// `braid server`.
-pub fn server(a: ServerArgs) -> Result<()> {
+/// Everything `braid server` needs, checked (also `braid check-config`).
+pub(crate) struct ServerSettings {
+    pub cfg: ServerConfig,
+    /// The authorized-keys file (read again on SIGHUP).
+    pub authorized: PathBuf,
+    pub control: Option<PathBuf>,
+    pub metrics: Option<SocketAddr>,
+    pub log_level: Option<String>,
+}
+
+/// Turn flags and the config file into a server configuration, reading the key files.
+pub(crate) fn server_settings(a: ServerArgs) -> Result<ServerSettings> {
     let f: ServerArgs = load(a.config.as_deref())?;
     let listen = a
         .listen
@@ -217,14 +234,16 @@ pub fn server(a: ServerArgs) -> Result<()> {
         .authorized
         .or(f.authorized)
         .context("--authorized FILE is required: the agent public keys allowed to connect")?;
-    init_logging(a.log_level.or(f.log_level).as_deref())?;
+    let log_level = a.log_level.or(f.log_level);
+    check_log_level(log_level.as_deref())?;
     let key = braid_crypto::read_private_key(&key)?;
     let state = a.state.or(f.state).unwrap_or_else(|| {
         let mut p = authorized.clone().into_os_string();
         p.push(".state");
         PathBuf::from(p)
     });
-    let authorized = braid_crypto::read_authorized(&authorized)?;
+    let authorized_path = authorized;
+    let authorized = braid_crypto::read_authorized(&authorized_path)?;
     let mut cfg = ServerConfig::new(listen, key, authorized);
     cfg.state_file = Some(state);
     if let Some(n) = a.max_sessions.or(f.max_sessions) {
@@ -236,20 +255,58 @@ pub fn server(a: ServerArgs) -> Result<()> {
     if let Some(n) = a.max_buffered.or(f.max_buffered) {
         cfg.max_buffered = n;
     }
-    let control = a.control.or(f.control);
-    let metrics = a.metrics.or(f.metrics);
+    Ok(ServerSettings {
+        cfg,
+        authorized: authorized_path,
+        control: a.control.or(f.control),
+        metrics: a.metrics.or(f.metrics),
+        log_level,
+    })
+}
+
+/// How long a server or agent waits for its sessions to close on SIGTERM or Ctrl-C.
+const SHUTDOWN_WAIT: Duration = Duration::from_secs(2);
+
+/// `braid server`: runs until SIGTERM or Ctrl-C (every session is closed first: agents get
+/// a CLOSE); SIGHUP reloads the authorized keys (sessions of removed keys end).
+pub fn server(a: ServerArgs) -> Result<()> {
+    let st = server_settings(a)?;
+    init_logging(st.log_level.as_deref())?;
+    let (control, metrics, auth_path) = (st.control, st.metrics, st.authorized);
     runtime()?.block_on(async move {
-        let server = Server::bind(cfg).await?;
+        use tokio::signal::unix::{signal, SignalKind};
+        let server = Server::bind(st.cfg).await?;
         let source = braid_ops::Source::Server(server.status());
         let _ctl = control_socket(control, "server", source.clone())?;
         let _metrics = match metrics {
             Some(m) => Some(braid_ops::http::serve_metrics(m, source).await?),
             None => None,
         };
-        tokio::select! {
-            r = server.run() => r.context("server failed"),
-            _ = tokio::signal::ctrl_c() => Ok(()),
+        let ops = server.control();
+        let mut term = signal(SignalKind::terminate()).context("installing the SIGTERM handler")?;
+        let mut hup = signal(SignalKind::hangup()).context("installing the SIGHUP handler")?;
+        let run = server.run();
+        tokio::pin!(run);
+        loop {
+            tokio::select! {
+                r = &mut run => return r.context("server failed"),
+                _ = tokio::signal::ctrl_c() => break,
+                _ = term.recv() => break,
+                _ = hup.recv() => match braid_crypto::read_authorized(&auth_path) {
+                    Ok(keys) => {
+                        let r = ops.reload_authorized(keys);
+                        tracing::info!(keys = r.keys, kept = r.kept, ended = r.ended, file = %auth_path.display(), "SIGHUP: authorized keys reloaded");
+                    }
+                    Err(e) => tracing::warn!("SIGHUP: {e}; keeping the authorized keys loaded before"),
+                },
+            }
         }
+        tracing::info!("shutting down: closing every session");
+        let left = ops.shutdown(SHUTDOWN_WAIT).await;
+        if left > 0 {
+            tracing::warn!(left, "sessions still open after {SHUTDOWN_WAIT:?}; exiting anyway");
+        }
+        Ok(())
     })
 }
 
@@ -286,8 +343,16 @@ fn parse_path(s: &str) -> Result<AgentPath> {
     })
 }
 
-/// `braid agent`.
-pub fn agent(a: AgentArgs) -> Result<()> {
+/// Everything `braid agent` needs, checked (also `braid check-config`).
+pub(crate) struct AgentSettings {
+    pub cfg: AgentConfig,
+    pub control: Option<PathBuf>,
+    pub metrics: Option<SocketAddr>,
+    pub log_level: Option<String>,
+}
+
+/// Turn flags and the config file into an agent configuration, reading the key files.
+pub(crate) fn agent_settings(a: AgentArgs) -> Result<AgentSettings> {
     let f: AgentArgs = load(a.config.as_deref())?;
     let servers = if a.servers.is_empty() {
         f.servers
@@ -384,7 +449,8 @@ pub fn agent(a: AgentArgs) -> Result<()> {
             .then(|| PathBuf::from("braid-agent-caps.state"))
     });
     let session_wait = Duration::from_secs(a.session_wait.or(f.session_wait).unwrap_or(10));
-    init_logging(a.log_level.or(f.log_level).as_deref())?;
+    let log_level = a.log_level.or(f.log_level);
+    check_log_level(log_level.as_deref())?;
     let cfg = AgentConfig {
         servers: addrs,
         server_pub: braid_crypto::read_public_key(&server_pub)?,
@@ -399,10 +465,22 @@ pub fn agent(a: AgentArgs) -> Result<()> {
         state_file,
         transport,
     };
-    let control = a.control.or(f.control);
-    let metrics = a.metrics.or(f.metrics);
+    Ok(AgentSettings {
+        cfg,
+        control: a.control.or(f.control),
+        metrics: a.metrics.or(f.metrics),
+        log_level,
+    })
+}
+
+/// `braid agent`: runs until SIGTERM or Ctrl-C, then closes its session (the server gets a
+/// CLOSE), its proxy ports and its control socket.
+pub fn agent(a: AgentArgs) -> Result<()> {
+    let st = agent_settings(a)?;
+    init_logging(st.log_level.as_deref())?;
+    let (control, metrics) = (st.control, st.metrics);
     runtime()?.block_on(async move {
-        let agent = Agent::start(cfg).await?;
+        let agent = Agent::start(st.cfg).await?;
         let source = braid_ops::Source::Agent(agent.status());
         let _ctl = control_socket(control, "agent", source.clone())?;
         let _metrics = match metrics {
@@ -414,6 +492,10 @@ pub fn agent(a: AgentArgs) -> Result<()> {
         tokio::select! {
             r = tokio::signal::ctrl_c() => r.context("waiting for Ctrl-C")?,
             _ = term.recv() => {}
+        }
+        tracing::info!("shutting down: closing the session and the proxy ports");
+        if !agent.shutdown(SHUTDOWN_WAIT).await {
+            tracing::warn!("the session did not close within {SHUTDOWN_WAIT:?}; exiting anyway");
         }
         Ok(())
     })

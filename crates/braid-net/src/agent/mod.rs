@@ -303,6 +303,32 @@ impl Agent {
             .is_ok_and(|r| r.is_ok())
     }
 
+    /// Shut down (SIGTERM): close the current session (the server gets a CLOSE and frees it
+    /// at once), wait up to `timeout` for it to go out, then stop every task (the proxy
+    /// listeners close, proxied connections end). The cap ledger was saved when the
+    /// session ended. Returns false if the session did not close in time.
+    pub async fn shutdown(mut self, timeout: Duration) -> bool {
+        let cmd = self.established.borrow().clone();
+        let closed = match cmd {
+            Some(cmd) => {
+                let _ = cmd.send(Cmd::Session(crate::bridge::SessionFn(Box::new(
+                    |s, now| s.close(now, crate::server::CLOSE_ORDERLY, "agent shutting down"),
+                ))));
+                tokio::time::timeout(timeout, self.established.wait_for(|s| s.is_none()))
+                    .await
+                    .is_ok()
+            }
+            None => true,
+        };
+        for t in &self.tasks {
+            t.abort();
+        }
+        for t in self.tasks.drain(..) {
+            let _ = t.await;
+        }
+        closed
+    }
+
     /// Wait until a session to the server is up (or `timeout` passed).
     pub async fn wait_established(&mut self, timeout: Duration) -> bool {
         tokio::time::timeout(timeout, self.established.wait_for(|s| s.is_some()))

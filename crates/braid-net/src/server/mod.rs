@@ -12,7 +12,8 @@
 //! - [`gate`]: per-address rate limit and the load meter,
 //! - [`logs`]: rate-limited logging of drops, with counts,
 //! - [`relay`]: streams to TCP targets and UDP flows (bounded return traffic),
-//! - [`report`]: the registry of live sessions behind `braid status`.
+//! - [`report`]: the registry of live sessions behind `braid status`,
+//! - [`control`]: reloading the authorized keys (SIGHUP) and shutting down (SIGTERM).
 //!
 //! A handshake packet (type 1) goes through, in order (docs/protocol.md section 16):
 //! mac1 (one HMAC; else dropped silently) -> an existing session's retransmission (the
@@ -26,11 +27,13 @@
 //! accepted streams, bounded by the session's stream limit; session ends and expiries, one
 //! message per session.
 
+mod control;
 mod gate;
 mod logs;
 mod relay;
 mod report;
 
+pub use control::{Reload, ServerControl, CLOSE_ORDERLY};
 pub use gate::{LoadMeter, RateLimiter};
 pub use logs::{DropLog, Dropped};
 pub use relay::{connect, UdpBudget, UDP_RETURN_BYTES};
@@ -66,7 +69,8 @@ pub struct ServerConfig {
     pub listen: SocketAddr,
     /// The server's static key.
     pub key: Arc<StaticKeypair>,
-    /// Agent keys allowed to connect.
+    /// Agent keys allowed to connect (at start; `ServerControl::reload_authorized`
+    /// replaces them while the server runs).
     pub authorized: Vec<PublicKey>,
     /// Where the replay guard (newest handshake timestamp per agent key) is kept across
     /// restarts; `None` keeps it in memory only.
@@ -171,6 +175,7 @@ pub struct Server {
     guard: ReplayGuard,
     counters: Arc<HandshakeCounters>,
     board: Arc<ServerBoard>,
+    authorized: control::Authorized,
 }
 
 impl Server {
@@ -199,12 +204,14 @@ impl Server {
             socket.local_addr()?,
             counters.clone(),
         ));
+        let authorized = Arc::new(std::sync::RwLock::new(cfg.authorized.clone()));
         Ok(Server {
             socket,
             cfg,
             guard,
             counters,
             board,
+            authorized,
         })
     }
 
@@ -221,6 +228,14 @@ impl Server {
     /// The server's status (`braid status`): [`ServerBoard::snapshot`] while it runs.
     pub fn status(&self) -> Arc<ServerBoard> {
         self.board.clone()
+    }
+
+    /// Reload the authorized keys and shut down while the server runs.
+    pub fn control(&self) -> ServerControl {
+        ServerControl {
+            board: self.board.clone(),
+            authorized: self.authorized.clone(),
+        }
     }
 
     /// Serve until the task is dropped.
@@ -395,9 +410,11 @@ impl Listener<'_> {
             });
             return;
         }
+        // The list SIGHUP reloads (`ServerControl::reload_authorized`).
+        let authorized = s.authorized.read().map(|a| a.clone()).unwrap_or_default();
         match ServerHandshake::respond(
             &s.cfg.key,
-            &s.cfg.authorized,
+            &authorized,
             &mut self.guard,
             pkt,
             now_ms,
