@@ -9,7 +9,8 @@
 //! - [`pathmgr`]: the agent's path decisions from link and address events,
 //! - [`netwatch`]: link and address events from the kernel (rtnetlink),
 //! - [`policy`]: per-path backup, cap and power options, and the cap ledger,
-//! - [`server`]: `braid server` (authenticated sessions, TCP and UDP to legacy servers).
+//! - [`server`]: `braid server` (authenticated sessions, TCP and UDP to legacy servers),
+//! - [`status`]: the status snapshots of `braid status` (stable JSON) and their rules.
 
 pub mod agent;
 pub mod bridge;
@@ -20,4 +21,5 @@ pub mod policy;
 pub mod protect;
 pub mod server;
 pub mod splice;
+pub mod status;
 pub mod udp;

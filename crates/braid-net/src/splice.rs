@@ -6,6 +6,7 @@
 
 use crate::bridge::{StreamMsg, StreamReader, StreamWriter};
 use bytes::{Bytes, BytesMut};
+use std::sync::atomic::{AtomicU64, Ordering};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 
@@ -14,7 +15,21 @@ pub const TCP_FAILED: u64 = 0x10;
 
 /// Relay until both directions are finished. `early` are stream bytes that arrived with
 /// the open reply and belong to the TCP side first.
-pub async fn splice(tcp: TcpStream, mut reader: StreamReader, writer: StreamWriter, early: Bytes) {
+pub async fn splice(tcp: TcpStream, reader: StreamReader, writer: StreamWriter, early: Bytes) {
+    let (up, down) = (AtomicU64::new(0), AtomicU64::new(0));
+    splice_counted(tcp, reader, writer, early, &up, &down).await;
+}
+
+/// [`splice`], adding the bytes read from the TCP side to `up` and the bytes written to it
+/// to `down` as they go (for status displays).
+pub async fn splice_counted(
+    tcp: TcpStream,
+    mut reader: StreamReader,
+    writer: StreamWriter,
+    early: Bytes,
+    up: &AtomicU64,
+    down: &AtomicU64,
+) {
     let _ = tcp.set_nodelay(true);
     let (mut rd, mut wr) = tcp.into_split();
     let to_stream = async {
@@ -28,7 +43,8 @@ pub async fn splice(tcp: TcpStream, mut reader: StreamReader, writer: StreamWrit
                     writer.finish();
                     return;
                 }
-                Ok(_) => {
+                Ok(n) => {
+                    up.fetch_add(n as u64, Ordering::Relaxed);
                     if writer.write(buf.split().freeze()).await.is_err() {
                         return;
                     }
@@ -44,12 +60,14 @@ pub async fn splice(tcp: TcpStream, mut reader: StreamReader, writer: StreamWrit
         if !early.is_empty() && wr.write_all(&early).await.is_err() {
             return;
         }
+        down.fetch_add(early.len() as u64, Ordering::Relaxed);
         loop {
             match reader.read().await {
                 Some(StreamMsg::Data(b)) => {
                     if wr.write_all(&b).await.is_err() {
                         return;
                     }
+                    down.fetch_add(b.len() as u64, Ordering::Relaxed);
                 }
                 Some(StreamMsg::Fin) => {
                     let _ = wr.shutdown().await;

@@ -1,10 +1,12 @@
 //! The `braid` command: the simulator (`sim`, `demo`) and the real thing (`keygen`,
-//! `server`, `agent`).
+//! `server`, `agent`, `status`, `check-config`).
 
 mod bench;
+mod check_cmd;
 mod demo;
 mod net;
 mod report_cmd;
+mod status_cmd;
 mod testbed_cmd;
 
 use anyhow::{Context, Result};
@@ -57,6 +59,17 @@ enum Command {
     Server(net::ServerArgs),
     /// Run the agent on the multi-homed device: SOCKS5 and HTTP CONNECT over every path.
     Agent(Box<net::AgentArgs>),
+    /// Show what a running agent or server does: paths, sessions, streams (its control
+    /// socket).
+    Status(status_cmd::StatusArgs),
+    /// Check an agent or server TOML configuration file without starting anything.
+    CheckConfig {
+        /// The file (as given to `braid agent --config` or `braid server --config`).
+        file: PathBuf,
+        /// agent or server [default: told from the keys in the file].
+        #[arg(long)]
+        role: Option<String>,
+    },
     /// Run a scenario on the namespace testbed (root; real kernels, emulated links).
     #[command(subcommand)]
     Testbed(testbed_cmd::TestbedCommand),
@@ -80,6 +93,10 @@ fn main() -> ExitCode {
         Command::Keygen(a) => net::keygen(a).map(|()| true),
         Command::Server(a) => net::server(a).map(|()| true),
         Command::Agent(a) => net::agent(*a).map(|()| true),
+        Command::Status(a) => status_cmd::run(a).map(|()| true),
+        Command::CheckConfig { file, role } => {
+            check_cmd::run(&file, role.as_deref()).map(|()| true)
+        }
         Command::Bench { size, json } => bench_cmd(&size, json),
         Command::Testbed(c) => testbed_cmd::dispatch(c),
     };

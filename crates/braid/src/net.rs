@@ -51,6 +51,14 @@ pub struct ServerArgs {
     /// Most bytes buffered per session.
     #[arg(long)]
     pub max_buffered: Option<u64>,
+    /// The control socket `braid status` asks (mode 0600) [default: /run/braid/server.sock
+    /// as root, else $XDG_RUNTIME_DIR/braid/server.sock].
+    #[arg(long, value_name = "PATH")]
+    pub control: Option<PathBuf>,
+    /// Serve Prometheus metrics at http://ADDR:PORT/metrics (off by default; no
+    /// authentication: keep it on localhost or a management network).
+    #[arg(long, value_name = "ADDR:PORT")]
+    pub metrics: Option<SocketAddr>,
     /// Log level: error, warn, info, debug or trace.
     #[arg(long)]
     pub log_level: Option<String>,
@@ -130,6 +138,14 @@ pub struct AgentArgs {
     /// balia.
     #[arg(long)]
     pub cc: Option<String>,
+    /// The control socket `braid status` asks (mode 0600) [default: /run/braid/agent.sock
+    /// as root, else $XDG_RUNTIME_DIR/braid/agent.sock].
+    #[arg(long, value_name = "PATH")]
+    pub control: Option<PathBuf>,
+    /// Serve Prometheus metrics at http://ADDR:PORT/metrics (off by default; no
+    /// authentication: keep it on localhost or a management network).
+    #[arg(long, value_name = "ADDR:PORT")]
+    pub metrics: Option<SocketAddr>,
     /// Log level: error, warn, info, debug or trace.
     #[arg(long)]
     pub log_level: Option<String>,
@@ -158,11 +174,17 @@ fn load<T: for<'de> Deserialize<'de> + Default>(file: Option<&Path>) -> Result<T
     toml::from_str(&text).map_err(|e| anyhow::anyhow!("config file {}: {e}", file.display()))
 }
 
-fn init_logging(level: Option<&str>) -> Result<()> {
+fn check_log_level(level: Option<&str>) -> Result<()> {
     let level = level.unwrap_or("info");
     if !["error", "warn", "info", "debug", "trace"].contains(&level) {
         bail!("--log-level {level:?}: expected error, warn, info, debug or trace");
     }
+    Ok(())
+}
+
+fn init_logging(level: Option<&str>) -> Result<()> {
+    check_log_level(level)?;
+    let level = level.unwrap_or("info");
     let filter = tracing_subscriber::EnvFilter::try_from_env("BRAID_LOG").unwrap_or_else(|_| {
         tracing_subscriber::EnvFilter::new(format!("braid={level},braid_net={level}"))
     });
@@ -197,7 +219,18 @@ pub fn keygen(a: KeygenArgs) -> Result<()> {
 }
 
 /// `braid server`.
-pub fn server(a: ServerArgs) -> Result<()> {
+/// Everything `braid server` needs, checked (also `braid check-config`).
+pub(crate) struct ServerSettings {
+    pub cfg: ServerConfig,
+    /// The authorized-keys file (read again on SIGHUP).
+    pub authorized: PathBuf,
+    pub control: Option<PathBuf>,
+    pub metrics: Option<SocketAddr>,
+    pub log_level: Option<String>,
+}
+
+/// Turn flags and the config file into a server configuration, reading the key files.
+pub(crate) fn server_settings(a: ServerArgs) -> Result<ServerSettings> {
     let f: ServerArgs = load(a.config.as_deref())?;
     let listen = a
         .listen
@@ -214,14 +247,16 @@ pub fn server(a: ServerArgs) -> Result<()> {
         .authorized
         .or(f.authorized)
         .context("--authorized FILE is required: the agent public keys allowed to connect")?;
-    init_logging(a.log_level.or(f.log_level).as_deref())?;
+    let log_level = a.log_level.or(f.log_level);
+    check_log_level(log_level.as_deref())?;
     let key = braid_crypto::read_private_key(&key)?;
     let state = a.state.or(f.state).unwrap_or_else(|| {
         let mut p = authorized.clone().into_os_string();
         p.push(".state");
         PathBuf::from(p)
     });
-    let authorized = braid_crypto::read_authorized(&authorized)?;
+    let authorized_path = authorized;
+    let authorized = braid_crypto::read_authorized(&authorized_path)?;
     let mut cfg = ServerConfig::new(listen, key, authorized);
     cfg.state_file = Some(state);
     if let Some(n) = a.max_sessions.or(f.max_sessions) {
@@ -233,13 +268,82 @@ pub fn server(a: ServerArgs) -> Result<()> {
     if let Some(n) = a.max_buffered.or(f.max_buffered) {
         cfg.max_buffered = n;
     }
-    runtime()?.block_on(async move {
-        let server = Server::bind(cfg).await?;
-        tokio::select! {
-            r = server.run() => r.context("server failed"),
-            _ = tokio::signal::ctrl_c() => Ok(()),
-        }
+    Ok(ServerSettings {
+        cfg,
+        authorized: authorized_path,
+        control: a.control.or(f.control),
+        metrics: a.metrics.or(f.metrics),
+        log_level,
     })
+}
+
+/// How long a server or agent waits for its sessions to close on SIGTERM or Ctrl-C.
+const SHUTDOWN_WAIT: Duration = Duration::from_secs(2);
+
+/// `braid server`: runs until SIGTERM or Ctrl-C (every session is closed first: agents get
+/// a CLOSE); SIGHUP reloads the authorized keys (sessions of removed keys end).
+pub fn server(a: ServerArgs) -> Result<()> {
+    let st = server_settings(a)?;
+    init_logging(st.log_level.as_deref())?;
+    let (control, metrics, auth_path) = (st.control, st.metrics, st.authorized);
+    runtime()?.block_on(async move {
+        use tokio::signal::unix::{signal, SignalKind};
+        let server = Server::bind(st.cfg).await?;
+        let source = braid_ops::Source::Server(server.status());
+        let _ctl = control_socket(control, "server", source.clone())?;
+        let _metrics = match metrics {
+            Some(m) => Some(braid_ops::http::serve_metrics(m, source).await?),
+            None => None,
+        };
+        let ops = server.control();
+        let mut term = signal(SignalKind::terminate()).context("installing the SIGTERM handler")?;
+        let mut hup = signal(SignalKind::hangup()).context("installing the SIGHUP handler")?;
+        let run = server.run();
+        tokio::pin!(run);
+        loop {
+            tokio::select! {
+                r = &mut run => return r.context("server failed"),
+                _ = tokio::signal::ctrl_c() => break,
+                _ = term.recv() => break,
+                _ = hup.recv() => match braid_crypto::read_authorized(&auth_path) {
+                    Ok(keys) => {
+                        let r = ops.reload_authorized(keys);
+                        tracing::info!(keys = r.keys, kept = r.kept, ended = r.ended, file = %auth_path.display(), "SIGHUP: authorized keys reloaded");
+                    }
+                    Err(e) => tracing::warn!("SIGHUP: {e}; keeping the authorized keys loaded before"),
+                },
+            }
+        }
+        tracing::info!("shutting down: closing every session");
+        let left = ops.shutdown(SHUTDOWN_WAIT).await;
+        if left > 0 {
+            tracing::warn!(left, "sessions still open after {SHUTDOWN_WAIT:?}; exiting anyway");
+        }
+        Ok(())
+    })
+}
+
+/// Start the control socket: at `path` (an error if that fails), or at the default place
+/// (a warning if that fails: the agent or server runs without one). The task ends, and
+/// the socket file goes, when the runtime does.
+fn control_socket(
+    path: Option<PathBuf>,
+    role: &str,
+    source: braid_ops::Source,
+) -> Result<Option<tokio::task::JoinHandle<()>>> {
+    use braid_ops::control::{default_path, ControlServer};
+    let explicit = path.is_some();
+    let path = path.unwrap_or_else(|| default_path(role));
+    match ControlServer::bind(&path) {
+        Ok(c) => Ok(Some(tokio::spawn(c.serve(source)))),
+        Err(e) if explicit => Err(e.into()),
+        Err(e) => {
+            tracing::warn!(
+                "{e}; running without a control socket (braid status will not reach this {role})"
+            );
+            Ok(None)
+        }
+    }
 }
 
 fn parse_path(s: &str) -> Result<AgentPath> {
@@ -252,8 +356,16 @@ fn parse_path(s: &str) -> Result<AgentPath> {
     })
 }
 
-/// `braid agent`.
-pub fn agent(a: AgentArgs) -> Result<()> {
+/// Everything `braid agent` needs, checked (also `braid check-config`).
+pub(crate) struct AgentSettings {
+    pub cfg: AgentConfig,
+    pub control: Option<PathBuf>,
+    pub metrics: Option<SocketAddr>,
+    pub log_level: Option<String>,
+}
+
+/// Turn flags and the config file into an agent configuration, reading the key files.
+pub(crate) fn agent_settings(a: AgentArgs) -> Result<AgentSettings> {
     let f: AgentArgs = load(a.config.as_deref())?;
     let servers = if a.servers.is_empty() {
         f.servers
@@ -383,7 +495,8 @@ pub fn agent(a: AgentArgs) -> Result<()> {
             .then(|| PathBuf::from("braid-agent-caps.state"))
     });
     let session_wait = Duration::from_secs(a.session_wait.or(f.session_wait).unwrap_or(10));
-    init_logging(a.log_level.or(f.log_level).as_deref())?;
+    let log_level = a.log_level.or(f.log_level);
+    check_log_level(log_level.as_deref())?;
     let cfg = AgentConfig {
         servers: addrs,
         server_pub: braid_crypto::read_public_key(&server_pub)?,
@@ -399,13 +512,37 @@ pub fn agent(a: AgentArgs) -> Result<()> {
         transport,
         tun,
     };
+    Ok(AgentSettings {
+        cfg,
+        control: a.control.or(f.control),
+        metrics: a.metrics.or(f.metrics),
+        log_level,
+    })
+}
+
+/// `braid agent`: runs until SIGTERM or Ctrl-C, then closes its session (the server gets a
+/// CLOSE), its proxy ports and its control socket.
+pub fn agent(a: AgentArgs) -> Result<()> {
+    let st = agent_settings(a)?;
+    init_logging(st.log_level.as_deref())?;
+    let (control, metrics) = (st.control, st.metrics);
     runtime()?.block_on(async move {
-        let _agent = Agent::start(cfg).await?;
+        let agent = Agent::start(st.cfg).await?;
+        let source = braid_ops::Source::Agent(agent.status());
+        let _ctl = control_socket(control, "agent", source.clone())?;
+        let _metrics = match metrics {
+            Some(m) => Some(braid_ops::http::serve_metrics(m, source).await?),
+            None => None,
+        };
         let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())
             .context("installing the SIGTERM handler")?;
         tokio::select! {
             r = tokio::signal::ctrl_c() => r.context("waiting for Ctrl-C")?,
             _ = term.recv() => {}
+        }
+        tracing::info!("shutting down: closing the session and the proxy ports");
+        if !agent.shutdown(SHUTDOWN_WAIT).await {
+            tracing::warn!("the session did not close within {SHUTDOWN_WAIT:?}; exiting anyway");
         }
         Ok(())
     })

@@ -102,6 +102,19 @@ pub struct Transmit {
     pub len: usize,
 }
 
+/// Where a path is in its life (see [`Session::path_condition`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct PathCondition {
+    /// Passed validation.
+    pub validated: bool,
+    /// Abandoned (removed by either side); kept until the session ends.
+    pub abandoned: bool,
+    /// Frozen by a confirmed blackout (no data until a packet arrives on it again).
+    pub frozen: bool,
+    /// When a packet last arrived on it (its creation before the first).
+    pub last_received: Instant,
+}
+
 /// Session-wide counters.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct SessionStats {
@@ -479,6 +492,23 @@ impl Session {
     /// Counters and current window and RTT of a path.
     pub fn path_stats(&self, id: PathId) -> Option<PathStats> {
         self.paths.get(&id).map(|p| p.stats())
+    }
+
+    /// A read-only view of a path, as schedulers see it (state, RTTs, window, pacing and
+    /// delivery rates), for status displays.
+    pub fn path_info(&self, now: Instant, id: PathId) -> Option<PathInfo> {
+        self.paths.get(&id).map(|p| p.info(now))
+    }
+
+    /// Where a path is in its life: validated, abandoned, frozen by a confirmed blackout.
+    /// `None` when the session does not know the path.
+    pub fn path_condition(&self, id: PathId) -> Option<PathCondition> {
+        self.paths.get(&id).map(|p| PathCondition {
+            validated: p.validated,
+            abandoned: p.abandoned,
+            frozen: p.frozen(),
+            last_received: p.last_recv,
+        })
     }
 
     // ---- streams ------------------------------------------------------------------------

@@ -168,7 +168,11 @@ async fn socks_conn(mut tcp: TcpStream, shared: &Shared) -> Result<(), String> {
                 socks5::reply(&mut tcp, ReplyCode::Succeeded, bound)
                     .await
                     .map_err(|e| e.to_string())?;
-                crate::splice::splice(tcp, reader, writer, early).await;
+                let conn = shared
+                    .board
+                    .open("socks5", peer_of(&tcp), target.to_string(), None);
+                let c = conn.counters();
+                crate::splice::splice_counted(tcp, reader, writer, early, &c.up, &c.down).await;
                 Ok(())
             }
             Err(code) => {
@@ -189,7 +193,11 @@ async fn http_conn(mut tcp: TcpStream, shared: &Shared) -> Result<(), String> {
             braid_proxy::http::respond_ok(&mut tcp)
                 .await
                 .map_err(|e| e.to_string())?;
-            crate::splice::splice(tcp, reader, writer, early).await;
+            let conn = shared
+                .board
+                .open("http", peer_of(&tcp), target.to_string(), None);
+            let c = conn.counters();
+            crate::splice::splice_counted(tcp, reader, writer, early, &c.up, &c.down).await;
             Ok(())
         }
         Err(code) => {
@@ -218,6 +226,9 @@ async fn udp_associate(
     socks5::reply(&mut tcp, ReplyCode::Succeeded, relay_addr)
         .await
         .map_err(|e| e.to_string())?;
+    let conn = shared
+        .board
+        .open("socks5", peer_of(&tcp), String::new(), Some(flow));
     let mut client: Option<SocketAddr> = None;
     let mut buf = vec![0u8; 65536];
     let mut ctl = [0u8; 64];
@@ -239,7 +250,10 @@ async fn udp_associate(
                     continue;
                 };
                 let mut out = Vec::with_capacity(n + 8);
-                if datagram::emit(flow, &p.addr.to_target_addr(), p.payload, &mut out).is_ok() {
+                let dest = p.addr.to_target_addr();
+                conn.set_destination(dest.to_string());
+                conn.counters().up.fetch_add(p.payload.len() as u64, Ordering::Relaxed);
+                if datagram::emit(flow, &dest, p.payload, &mut out).is_ok() {
                     if let Some(cmd) = shared.session.borrow().clone() {
                         let _ = cmd.send(Cmd::Datagram(Bytes::from(out)));
                     }
@@ -248,6 +262,7 @@ async fn udp_associate(
             Some(d) = rx.recv() => {
                 let (Some(c), Ok(p)) = (client, datagram::parse(&d)) else { continue };
                 let mut out = Vec::with_capacity(d.len() + 8);
+                conn.counters().down.fetch_add(p.payload.len() as u64, Ordering::Relaxed);
                 if socks5::emit_udp(&p.addr.to_target_addr(), p.payload, &mut out).is_ok() {
                     let _ = relay.send_to(&out, c).await;
                 }
@@ -258,4 +273,10 @@ async fn udp_associate(
         m.remove(&flow);
     }
     result
+}
+
+/// The application's address, for the status board.
+fn peer_of(tcp: &TcpStream) -> String {
+    tcp.peer_addr()
+        .map_or_else(|_| "?".into(), |a| a.to_string())
 }

@@ -6,17 +6,21 @@
 //! - [`run`]: keeping a session, applying the path manager's decisions to it (sockets,
 //!   paths, backup and cap policy);
 //! - [`front`]: the proxy front ends;
-//! - [`tun`]: TUN mode, every application without a proxy setting.
+//! - [`tun`]: TUN mode, every application without a proxy setting;
+//! - [`report`]: the status board (`braid status`), refreshed by the session loop.
 //!
 //! Must not touch: the protocol (the session task and the core), the SOCKS/HTTP wire
 //! details (braid-proxy), or link decisions (`pathmgr`).
 
 mod front;
 mod handshake;
+mod report;
 mod run;
 mod tun;
 
 pub use tun::{tun_mtu, TunSettings};
+
+pub use report::{Counters, StatusBoard};
 
 use crate::bridge::Cmd;
 use crate::policy::PathPolicy;
@@ -163,6 +167,7 @@ struct Shared {
     flows: Arc<Mutex<HashMap<u32, mpsc::Sender<Bytes>>>>,
     next_flow: Arc<AtomicU32>,
     cfg: Arc<AgentConfig>,
+    board: Arc<StatusBoard>,
 }
 
 /// Where a configured path stands in the current session.
@@ -185,6 +190,7 @@ pub struct Agent {
     established: SessionSlot,
     status: watch::Receiver<Vec<PathStatus>>,
     names: Vec<String>,
+    board: Arc<StatusBoard>,
     tasks: Vec<tokio::task::JoinHandle<()>>,
 }
 
@@ -222,6 +228,7 @@ impl Agent {
         }
         let ledger = crate::policy::CapLedger::load(cfg.state_file.as_deref())
             .map_err(|e| std::io::Error::new(std::io::ErrorKind::InvalidData, e))?;
+        let board = StatusBoard::new(&cfg);
         let cfg = Arc::new(cfg);
         let (tx, rx) = watch::channel(None);
         let shared = Shared {
@@ -229,6 +236,7 @@ impl Agent {
             flows: Arc::new(Mutex::new(HashMap::new())),
             next_flow: Arc::new(AtomicU32::new(1)),
             cfg: cfg.clone(),
+            board: board.clone(),
         };
         let mut tasks = Vec::new();
         let mut socks = None;
@@ -278,8 +286,14 @@ impl Agent {
             established: rx,
             status,
             names,
+            board,
             tasks,
         })
+    }
+
+    /// The agent's status board (`braid status`): [`StatusBoard::snapshot`] at any time.
+    pub fn status(&self) -> Arc<StatusBoard> {
+        self.board.clone()
     }
 
     /// Each configured path's name and status.
@@ -299,6 +313,32 @@ impl Agent {
         tokio::time::timeout(timeout, self.status.wait_for(|v| v.get(i) == Some(&status)))
             .await
             .is_ok_and(|r| r.is_ok())
+    }
+
+    /// Shut down (SIGTERM): close the current session (the server gets a CLOSE and frees it
+    /// at once), wait up to `timeout` for it to go out, then stop every task (the proxy
+    /// listeners close, proxied connections end). The cap ledger was saved when the
+    /// session ended. Returns false if the session did not close in time.
+    pub async fn shutdown(mut self, timeout: Duration) -> bool {
+        let cmd = self.established.borrow().clone();
+        let closed = match cmd {
+            Some(cmd) => {
+                let _ = cmd.send(Cmd::Session(crate::bridge::SessionFn(Box::new(
+                    |s, now| s.close(now, crate::server::CLOSE_ORDERLY, "agent shutting down"),
+                ))));
+                tokio::time::timeout(timeout, self.established.wait_for(|s| s.is_none()))
+                    .await
+                    .is_ok()
+            }
+            None => true,
+        };
+        for t in &self.tasks {
+            t.abort();
+        }
+        for t in self.tasks.drain(..) {
+            let _ = t.await;
+        }
+        closed
     }
 
     /// Wait until a session to the server is up (or `timeout` passed).

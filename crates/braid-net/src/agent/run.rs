@@ -9,6 +9,7 @@
 //! handshake details (`handshake`), the proxy front ends.
 
 use super::handshake::{self, Bound, Established};
+use super::report::{PolicyView, SessionMeta};
 use super::{AgentConfig, PathStatus, Shared};
 use crate::bridge::{Cmd, SessionFn};
 use crate::driver::{Clock, Incoming, PathSender, SessionTask};
@@ -171,6 +172,7 @@ pub(super) async fn keep_session(
         backoff = Duration::from_millis(500);
         let (reason, replacement) = r.run_session(est, &tx, &shared).await;
         let _ = tx.send(None);
+        shared.board.session_ended();
         next = replacement;
         if next.is_some() {
             warn!("session ended ({reason}); switching to the new session");
@@ -306,6 +308,12 @@ impl Runner {
         shared: &Shared,
     ) -> (String, Option<Established>) {
         self.server = est.server;
+        let meta = SessionMeta {
+            id: est.sid,
+            server: est.server,
+            since: std::time::Instant::now(),
+        };
+        shared.board.session_started();
         let clock = Clock::new();
         let now = clock.now();
         // Path-challenge tokens from a CSPRNG seed, as the server's (the core's own generator
@@ -415,6 +423,10 @@ impl Runner {
                     let stats = query_stats(&cmd_tx).await;
                     self.count_caps(&cmd_tx, &stats, &mut counted);
                     self.watch_silence(&stats, &mut silence);
+                    if let Some((core, streams)) = crate::status::query_core(&cmd_tx).await {
+                        let view = self.policy_view(&table);
+                        shared.board.publish(&self.cfg, &core, streams, &view, &meta);
+                    }
                 }
                 r = async { (&mut silence.probe.as_mut().expect("checked").0).await }, if silence.probe.is_some() => {
                     silence.probe = None;
@@ -446,6 +458,30 @@ impl Runner {
             .send_modify(|v| v.iter_mut().for_each(|x| *x = PathStatus::Down));
         let _ = self.ledger.save();
         (reason, replacement)
+    }
+
+    /// What the status board needs from the policy state and the socket table.
+    fn policy_view(&self, table: &SocketTable) -> PolicyView {
+        let now = unix_secs();
+        let cap_used = self
+            .cfg
+            .paths
+            .iter()
+            .map(|p| p.policy.cap.map(|c| self.ledger.used(&p.name, &c, now)))
+            .collect();
+        let addrs = table
+            .lock()
+            .map(|t| {
+                t.iter()
+                    .map(|(id, (s, peer))| (*id, (s.local_addr().ok(), *peer)))
+                    .collect()
+            })
+            .unwrap_or_default();
+        PolicyView {
+            over_cap: self.slots.iter().map(|s| s.over_cap).collect(),
+            cap_used,
+            addrs,
+        }
     }
 
     /// Make the session send a PING on every path now (answered by an ACK if the server

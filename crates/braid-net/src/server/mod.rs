@@ -11,7 +11,9 @@
 //!
 //! - [`gate`]: per-address rate limit and the load meter,
 //! - [`logs`]: rate-limited logging of drops, with counts,
-//! - [`relay`]: streams to TCP targets and UDP flows (bounded return traffic).
+//! - [`relay`]: streams to TCP targets and UDP flows (bounded return traffic),
+//! - [`report`]: the registry of live sessions behind `braid status`,
+//! - [`control`]: reloading the authorized keys (SIGHUP) and shutting down (SIGTERM).
 //!
 //! A handshake packet (type 1) goes through, in order (docs/protocol.md section 16):
 //! mac1 (one HMAC; else dropped silently) -> an existing session's retransmission (the
@@ -25,13 +27,17 @@
 //! accepted streams, bounded by the session's stream limit; session ends and expiries, one
 //! message per session.
 
+mod control;
 mod gate;
 mod logs;
 mod relay;
+mod report;
 
+pub use control::{Reload, ServerControl, CLOSE_ORDERLY};
 pub use gate::{LoadMeter, RateLimiter};
 pub use logs::{DropLog, Dropped};
 pub use relay::{connect, UdpBudget, UDP_RETURN_BYTES};
+pub use report::{fingerprint, ServerBoard};
 
 use crate::bridge::StreamHandle;
 use crate::driver::{AddressHook, Clock, Incoming, PathSender, SessionTask};
@@ -63,7 +69,8 @@ pub struct ServerConfig {
     pub listen: SocketAddr,
     /// The server's static key.
     pub key: Arc<StaticKeypair>,
-    /// Agent keys allowed to connect.
+    /// Agent keys allowed to connect (at start; `ServerControl::reload_authorized`
+    /// replaces them while the server runs).
     pub authorized: Vec<PublicKey>,
     /// Where the replay guard (newest handshake timestamp per agent key) is kept across
     /// restarts; `None` keeps it in memory only.
@@ -167,6 +174,8 @@ pub struct Server {
     cfg: ServerConfig,
     guard: ReplayGuard,
     counters: Arc<HandshakeCounters>,
+    board: Arc<ServerBoard>,
+    authorized: control::Authorized,
 }
 
 impl Server {
@@ -189,11 +198,20 @@ impl Server {
         };
         let socket = Arc::new(bind_udp(cfg.listen, None)?);
         info!(listen = %socket.local_addr()?, "braid server listening");
+        let counters: Arc<HandshakeCounters> = Arc::default();
+        let board = Arc::new(ServerBoard::new(
+            &cfg,
+            socket.local_addr()?,
+            counters.clone(),
+        ));
+        let authorized = Arc::new(std::sync::RwLock::new(cfg.authorized.clone()));
         Ok(Server {
             socket,
             cfg,
             guard,
-            counters: Arc::default(),
+            counters,
+            board,
+            authorized,
         })
     }
 
@@ -205,6 +223,19 @@ impl Server {
     /// What the server did with handshake packets (shared; read it while it runs).
     pub fn counters(&self) -> Arc<HandshakeCounters> {
         self.counters.clone()
+    }
+
+    /// The server's status (`braid status`): [`ServerBoard::snapshot`] while it runs.
+    pub fn status(&self) -> Arc<ServerBoard> {
+        self.board.clone()
+    }
+
+    /// Reload the authorized keys and shut down while the server runs.
+    pub fn control(&self) -> ServerControl {
+        ServerControl {
+            board: self.board.clone(),
+            authorized: self.authorized.clone(),
+        }
     }
 
     /// Serve until the task is dropped.
@@ -379,9 +410,11 @@ impl Listener<'_> {
             });
             return;
         }
+        // The list SIGHUP reloads (`ServerControl::reload_authorized`).
+        let authorized = s.authorized.read().map(|a| a.clone()).unwrap_or_default();
         match ServerHandshake::respond(
             &s.cfg.key,
-            &s.cfg.authorized,
+            &authorized,
             &mut self.guard,
             pkt,
             now_ms,
@@ -393,7 +426,14 @@ impl Listener<'_> {
                 self.state_tx.send_replace(self.guard.clone());
                 let _ = s.socket.try_send_to(&reply, from);
                 HandshakeCounters::bump(&c.replies);
-                let tx = s.spawn_session(sid, path, from, keys, done.clone(), expire.clone());
+                let tx = s.spawn_session(
+                    sid,
+                    path,
+                    from,
+                    (client, keys),
+                    done.clone(),
+                    expire.clone(),
+                );
                 self.sessions.insert(
                     sid,
                     Entry {
@@ -443,7 +483,7 @@ impl Server {
         id: u64,
         first_path: PathId,
         from: SocketAddr,
-        keys: braid_crypto::SessionKeys,
+        (client, keys): (PublicKey, braid_crypto::SessionKeys),
         done: mpsc::UnboundedSender<u64>,
         expire: mpsc::UnboundedSender<u64>,
     ) -> mpsc::Sender<Incoming> {
@@ -498,6 +538,17 @@ impl Server {
             }
             true
         });
+        let open = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+        self.board.insert(
+            id,
+            report::Live {
+                key: client,
+                started: std::time::Instant::now(),
+                cmd: cmd_tx.clone(),
+                open_streams: open.clone(),
+                addrs: addrs.clone(),
+            },
+        );
         let sender = SharedSocketSender {
             socket: self.socket.clone(),
             addrs,
@@ -518,7 +569,6 @@ impl Server {
         let connect_timeout = self.cfg.connect_timeout;
         let max_streams = self.cfg.max_streams as usize;
         tokio::spawn(async move {
-            let open = Arc::new(std::sync::atomic::AtomicUsize::new(0));
             while let Some(h) = acc_rx.recv().await {
                 let n = open.fetch_add(1, std::sync::atomic::Ordering::Relaxed) + 1;
                 if n == max_streams {
@@ -537,10 +587,12 @@ impl Server {
             }
         });
         tokio::spawn(relay::udp_flows(dg_rx, cmd_tx, self.cfg.max_udp_flows, id));
+        let board = self.board.clone();
         tokio::spawn(async move {
             if let Some(e) = task.run().await {
                 info!(session = format_args!("{id:016x}"), "session ended: {e}");
             }
+            board.remove(id);
             let _ = done.send(id);
         });
         in_tx

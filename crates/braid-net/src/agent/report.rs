@@ -1,0 +1,328 @@
+//! The agent's status board: the latest [`AgentStatus`], refreshed by the session loop on
+//! its 200 ms tick (and cleared when a session ends), plus the table of open proxied
+//! connections and UDP associations with their byte counters, which the front ends keep.
+//!
+//! Owns: building the agent's snapshot from the core's path views, the socket table's
+//! addresses and the policy state handed to it; the per-path meters (silence, energy); the
+//! connection table. Must not touch: the session (it gets views read by the session task),
+//! sockets, path decisions, how the snapshot is served (braid-ops).
+
+use super::AgentConfig;
+use crate::status::{
+    add_counters, display_state, AgentStatus, CorePath, FlowReport, PathMeter, PathReport,
+    SessionReport, ShownState, StreamReport, Totals, DOWN_AFTER, STATUS_VERSION,
+};
+use crate::udp::PathBind;
+use braid_core::path::PathStats;
+use braid_core::PathId;
+use std::collections::{BTreeMap, HashMap};
+use std::net::SocketAddr;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Instant;
+
+/// What the session loop hands to [`StatusBoard::publish`] besides the core's views.
+pub(super) struct PolicyView {
+    /// Per configured path: over its cap now.
+    pub over_cap: Vec<bool>,
+    /// Per configured path: bytes counted against its cap this period.
+    pub cap_used: Vec<Option<u64>>,
+    /// Per path id: (local address, remote address) of its socket.
+    pub addrs: HashMap<PathId, (Option<SocketAddr>, SocketAddr)>,
+}
+
+/// The current session, as the loop knows it.
+pub(super) struct SessionMeta {
+    pub id: u64,
+    pub server: SocketAddr,
+    pub since: Instant,
+}
+
+/// Byte counters of one open connection or flow (shared with the task relaying it).
+#[derive(Debug, Default)]
+pub struct Counters {
+    /// From the application.
+    pub up: AtomicU64,
+    /// To the application.
+    pub down: AtomicU64,
+}
+
+#[derive(Debug)]
+struct Conn {
+    proxy: &'static str,
+    client: String,
+    destination: Mutex<String>,
+    flow: Option<u32>,
+    opened: Instant,
+    counters: Arc<Counters>,
+}
+
+/// Removes its connection from the table when dropped.
+pub(super) struct ConnGuard {
+    board: Arc<StatusBoard>,
+    key: u64,
+    conn: Arc<Conn>,
+}
+
+impl ConnGuard {
+    /// The connection's counters.
+    pub fn counters(&self) -> &Counters {
+        &self.conn.counters
+    }
+
+    /// A flow's latest destination.
+    pub fn set_destination(&self, d: String) {
+        if let Ok(mut x) = self.conn.destination.lock() {
+            if *x != d {
+                *x = d;
+            }
+        }
+    }
+}
+
+impl Drop for ConnGuard {
+    fn drop(&mut self) {
+        if let Ok(mut t) = self.board.conns.lock() {
+            t.remove(&self.key);
+        }
+    }
+}
+
+/// The agent's status, readable at any time (see [`crate::agent::Agent::status`]).
+#[derive(Debug)]
+pub struct StatusBoard {
+    started: Instant,
+    base: Vec<PathReport>,
+    power: Vec<Option<f64>>,
+    latest: Mutex<AgentStatus>,
+    /// Per path shown `frozen`: when it turns `down` if nothing arrives (the silence is
+    /// judged when a snapshot is read, not only at the publishing tick).
+    down_at: Mutex<Vec<Option<Instant>>>,
+    meters: Mutex<Vec<PathMeter>>,
+    conns: Mutex<BTreeMap<u64, Arc<Conn>>>,
+    next: AtomicU64,
+}
+
+fn interface(b: &PathBind) -> Option<String> {
+    match b {
+        PathBind::Interface(i) => Some(i.clone()),
+        PathBind::Address(_) => None,
+    }
+}
+
+impl StatusBoard {
+    pub(super) fn new(cfg: &AgentConfig) -> Arc<StatusBoard> {
+        let now = Instant::now();
+        let base: Vec<PathReport> = cfg
+            .paths
+            .iter()
+            .map(|p| PathReport {
+                name: p.name.clone(),
+                interface: interface(&p.bind),
+                state: Some(ShownState::Down),
+                cap_bytes: p.policy.cap.map(|c| c.bytes),
+                power_w: p.policy.power_w,
+                energy_j: p.policy.power_w.map(|_| 0.0),
+                ..Default::default()
+            })
+            .collect();
+        let latest = AgentStatus {
+            version: STATUS_VERSION,
+            paths: base.clone(),
+            ..Default::default()
+        };
+        Arc::new(StatusBoard {
+            started: now,
+            power: cfg.paths.iter().map(|p| p.policy.power_w).collect(),
+            meters: Mutex::new(cfg.paths.iter().map(|_| PathMeter::new()).collect()),
+            base,
+            latest: Mutex::new(latest),
+            down_at: Mutex::new(vec![None; cfg.paths.len()]),
+            conns: Mutex::new(BTreeMap::new()),
+            next: AtomicU64::new(1),
+        })
+    }
+
+    /// The latest snapshot, with the uptime, connections and flows as of now.
+    pub fn snapshot(&self) -> AgentStatus {
+        let now = Instant::now();
+        let mut s = self.latest.lock().map(|s| s.clone()).unwrap_or_default();
+        s.uptime_s = now.duration_since(self.started).as_secs_f64();
+        if let Ok(d) = self.down_at.lock() {
+            for (p, at) in s.paths.iter_mut().zip(d.iter()) {
+                if at.is_some_and(|t| now >= t) && p.state == Some(ShownState::Frozen) {
+                    p.state = Some(ShownState::Down);
+                }
+            }
+        }
+        if let Some(sess) = s.session.as_mut() {
+            // `age_s` was stored as the session's start, relative to the agent's.
+            sess.age_s = (s.uptime_s - sess.age_s).max(0.0);
+        }
+        let conns: Vec<Arc<Conn>> = self
+            .conns
+            .lock()
+            .map(|t| t.values().cloned().collect())
+            .unwrap_or_default();
+        for c in conns {
+            let (up, down) = (
+                c.counters.up.load(Ordering::Relaxed),
+                c.counters.down.load(Ordering::Relaxed),
+            );
+            let destination = c.destination.lock().map(|d| d.clone()).unwrap_or_default();
+            let age_s = now.duration_since(c.opened).as_secs_f64();
+            match c.flow {
+                Some(flow) => s.flows.push(FlowReport {
+                    flow,
+                    client: c.client.clone(),
+                    destination,
+                    bytes_up: up,
+                    bytes_down: down,
+                    age_s,
+                }),
+                None => s.streams.push(StreamReport {
+                    proxy: c.proxy.to_string(),
+                    client: c.client.clone(),
+                    destination,
+                    bytes_up: up,
+                    bytes_down: down,
+                    age_s,
+                }),
+            }
+        }
+        s
+    }
+
+    /// Register an open proxied connection (`flow`: a UDP association's flow id).
+    pub(super) fn open(
+        self: &Arc<Self>,
+        proxy: &'static str,
+        client: String,
+        destination: String,
+        flow: Option<u32>,
+    ) -> ConnGuard {
+        let key = self.next.fetch_add(1, Ordering::Relaxed);
+        let conn = Arc::new(Conn {
+            proxy,
+            client,
+            destination: Mutex::new(destination),
+            flow,
+            opened: Instant::now(),
+            counters: Arc::default(),
+        });
+        if let Ok(mut t) = self.conns.lock() {
+            t.insert(key, conn.clone());
+        }
+        ConnGuard {
+            board: self.clone(),
+            key,
+            conn,
+        }
+    }
+
+    /// A session started: the meters count from 0 again.
+    pub(super) fn session_started(&self) {
+        if let Ok(mut m) = self.meters.lock() {
+            m.iter_mut().for_each(|m| m.session_started());
+        }
+    }
+
+    /// No session: every path down, counters of the ended session gone (energy kept).
+    pub(super) fn session_ended(&self) {
+        let mut paths = self.base.clone();
+        if let Ok(m) = self.meters.lock() {
+            for (p, m) in paths.iter_mut().zip(m.iter()) {
+                p.energy_j = p.power_w.map(|_| m.energy_j());
+            }
+        }
+        let energy = paths.iter().filter_map(|p| p.energy_j).reduce(|a, b| a + b);
+        if let Ok(mut d) = self.down_at.lock() {
+            d.iter_mut().for_each(|x| *x = None);
+        }
+        if let Ok(mut l) = self.latest.lock() {
+            *l = AgentStatus {
+                version: STATUS_VERSION,
+                paths,
+                totals: Totals {
+                    energy_j: energy,
+                    ..Default::default()
+                },
+                ..Default::default()
+            };
+        }
+    }
+
+    /// Build and store a snapshot from the session's views.
+    pub(super) fn publish(
+        &self,
+        cfg: &AgentConfig,
+        core: &[CorePath],
+        open_streams: u64,
+        policy: &PolicyView,
+        session: &SessionMeta,
+    ) {
+        let now = Instant::now();
+        let mut paths = self.base.clone();
+        let mut totals = Totals::default();
+        let mut down_at = vec![None; paths.len()];
+        let Ok(mut meters) = self.meters.lock() else {
+            return;
+        };
+        for (slot, p) in paths.iter_mut().enumerate() {
+            // A path's incarnations: ids `slot` and `slot + 8` (make-before-break).
+            let mine: Vec<&CorePath> = core.iter().filter(|c| c.id as usize % 8 == slot).collect();
+            let live = mine
+                .iter()
+                .rev()
+                .find(|c| !c.cond.abandoned)
+                .or(mine.last())
+                .copied();
+            let mut sum = PathStats::default();
+            mine.iter().for_each(|c| add_counters(&mut sum, &c.stats));
+            meters[slot].update(now, sum.bytes_sent + sum.bytes_received, self.power[slot]);
+            if let Some(c) = live {
+                p.fill_core(c, &sum);
+                if let Some((local, remote)) = policy.addrs.get(&c.id) {
+                    p.local_address = local.map(|a| a.to_string());
+                    p.remote_address = Some(remote.to_string());
+                }
+            }
+            let over = policy.over_cap.get(slot).copied().unwrap_or(false);
+            p.state = Some(display_state(live, over));
+            if let (Some(ShownState::Frozen), Some(c)) = (p.state, live) {
+                down_at[slot] = Some(now - c.silent + DOWN_AFTER);
+            }
+            p.cap_used_bytes = policy.cap_used.get(slot).copied().flatten();
+            p.energy_j = p.power_w.map(|_| meters[slot].energy_j());
+            totals.bytes_sent += p.bytes_sent;
+            totals.bytes_received += p.bytes_received;
+            if let Some(e) = p.energy_j {
+                *totals.energy_j.get_or_insert(0.0) += e;
+            }
+        }
+        drop(meters);
+        let report = SessionReport {
+            id: format!("{:016x}", session.id),
+            server: session.server.to_string(),
+            // The session's start in agent uptime; `snapshot` turns it into an age.
+            age_s: session.since.duration_since(self.started).as_secs_f64(),
+            scheduler: cfg.transport.scheduler.to_string(),
+            cc: cfg.transport.cc.to_string(),
+            open_streams,
+        };
+        if let Ok(mut d) = self.down_at.lock() {
+            *d = down_at;
+        }
+        if let Ok(mut l) = self.latest.lock() {
+            *l = AgentStatus {
+                version: STATUS_VERSION,
+                uptime_s: 0.0,
+                session: Some(report),
+                paths,
+                streams: Vec::new(),
+                flows: Vec::new(),
+                totals,
+            };
+        }
+    }
+}

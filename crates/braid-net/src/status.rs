@@ -1,0 +1,513 @@
+//! Status snapshots of a running agent or server: plain serde structs, the stable JSON of
+//! `braid status --json` (documented field by field in docs/status.md; `version` changes
+//! only when a field changes meaning or goes away), and the pure rules that turn the
+//! core's per-path views into what is shown (a path's state, its loss rate, its energy).
+//!
+//! Owns: the snapshot types, [`CorePath`] (one path's view read from a `Session`),
+//! [`display_state`] and [`PathMeter`] (per-path time since the last arrival and energy).
+//! Must not touch: sockets, clocks (callers pass `now`), the session's state (it only reads
+//! views), how snapshots are published or served (`agent`, `server`, braid-ops).
+
+use crate::bridge::{Cmd, SessionFn};
+use braid_core::path::PathStats;
+use braid_core::sched::PathInfo;
+use braid_core::{PathCondition, PathId, PathState, Session};
+use serde::{Deserialize, Serialize};
+use std::time::{Duration, Instant};
+
+/// The version of the status JSON.
+pub const STATUS_VERSION: u32 = 1;
+
+/// A path frozen by a confirmed blackout and silent for this long is shown as `down`
+/// (before that: `frozen`, a blackout that may end in a moment).
+pub const DOWN_AFTER: Duration = Duration::from_millis(500);
+
+/// A path's state as shown.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum ShownState {
+    /// In the session, waiting for path validation.
+    Validating,
+    /// Carrying data.
+    Active,
+    /// Validated, on standby (a `backup` path, or the peer asked for standby).
+    Backup,
+    /// Frozen by a blackout that may be short: no data until a packet arrives on it.
+    Frozen,
+    /// Not in the session (absent, no carrier, removed, no session), or frozen and silent
+    /// for [`DOWN_AFTER`].
+    Down,
+    /// Over its data cap for this period: on standby until the period ends.
+    Capped,
+}
+
+/// One path's view, read from the session in one go.
+#[derive(Debug, Clone)]
+pub struct CorePath {
+    /// The path id.
+    pub id: PathId,
+    /// Its counters.
+    pub stats: PathStats,
+    /// The scheduler's view (state, RTTs, window, rates).
+    pub info: PathInfo,
+    /// Validated, abandoned, frozen, last arrival.
+    pub cond: PathCondition,
+    /// How long nothing arrived on it, at the time of reading.
+    pub silent: Duration,
+}
+
+/// Every path the session knows (abandoned ones included), at `now`.
+pub fn core_paths(s: &Session, now: braid_core::Instant) -> Vec<CorePath> {
+    s.path_ids()
+        .into_iter()
+        .filter_map(|id| {
+            let cond = s.path_condition(id)?;
+            Some(CorePath {
+                id,
+                stats: s.path_stats(id)?,
+                info: s.path_info(now, id)?,
+                silent: Duration::from_nanos(
+                    now.as_nanos().saturating_sub(cond.last_received.as_nanos()),
+                ),
+                cond,
+            })
+        })
+        .collect()
+}
+
+/// Every path's view and the open stream count, read by the session task through its
+/// command channel (`None` when the session is gone).
+pub async fn query_core(
+    cmd: &tokio::sync::mpsc::UnboundedSender<Cmd>,
+) -> Option<(Vec<CorePath>, u64)> {
+    let (tx, rx) = tokio::sync::oneshot::channel();
+    cmd.send(Cmd::Session(SessionFn(Box::new(move |s, now| {
+        let _ = tx.send((core_paths(s, now), s.stream_count() as u64));
+    }))))
+    .ok()?;
+    rx.await.ok()
+}
+
+/// The state shown for a path: `core` is its live incarnation in the session (`None`:
+/// not in the session; its `silent` says how long nothing arrived on it), `over_cap`
+/// whether it passed its data cap.
+pub fn display_state(core: Option<&CorePath>, over_cap: bool) -> ShownState {
+    let Some(c) = core else {
+        return ShownState::Down;
+    };
+    if c.cond.abandoned {
+        return ShownState::Down;
+    }
+    if !c.cond.validated {
+        return ShownState::Validating;
+    }
+    if c.cond.frozen || c.info.state == PathState::Frozen {
+        return if c.silent >= DOWN_AFTER {
+            ShownState::Down
+        } else {
+            ShownState::Frozen
+        };
+    }
+    if over_cap {
+        return ShownState::Capped;
+    }
+    match c.info.state {
+        PathState::Standby => ShownState::Backup,
+        _ => ShownState::Active,
+    }
+}
+
+/// Packets declared lost over packets sent (0 when nothing was sent).
+pub fn loss_rate(st: &PathStats) -> f64 {
+    if st.packets_sent == 0 {
+        0.0
+    } else {
+        st.packets_lost as f64 / st.packets_sent as f64
+    }
+}
+
+fn ms(d: Duration) -> f64 {
+    d.as_secs_f64() * 1000.0
+}
+
+/// What one meter keeps per configured path between snapshots (for the energy estimate).
+#[derive(Debug, Clone, Default)]
+pub struct PathMeter {
+    last_total: u64,
+    last_update: Option<Instant>,
+    energy_j: f64,
+}
+
+impl PathMeter {
+    /// A meter with nothing charged.
+    pub fn new() -> PathMeter {
+        PathMeter {
+            last_total: 0,
+            last_update: None,
+            energy_j: 0.0,
+        }
+    }
+
+    /// Take the path's byte count (both ways, summed over its incarnations in the current
+    /// session) at `now`; `power_w` charges the time since the previous update when the
+    /// path carried anything in it.
+    pub fn update(&mut self, now: Instant, bytes: u64, power_w: Option<f64>) {
+        if let (Some(prev), Some(w)) = (self.last_update, power_w) {
+            if bytes != self.last_total {
+                self.energy_j += w * now.saturating_duration_since(prev).as_secs_f64();
+            }
+        }
+        self.last_total = bytes;
+        self.last_update = Some(now);
+    }
+
+    /// A new session: counters start again from 0 (the energy is kept).
+    pub fn session_started(&mut self) {
+        self.last_total = 0;
+        self.last_update = None;
+    }
+
+    /// Energy charged so far, joules.
+    pub fn energy_j(&self) -> f64 {
+        self.energy_j
+    }
+}
+
+/// One path of a status snapshot.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct PathReport {
+    /// The configured name (agent) or the path id (server).
+    pub name: String,
+    /// The path id in the session (`null` while not in one).
+    pub id: Option<PathId>,
+    /// The interface the path is bound to (agent, when bound to one).
+    pub interface: Option<String>,
+    /// Local socket address (agent) while in a session.
+    pub local_address: Option<String>,
+    /// Where its packets go: the server or a relay (agent), the agent's address (server).
+    pub remote_address: Option<String>,
+    /// See [`ShownState`].
+    pub state: Option<ShownState>,
+    /// Smoothed RTT, milliseconds (`null` before a sample).
+    pub srtt_ms: Option<f64>,
+    /// Minimum RTT, milliseconds (`null` before a sample).
+    pub min_rtt_ms: Option<f64>,
+    /// Congestion window, bytes.
+    pub cwnd_bytes: u64,
+    /// Bytes in flight.
+    pub bytes_in_flight: u64,
+    /// Pacing rate, bits per second.
+    pub pacing_rate_bps: u64,
+    /// Latest delivery-rate sample, bits per second (`null` before one).
+    pub delivery_rate_bps: Option<u64>,
+    /// Packets declared lost / packets sent, in the current session.
+    pub loss_rate: f64,
+    /// UDP payload bytes sent on the path, current session.
+    pub bytes_sent: u64,
+    /// UDP payload bytes received on the path, current session.
+    pub bytes_received: u64,
+    /// Packets sent, current session.
+    pub packets_sent: u64,
+    /// Packets received, current session.
+    pub packets_received: u64,
+    /// Packets declared lost, current session.
+    pub packets_lost: u64,
+    /// Stream bytes sent again (retransmissions), current session.
+    pub retransmitted_bytes: u64,
+    /// Blackouts seen on the path (freezes), current session.
+    pub blackouts: u64,
+    /// The path's data cap per period, bytes (agent, `null` without a cap).
+    pub cap_bytes: Option<u64>,
+    /// Bytes counted against the cap this period, both directions (agent).
+    pub cap_used_bytes: Option<u64>,
+    /// Configured power while active, watts (agent, `power=`).
+    pub power_w: Option<f64>,
+    /// Energy estimate since the agent started: `power_w` × the time the path carried
+    /// packets, at the status tick's resolution (agent, `null` without `power=`).
+    pub energy_j: Option<f64>,
+}
+
+impl PathReport {
+    /// Fill the session-derived fields from the live incarnation `c` and the counters
+    /// `sum` (all incarnations of the path together).
+    pub fn fill_core(&mut self, c: &CorePath, sum: &PathStats) {
+        self.id = Some(c.id);
+        let sampled = c.stats.packets_received > 0 && !c.info.min_rtt.is_zero();
+        self.srtt_ms = sampled.then(|| ms(c.info.srtt));
+        self.min_rtt_ms = sampled.then(|| ms(c.info.min_rtt));
+        self.cwnd_bytes = c.info.cwnd;
+        self.bytes_in_flight = c.info.in_flight;
+        self.pacing_rate_bps = c.info.pacing_rate.saturating_mul(8);
+        self.delivery_rate_bps = c.info.delivery_rate.map(|d| d.1.saturating_mul(8));
+        self.loss_rate = loss_rate(sum);
+        self.bytes_sent = sum.bytes_sent;
+        self.bytes_received = sum.bytes_received;
+        self.packets_sent = sum.packets_sent;
+        self.packets_received = sum.packets_received;
+        self.packets_lost = sum.packets_lost;
+        self.retransmitted_bytes = sum.retransmitted_bytes;
+        self.blackouts = sum.blackouts;
+    }
+}
+
+/// Add `b`'s counters into `a` (window and RTT fields are left alone).
+pub fn add_counters(a: &mut PathStats, b: &PathStats) {
+    a.packets_sent += b.packets_sent;
+    a.bytes_sent += b.bytes_sent;
+    a.packets_received += b.packets_received;
+    a.bytes_received += b.bytes_received;
+    a.packets_lost += b.packets_lost;
+    a.retransmitted_bytes += b.retransmitted_bytes;
+    a.blackouts += b.blackouts;
+}
+
+/// The agent's session, as shown.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct SessionReport {
+    /// Session id, 16 hex digits.
+    pub id: String,
+    /// The server carrying it.
+    pub server: String,
+    /// Seconds since it was established.
+    pub age_s: f64,
+    /// Packet scheduler.
+    pub scheduler: String,
+    /// Congestion controller.
+    pub cc: String,
+    /// Streams open in the session.
+    pub open_streams: u64,
+}
+
+/// One proxied TCP connection (a stream) of the agent.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct StreamReport {
+    /// `socks5` or `http`.
+    pub proxy: String,
+    /// The application's address.
+    pub client: String,
+    /// Where it goes, as the application asked (`host:port`).
+    pub destination: String,
+    /// Bytes from the application to the destination.
+    pub bytes_up: u64,
+    /// Bytes from the destination to the application.
+    pub bytes_down: u64,
+    /// Seconds since it opened.
+    pub age_s: f64,
+}
+
+/// One SOCKS5 UDP association (a datagram flow) of the agent.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct FlowReport {
+    /// The flow id.
+    pub flow: u32,
+    /// The application's address.
+    pub client: String,
+    /// The last destination the application sent to.
+    pub destination: String,
+    /// Payload bytes from the application.
+    pub bytes_up: u64,
+    /// Payload bytes to the application.
+    pub bytes_down: u64,
+    /// Seconds since it opened.
+    pub age_s: f64,
+}
+
+/// Sums over the paths.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct Totals {
+    /// UDP payload bytes sent on all paths, current session(s).
+    pub bytes_sent: u64,
+    /// UDP payload bytes received on all paths, current session(s).
+    pub bytes_received: u64,
+    /// Energy of all paths with `power=` (agent), joules.
+    pub energy_j: Option<f64>,
+}
+
+/// `braid status` of an agent.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct AgentStatus {
+    /// [`STATUS_VERSION`].
+    pub version: u32,
+    /// Seconds since the agent started.
+    pub uptime_s: f64,
+    /// The current session (`null` while there is none).
+    pub session: Option<SessionReport>,
+    /// Every configured path, in configuration order.
+    pub paths: Vec<PathReport>,
+    /// Open proxied TCP connections.
+    pub streams: Vec<StreamReport>,
+    /// Open UDP associations.
+    pub flows: Vec<FlowReport>,
+    /// Sums.
+    pub totals: Totals,
+}
+
+/// One agent session on the server.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct ServerSession {
+    /// Session id, 16 hex digits.
+    pub id: String,
+    /// The agent's key: `SHA256:` and the unpadded base64 of its SHA-256.
+    pub agent_key_fingerprint: String,
+    /// Seconds since the handshake.
+    pub age_s: f64,
+    /// Its paths (name = the path id).
+    pub paths: Vec<PathReport>,
+    /// Streams open.
+    pub open_streams: u64,
+    /// Sums over its paths.
+    pub totals: Totals,
+}
+
+/// One limit and how close the server is to it.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct Limit {
+    /// The limit.
+    pub max: u64,
+    /// Use now (for per-session limits: the largest over sessions).
+    pub used: u64,
+}
+
+/// The server's limits.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct ServerLimits {
+    /// Sessions at once (`--max-sessions`).
+    pub sessions: Limit,
+    /// Streams per session (`--max-streams`); `used` = the busiest session's.
+    pub streams_per_session: Limit,
+    /// Bytes buffered per session (`--max-buffered`); `used` is not measured (0).
+    pub buffered_bytes_per_session: Limit,
+    /// UDP flows per session; `used` is not measured (0).
+    pub udp_flows_per_session: Limit,
+}
+
+/// `braid status` of a server.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct ServerStatus {
+    /// [`STATUS_VERSION`].
+    pub version: u32,
+    /// Seconds since the server started.
+    pub uptime_s: f64,
+    /// The UDP listen address.
+    pub listen: String,
+    /// Agent sessions.
+    pub sessions: Vec<ServerSession>,
+    /// Limits and use.
+    pub limits: ServerLimits,
+    /// Handshakes accepted since start.
+    pub handshakes_accepted: u64,
+    /// Handshakes refused (unknown key, replay, ...) since start.
+    pub handshakes_refused: u64,
+    /// Sums over sessions.
+    pub totals: Totals,
+}
+
+/// Either snapshot; its JSON has `"role": "agent"` or `"role": "server"`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "role", rename_all = "lowercase")]
+pub enum Status {
+    /// An agent's.
+    Agent(AgentStatus),
+    /// A server's.
+    Server(ServerStatus),
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use braid_core::{Config, Session};
+
+    fn view(validated: bool, frozen: bool, abandoned: bool, state: PathState) -> CorePath {
+        let s = Session::connect(Config::default(), braid_core::Instant(0), 1, 0);
+        let mut c = core_paths(&s, braid_core::Instant(0)).remove(0);
+        c.cond = PathCondition {
+            validated,
+            abandoned,
+            frozen,
+            last_received: braid_core::Instant(0),
+        };
+        c.info.state = state;
+        c
+    }
+
+    #[test]
+    fn states_follow_the_core_and_the_cap() {
+        assert_eq!(display_state(None, false), ShownState::Down);
+        let v = view(false, false, false, PathState::Active);
+        assert_eq!(display_state(Some(&v), false), ShownState::Validating);
+        let a = view(true, false, false, PathState::Active);
+        assert_eq!(display_state(Some(&a), false), ShownState::Active);
+        assert_eq!(display_state(Some(&a), true), ShownState::Capped);
+        let b = view(true, false, false, PathState::Standby);
+        assert_eq!(display_state(Some(&b), false), ShownState::Backup);
+        let gone = view(true, false, true, PathState::Active);
+        assert_eq!(display_state(Some(&gone), false), ShownState::Down);
+    }
+
+    #[test]
+    fn a_frozen_path_is_down_once_silent_long_enough() {
+        let mut f = view(true, true, false, PathState::Active);
+        f.silent = DOWN_AFTER - Duration::from_millis(1);
+        assert_eq!(display_state(Some(&f), false), ShownState::Frozen);
+        f.silent = DOWN_AFTER;
+        assert_eq!(display_state(Some(&f), false), ShownState::Down);
+    }
+
+    #[test]
+    fn core_paths_measure_the_silence_since_the_last_arrival() {
+        let s = Session::connect(Config::default(), braid_core::Instant(0), 1, 0);
+        let c = core_paths(&s, braid_core::Instant(700_000_000)).remove(0);
+        assert_eq!(c.silent, Duration::from_millis(700));
+    }
+
+    #[test]
+    fn energy_is_charged_only_while_the_path_carries_packets() {
+        let t0 = Instant::now();
+        let mut m = PathMeter::new();
+        m.update(t0, 0, Some(2.0));
+        m.update(t0 + Duration::from_secs(1), 1000, Some(2.0));
+        assert!((m.energy_j() - 2.0).abs() < 1e-9, "{}", m.energy_j());
+        // Idle for a second: nothing charged.
+        m.update(t0 + Duration::from_secs(2), 1000, Some(2.0));
+        assert!((m.energy_j() - 2.0).abs() < 1e-9);
+    }
+
+    #[test]
+    fn the_json_names_are_the_documented_ones() {
+        let s = AgentStatus {
+            version: STATUS_VERSION,
+            paths: vec![PathReport {
+                name: "wifi".into(),
+                state: Some(ShownState::Active),
+                ..Default::default()
+            }],
+            ..Default::default()
+        };
+        let v = serde_json::to_value(Status::Agent(s.clone())).unwrap();
+        assert_eq!(v["role"], "agent");
+        for k in [
+            "name",
+            "state",
+            "srtt_ms",
+            "min_rtt_ms",
+            "cwnd_bytes",
+            "pacing_rate_bps",
+            "delivery_rate_bps",
+            "loss_rate",
+            "bytes_sent",
+            "bytes_received",
+            "packets_sent",
+            "packets_received",
+            "cap_used_bytes",
+            "energy_j",
+            "interface",
+            "local_address",
+            "remote_address",
+        ] {
+            assert!(v["paths"][0].get(k).is_some(), "paths[].{k} missing");
+        }
+        assert_eq!(v["paths"][0]["state"], "active");
+        let back: Status = serde_json::from_value(v).unwrap();
+        assert_eq!(back, Status::Agent(s));
+    }
+}

@@ -1,0 +1,357 @@
+//! Prometheus exposition of a status snapshot (`--metrics ADDR:PORT` serves it at
+//! `/metrics`, see [`crate::http`]). Each scrape takes a fresh snapshot and encodes it with
+//! prometheus-client as OpenMetrics text. Names and units follow Prometheus conventions
+//! (base units: seconds, bytes, joules; counters end in `_total`); the list is in
+//! docs/status.md.
+//!
+//! Owns: the metric names, labels, help texts and the mapping from snapshot fields.
+//! Must not touch: how snapshots are made (braid-net) or served (`http`).
+
+use braid_net::status::{AgentStatus, PathReport, ServerStatus, ShownState, Status};
+use prometheus_client::encoding::text::encode;
+use prometheus_client::encoding::EncodeLabelSet;
+use prometheus_client::metrics::counter::Counter;
+use prometheus_client::metrics::family::Family;
+use prometheus_client::metrics::gauge::Gauge;
+use prometheus_client::registry::Registry;
+use std::sync::atomic::AtomicU64;
+
+type FGauge = Gauge<f64, AtomicU64>;
+type FCounter = Counter<f64, AtomicU64>;
+
+/// Labels of a path: its name (agent) or id (server), and on the server the agent's key
+/// fingerprint.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct PathLabels {
+    agent: String,
+    path: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct DirLabels {
+    agent: String,
+    path: String,
+    direction: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct StateLabels {
+    agent: String,
+    path: String,
+    state: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct ResultLabels {
+    result: String,
+}
+
+const STATES: [ShownState; 6] = [
+    ShownState::Validating,
+    ShownState::Active,
+    ShownState::Backup,
+    ShownState::Frozen,
+    ShownState::Down,
+    ShownState::Capped,
+];
+
+fn state_name(s: ShownState) -> String {
+    serde_json::to_value(s)
+        .ok()
+        .and_then(|v| v.as_str().map(str::to_string))
+        .unwrap_or_default()
+}
+
+/// The per-path families.
+struct PathFamilies {
+    state: Family<StateLabels, FGauge>,
+    rtt: Family<PathLabels, FGauge>,
+    min_rtt: Family<PathLabels, FGauge>,
+    cwnd: Family<PathLabels, FGauge>,
+    in_flight: Family<PathLabels, FGauge>,
+    pacing: Family<PathLabels, FGauge>,
+    delivery: Family<PathLabels, FGauge>,
+    bytes: Family<DirLabels, FCounter>,
+    packets: Family<DirLabels, FCounter>,
+    lost: Family<PathLabels, FCounter>,
+    retransmitted: Family<PathLabels, FCounter>,
+    cap: Family<PathLabels, FGauge>,
+    cap_used: Family<PathLabels, FGauge>,
+    energy: Family<PathLabels, FCounter>,
+}
+
+impl PathFamilies {
+    fn register(r: &mut Registry) -> PathFamilies {
+        let f = PathFamilies {
+            state: Family::default(),
+            rtt: Family::default(),
+            min_rtt: Family::default(),
+            cwnd: Family::default(),
+            in_flight: Family::default(),
+            pacing: Family::default(),
+            delivery: Family::default(),
+            bytes: Family::default(),
+            packets: Family::default(),
+            lost: Family::default(),
+            retransmitted: Family::default(),
+            cap: Family::default(),
+            cap_used: Family::default(),
+            energy: Family::default(),
+        };
+        r.register(
+            "braid_path_state",
+            "1 for the path's current state (validating, active, backup, frozen, down, capped), else 0",
+            f.state.clone(),
+        );
+        r.register("braid_path_rtt_seconds", "Smoothed RTT", f.rtt.clone());
+        r.register(
+            "braid_path_min_rtt_seconds",
+            "Minimum RTT",
+            f.min_rtt.clone(),
+        );
+        r.register("braid_path_cwnd_bytes", "Congestion window", f.cwnd.clone());
+        r.register(
+            "braid_path_bytes_in_flight",
+            "Bytes sent and not yet acknowledged or lost",
+            f.in_flight.clone(),
+        );
+        r.register(
+            "braid_path_pacing_rate_bytes_per_second",
+            "Pacing rate",
+            f.pacing.clone(),
+        );
+        r.register(
+            "braid_path_delivery_rate_bytes_per_second",
+            "Latest delivery-rate sample",
+            f.delivery.clone(),
+        );
+        r.register(
+            "braid_path_bytes",
+            "UDP payload bytes of braid packets on the path, per direction (current session)",
+            f.bytes.clone(),
+        );
+        r.register(
+            "braid_path_packets",
+            "Packets on the path, per direction (current session)",
+            f.packets.clone(),
+        );
+        r.register(
+            "braid_path_packets_lost",
+            "Packets declared lost (current session)",
+            f.lost.clone(),
+        );
+        r.register(
+            "braid_path_retransmitted_bytes",
+            "Stream bytes sent again on the path (current session)",
+            f.retransmitted.clone(),
+        );
+        r.register("braid_path_cap_bytes", "Data cap per period", f.cap.clone());
+        r.register(
+            "braid_path_cap_used_bytes",
+            "Bytes counted against the cap this period",
+            f.cap_used.clone(),
+        );
+        r.register(
+            "braid_path_energy_joules",
+            "Energy estimate: configured power x time the path carried packets",
+            f.energy.clone(),
+        );
+        f
+    }
+
+    fn add(&self, agent: &str, p: &PathReport) {
+        let l = PathLabels {
+            agent: agent.to_string(),
+            path: p.name.clone(),
+        };
+        for s in STATES {
+            self.state
+                .get_or_create(&StateLabels {
+                    agent: agent.to_string(),
+                    path: p.name.clone(),
+                    state: state_name(s),
+                })
+                .set(if p.state == Some(s) { 1.0 } else { 0.0 });
+        }
+        if let Some(v) = p.srtt_ms {
+            self.rtt.get_or_create(&l).set(v / 1000.0);
+        }
+        if let Some(v) = p.min_rtt_ms {
+            self.min_rtt.get_or_create(&l).set(v / 1000.0);
+        }
+        self.cwnd.get_or_create(&l).set(p.cwnd_bytes as f64);
+        self.in_flight
+            .get_or_create(&l)
+            .set(p.bytes_in_flight as f64);
+        self.pacing
+            .get_or_create(&l)
+            .set(p.pacing_rate_bps as f64 / 8.0);
+        if let Some(v) = p.delivery_rate_bps {
+            self.delivery.get_or_create(&l).set(v as f64 / 8.0);
+        }
+        for (dir, b, n) in [
+            ("sent", p.bytes_sent, p.packets_sent),
+            ("received", p.bytes_received, p.packets_received),
+        ] {
+            let d = DirLabels {
+                agent: agent.to_string(),
+                path: p.name.clone(),
+                direction: dir.to_string(),
+            };
+            self.bytes.get_or_create(&d).inc_by(b as f64);
+            self.packets.get_or_create(&d).inc_by(n as f64);
+        }
+        self.lost.get_or_create(&l).inc_by(p.packets_lost as f64);
+        self.retransmitted
+            .get_or_create(&l)
+            .inc_by(p.retransmitted_bytes as f64);
+        if let Some(c) = p.cap_bytes {
+            self.cap.get_or_create(&l).set(c as f64);
+        }
+        if let Some(u) = p.cap_used_bytes {
+            self.cap_used.get_or_create(&l).set(u as f64);
+        }
+        if let Some(e) = p.energy_j {
+            self.energy.get_or_create(&l).inc_by(e);
+        }
+    }
+}
+
+fn gauge(r: &mut Registry, name: &str, help: &str, v: f64) {
+    let g = FGauge::default();
+    g.set(v);
+    r.register(name, help, g);
+}
+
+fn agent(r: &mut Registry, a: &AgentStatus) {
+    gauge(
+        r,
+        "braid_uptime_seconds",
+        "Seconds since the process started",
+        a.uptime_s,
+    );
+    gauge(
+        r,
+        "braid_session_up",
+        "1 while the agent has a session to a server",
+        if a.session.is_some() { 1.0 } else { 0.0 },
+    );
+    gauge(
+        r,
+        "braid_streams",
+        "Open proxied TCP connections",
+        a.streams.len() as f64,
+    );
+    gauge(
+        r,
+        "braid_flows",
+        "Open SOCKS5 UDP associations",
+        a.flows.len() as f64,
+    );
+    let f = PathFamilies::register(r);
+    for p in &a.paths {
+        f.add("", p);
+    }
+}
+
+fn server(r: &mut Registry, s: &ServerStatus) {
+    gauge(
+        r,
+        "braid_uptime_seconds",
+        "Seconds since the process started",
+        s.uptime_s,
+    );
+    gauge(
+        r,
+        "braid_sessions",
+        "Agent sessions",
+        s.sessions.len() as f64,
+    );
+    gauge(
+        r,
+        "braid_sessions_max",
+        "Most sessions at once (--max-sessions)",
+        s.limits.sessions.max as f64,
+    );
+    gauge(
+        r,
+        "braid_session_streams_max",
+        "Most streams per session (--max-streams)",
+        s.limits.streams_per_session.max as f64,
+    );
+    gauge(
+        r,
+        "braid_streams",
+        "Open streams over all sessions",
+        s.sessions.iter().map(|x| x.open_streams).sum::<u64>() as f64,
+    );
+    let hs = Family::<ResultLabels, FCounter>::default();
+    r.register("braid_handshakes", "Handshakes by result", hs.clone());
+    for (res, n) in [
+        ("accepted", s.handshakes_accepted),
+        ("refused", s.handshakes_refused),
+    ] {
+        hs.get_or_create(&ResultLabels {
+            result: res.to_string(),
+        })
+        .inc_by(n as f64);
+    }
+    let f = PathFamilies::register(r);
+    for sess in &s.sessions {
+        for p in &sess.paths {
+            f.add(&sess.agent_key_fingerprint, p);
+        }
+    }
+}
+
+/// The snapshot as OpenMetrics text (ends with `# EOF`).
+pub fn render(s: &Status) -> String {
+    let mut r = Registry::default();
+    match s {
+        Status::Agent(a) => agent(&mut r, a),
+        Status::Server(x) => server(&mut r, x),
+    }
+    let mut out = String::new();
+    // Writing into a String cannot fail.
+    let _ = encode(&mut out, &r);
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn paths_are_labelled_and_units_are_seconds_and_bytes() {
+        let a = AgentStatus {
+            paths: vec![PathReport {
+                name: "wifi".into(),
+                state: Some(ShownState::Active),
+                srtt_ms: Some(25.0),
+                bytes_sent: 1000,
+                bytes_received: 2000,
+                pacing_rate_bps: 8000,
+                ..Default::default()
+            }],
+            ..Default::default()
+        };
+        let t = render(&Status::Agent(a));
+        assert!(
+            t.contains(r#"braid_path_rtt_seconds{agent="",path="wifi"} 0.025"#),
+            "{t}"
+        );
+        assert!(
+            t.contains(r#"braid_path_bytes_total{agent="",path="wifi",direction="received"} 2000"#),
+            "{t}"
+        );
+        assert!(
+            t.contains(r#"braid_path_state{agent="",path="wifi",state="active"} 1"#),
+            "{t}"
+        );
+        assert!(
+            t.contains(r#"braid_path_pacing_rate_bytes_per_second{agent="",path="wifi"} 1000"#),
+            "{t}"
+        );
+        assert!(t.trim_end().ends_with("# EOF"), "{t}");
+    }
+}

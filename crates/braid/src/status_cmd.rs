@@ -1,0 +1,320 @@
+//! `braid status [--control PATH] [--json] [--watch]`: asks a running agent or server on
+//! its control socket and prints the snapshot as tables (or its JSON, docs/status.md).
+//!
+//! Owns: choosing the socket, the human-readable rendering, the refresh loop. Must not
+//! touch: the snapshot's contents (braid-net) or the socket protocol (braid-ops).
+
+use anyhow::{bail, Result};
+use braid_net::status::{AgentStatus, PathReport, ServerStatus, Status};
+use braid_ops::control::{default_path, query, ControlError};
+use clap::Args;
+use std::fmt::Write as _;
+use std::path::PathBuf;
+use std::time::Duration;
+
+/// `braid status`.
+#[derive(Args, Debug)]
+pub struct StatusArgs {
+    /// The control socket [default: the agent's, else the server's, under /run/braid as
+    /// root, else $XDG_RUNTIME_DIR/braid].
+    #[arg(long, value_name = "PATH")]
+    pub control: Option<PathBuf>,
+    /// Print the JSON snapshot (one line) instead of tables.
+    #[arg(long)]
+    pub json: bool,
+    /// Refresh every --interval seconds until Ctrl-C.
+    #[arg(long)]
+    pub watch: bool,
+    /// Seconds between refreshes with --watch.
+    #[arg(long, default_value_t = 1.0)]
+    pub interval: f64,
+}
+
+const TIMEOUT: Duration = Duration::from_secs(3);
+
+/// Query the chosen socket, or the default agent then server socket.
+fn fetch(control: &Option<PathBuf>) -> Result<String> {
+    if let Some(p) = control {
+        return Ok(query(p, TIMEOUT)?);
+    }
+    let (a, s) = (default_path("agent"), default_path("server"));
+    match query(&a, TIMEOUT) {
+        Ok(t) => Ok(t),
+        Err(ControlError::Connect { .. }) => match query(&s, TIMEOUT) {
+            Ok(t) => Ok(t),
+            Err(ControlError::Connect { .. }) => bail!(
+                "no braid agent or server answers on {} or {}; start one, or give its socket with --control PATH",
+                a.display(),
+                s.display()
+            ),
+            Err(e) => Err(e.into()),
+        },
+        Err(e) => Err(e.into()),
+    }
+}
+
+/// `braid status`.
+pub fn run(a: StatusArgs) -> Result<()> {
+    if !(a.interval.is_finite() && a.interval >= 0.1) {
+        bail!("--interval {}: give at least 0.1 seconds", a.interval);
+    }
+    loop {
+        let text = fetch(&a.control)?;
+        let out = if a.json {
+            text
+        } else {
+            let s: Status = serde_json::from_str(&text).map_err(|e| {
+                anyhow::anyhow!("the control socket answered JSON this braid cannot read ({e}); is it a different version? Try --json")
+            })?;
+            render(&s)
+        };
+        if a.watch && !a.json {
+            // Clear the screen and go home, then the new snapshot.
+            print!("\x1b[H\x1b[2J{out}");
+        } else {
+            println!("{out}");
+        }
+        if !a.watch {
+            return Ok(());
+        }
+        std::thread::sleep(Duration::from_secs_f64(a.interval));
+    }
+}
+
+/// The snapshot as tables.
+pub fn render(s: &Status) -> String {
+    match s {
+        Status::Agent(a) => render_agent(a),
+        Status::Server(s) => render_server(s),
+    }
+}
+
+fn bytes(n: u64) -> String {
+    let n = n as f64;
+    if n >= 1e9 {
+        format!("{:.2} GB", n / 1e9)
+    } else if n >= 1e6 {
+        format!("{:.1} MB", n / 1e6)
+    } else if n >= 1e3 {
+        format!("{:.1} kB", n / 1e3)
+    } else {
+        format!("{n} B")
+    }
+}
+
+fn rate(bps: u64) -> String {
+    format!("{:.1} Mbit/s", bps as f64 / 1e6)
+}
+
+fn opt_ms(v: Option<f64>) -> String {
+    v.map_or("-".into(), |x| format!("{x:.1}"))
+}
+
+fn state(p: &PathReport) -> String {
+    p.state
+        .map(|s| {
+            serde_json::to_value(s)
+                .ok()
+                .and_then(|v| v.as_str().map(str::to_string))
+                .unwrap_or_default()
+        })
+        .unwrap_or_else(|| "-".into())
+}
+
+fn path_table(paths: &[PathReport], agent: bool) -> String {
+    let mut rows = vec![vec![
+        "PATH", "STATE", "IFACE", "LOCAL", "REMOTE", "SRTT ms", "MIN ms", "CWND", "PACING",
+        "DELIVERY", "LOSS", "SENT", "RECEIVED",
+    ]
+    .into_iter()
+    .map(String::from)
+    .collect::<Vec<_>>()];
+    if agent {
+        rows[0].extend(["CAP".to_string(), "ENERGY".to_string()]);
+    }
+    for p in paths {
+        let mut r = vec![
+            p.name.clone(),
+            state(p),
+            p.interface.clone().unwrap_or_else(|| "-".into()),
+            p.local_address.clone().unwrap_or_else(|| "-".into()),
+            p.remote_address.clone().unwrap_or_else(|| "-".into()),
+            opt_ms(p.srtt_ms),
+            opt_ms(p.min_rtt_ms),
+            bytes(p.cwnd_bytes),
+            rate(p.pacing_rate_bps),
+            p.delivery_rate_bps.map_or("-".into(), rate),
+            format!("{:.2} %", p.loss_rate * 100.0),
+            bytes(p.bytes_sent),
+            bytes(p.bytes_received),
+        ];
+        if agent {
+            r.push(match (p.cap_used_bytes, p.cap_bytes) {
+                (Some(u), Some(c)) => format!("{} / {}", bytes(u), bytes(c)),
+                _ => "-".into(),
+            });
+            r.push(p.energy_j.map_or("-".into(), |e| format!("{e:.1} J")));
+        }
+        rows.push(r);
+    }
+    table(&rows)
+}
+
+fn table(rows: &[Vec<String>]) -> String {
+    let cols = rows.iter().map(Vec::len).max().unwrap_or(0);
+    let widths: Vec<usize> = (0..cols)
+        .map(|c| {
+            rows.iter()
+                .map(|r| r.get(c).map_or(0, |x| x.chars().count()))
+                .max()
+                .unwrap_or(0)
+        })
+        .collect();
+    let mut out = String::new();
+    for r in rows {
+        let line: Vec<String> = r
+            .iter()
+            .enumerate()
+            .map(|(i, x)| format!("{x:<w$}", w = widths[i]))
+            .collect();
+        let _ = writeln!(out, "{}", line.join("  ").trim_end());
+    }
+    out
+}
+
+fn render_agent(a: &AgentStatus) -> String {
+    let mut out = String::new();
+    match &a.session {
+        Some(s) => {
+            let _ = writeln!(
+                out,
+                "agent, up {:.0} s; session {} with {} for {:.0} s ({} + {}), {} streams",
+                a.uptime_s, s.id, s.server, s.age_s, s.scheduler, s.cc, s.open_streams
+            );
+        }
+        None => {
+            let _ = writeln!(out, "agent, up {:.0} s; no session", a.uptime_s);
+        }
+    }
+    let _ = writeln!(
+        out,
+        "total sent {}, received {}{}\n",
+        bytes(a.totals.bytes_sent),
+        bytes(a.totals.bytes_received),
+        a.totals
+            .energy_j
+            .map_or(String::new(), |e| format!(", energy {e:.1} J"))
+    );
+    out.push_str(&path_table(&a.paths, true));
+    if !a.streams.is_empty() {
+        let mut rows = vec![["PROXY", "CLIENT", "DESTINATION", "UP", "DOWN", "AGE s"]
+            .map(String::from)
+            .to_vec()];
+        for s in &a.streams {
+            rows.push(vec![
+                s.proxy.clone(),
+                s.client.clone(),
+                s.destination.clone(),
+                bytes(s.bytes_up),
+                bytes(s.bytes_down),
+                format!("{:.0}", s.age_s),
+            ]);
+        }
+        out.push('\n');
+        out.push_str(&table(&rows));
+    }
+    if !a.flows.is_empty() {
+        let mut rows = vec![["FLOW", "CLIENT", "DESTINATION", "UP", "DOWN", "AGE s"]
+            .map(String::from)
+            .to_vec()];
+        for f in &a.flows {
+            rows.push(vec![
+                f.flow.to_string(),
+                f.client.clone(),
+                f.destination.clone(),
+                bytes(f.bytes_up),
+                bytes(f.bytes_down),
+                format!("{:.0}", f.age_s),
+            ]);
+        }
+        out.push('\n');
+        out.push_str(&table(&rows));
+    }
+    out
+}
+
+fn render_server(s: &ServerStatus) -> String {
+    let mut out = String::new();
+    let l = &s.limits;
+    let _ = writeln!(
+        out,
+        "server on {}, up {:.0} s; sessions {}/{}, busiest session {}/{} streams; handshakes accepted {}, refused {}",
+        s.listen,
+        s.uptime_s,
+        l.sessions.used,
+        l.sessions.max,
+        l.streams_per_session.used,
+        l.streams_per_session.max,
+        s.handshakes_accepted,
+        s.handshakes_refused
+    );
+    let _ = writeln!(
+        out,
+        "total sent {}, received {}",
+        bytes(s.totals.bytes_sent),
+        bytes(s.totals.bytes_received)
+    );
+    for sess in &s.sessions {
+        let _ = writeln!(
+            out,
+            "\nsession {} agent {} for {:.0} s, {} streams, sent {}, received {}",
+            sess.id,
+            sess.agent_key_fingerprint,
+            sess.age_s,
+            sess.open_streams,
+            bytes(sess.totals.bytes_sent),
+            bytes(sess.totals.bytes_received)
+        );
+        out.push_str(&path_table(&sess.paths, false));
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use braid_net::status::ShownState;
+
+    #[test]
+    fn the_agent_table_lists_every_path_with_its_state_and_bytes() {
+        let a = AgentStatus {
+            paths: vec![
+                PathReport {
+                    name: "wifi".into(),
+                    state: Some(ShownState::Active),
+                    bytes_received: 2_500_000,
+                    srtt_ms: Some(21.04),
+                    ..Default::default()
+                },
+                PathReport {
+                    name: "lte".into(),
+                    state: Some(ShownState::Down),
+                    ..Default::default()
+                },
+            ],
+            ..Default::default()
+        };
+        let t = render(&Status::Agent(a));
+        let wifi = t.lines().find(|l| l.starts_with("wifi")).unwrap();
+        assert!(
+            wifi.contains("active") && wifi.contains("2.5 MB") && wifi.contains("21.0"),
+            "{t}"
+        );
+        assert!(
+            t.lines()
+                .any(|l| l.starts_with("lte") && l.contains("down")),
+            "{t}"
+        );
+        assert!(t.contains("no session"), "{t}");
+    }
+}
