@@ -3,8 +3,10 @@
 //!
 //! Owns: the agent's configuration and its tasks. Submodules:
 //! - [`handshake`]: the handshake, sent on every available path (first answer wins);
-//! - [`run`]: keeping a session, applying the path manager's decisions to it (sockets,
-//!   paths, backup and cap policy);
+//! - [`run`]: keeping a session, applying the path manager's decisions to it (paths,
+//!   backup and cap policy);
+//! - [`links`]: the paths' transports (a UDP socket, or a TCP connection where UDP is
+//!   blocked) and their receive tasks;
 //! - [`front`]: the proxy front ends.
 //!
 //! Must not touch: the protocol (the session task and the core), the SOCKS/HTTP wire
@@ -12,6 +14,7 @@
 
 mod front;
 mod handshake;
+mod links;
 mod run;
 
 use crate::bridge::Cmd;

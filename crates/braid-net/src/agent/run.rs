@@ -8,10 +8,11 @@
 //! lifecycle, applying [`Action`]s. Must not touch: the decisions (`pathmgr`), the
 //! handshake details (`handshake`), the proxy front ends.
 
-use super::handshake::{self, Bound, Established};
+use super::handshake::{self, Established};
+use super::links::{Connected, Links, PathSockets, Task};
 use super::{AgentConfig, PathStatus, Shared};
 use crate::bridge::{Cmd, SessionFn};
-use crate::driver::{Clock, Incoming, PathSender, SessionTask};
+use crate::driver::{Clock, Incoming, SessionTask};
 use crate::netwatch::WatchMsg;
 use crate::pathmgr::{Action, PathManager};
 use crate::policy::{CapLedger, CapStatus};
@@ -20,12 +21,11 @@ use braid_core::path::PathStats;
 use braid_core::wire::PathState;
 use braid_core::{Event, PathId, Session};
 use braid_proxy::datagram;
-use bytes::{Bytes, BytesMut};
+use bytes::Bytes;
 use std::collections::HashMap;
 use std::net::SocketAddr;
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::Duration;
-use tokio::net::UdpSocket;
 use tokio::sync::{mpsc, oneshot, watch};
 use tokio::task::JoinHandle;
 use tracing::{debug, info, warn};
@@ -35,7 +35,6 @@ use tracing::{debug, info, warn};
 const CAP_TICK: Duration = Duration::from_millis(200);
 
 type Watcher = std::io::Result<(mpsc::UnboundedReceiver<WatchMsg>, JoinHandle<()>)>;
-type SocketTable = Arc<Mutex<HashMap<PathId, (Arc<UdpSocket>, SocketAddr)>>>;
 
 /// Aborts a task (with any output) when dropped.
 struct AbortOnDrop<T>(JoinHandle<T>);
@@ -43,41 +42,6 @@ struct AbortOnDrop<T>(JoinHandle<T>);
 impl<T> Drop for AbortOnDrop<T> {
     fn drop(&mut self) {
         self.0.abort();
-    }
-}
-
-/// Aborts a task when dropped.
-struct Task(JoinHandle<()>);
-
-impl Drop for Task {
-    fn drop(&mut self) {
-        self.0.abort();
-    }
-}
-
-/// Per-path sockets, each sending to its peer (the server, or a relay in front of it).
-struct PathSockets {
-    table: SocketTable,
-}
-
-impl PathSender for PathSockets {
-    fn send(&mut self, path: PathId, packet: &[u8]) {
-        let Ok(t) = self.table.lock() else { return };
-        if let Some((s, to)) = t.get(&path) {
-            let r = match s.try_send_to(packet, *to) {
-                // A socket bound a moment ago has no write readiness from the reactor yet
-                // (tokio learns it on its next turn): send directly, the socket is
-                // non-blocking. Without this a new path's first challenge was dropped and
-                // validation waited a full probe timeout (1 s).
-                Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {
-                    socket2::SockRef::from(s.as_ref()).send_to(packet, &(*to).into())
-                }
-                r => r,
-            };
-            if let Err(e) = r {
-                debug!(path, "send failed: {e}");
-            }
-        }
     }
 }
 
@@ -313,9 +277,8 @@ impl Runner {
         let mut transport = self.cfg.transport.clone();
         transport.seed = braid_crypto::random::random_u64().unwrap_or(transport.seed ^ est.sid);
         let mut session = Session::connect(transport, now, est.sid, est.first);
-        let table: SocketTable = Arc::new(Mutex::new(HashMap::new()));
         let (in_tx, in_rx) = mpsc::channel::<Incoming>(4096);
-        let mut readers: HashMap<PathId, Task> = HashMap::new();
+        let mut links = Links::new(in_tx);
         let mut started = Vec::new();
         for b in est.paths {
             let id = b.slot as PathId;
@@ -328,10 +291,7 @@ impl Runner {
             (self.policy_fn(b.slot, id))(&mut session, now);
             started.push((b.slot, id, b.attach));
             self.set_status(b.slot, PathStatus::Validating);
-            readers.insert(id, reader(&b, in_tx.clone()));
-            if let Ok(mut t) = table.lock() {
-                t.insert(id, (b.socket, b.peer));
-            }
+            links.add_udp(id, &b);
         }
         let names: Vec<&str> = started.iter().map(|p| self.name(p.0)).collect();
         info!(
@@ -358,7 +318,7 @@ impl Runner {
             session,
             protection: Aead::new(est.keys),
             sender: PathSockets {
-                table: table.clone(),
+                table: links.table.clone(),
             },
             incoming: in_rx,
             cmd_rx,
@@ -378,7 +338,7 @@ impl Runner {
         let mut tick = tokio::time::interval(CAP_TICK);
         tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         let reason = loop {
-            self.apply(&cmd_tx, &table, &mut readers, &in_tx);
+            self.apply(&cmd_tx, &mut links);
             let deadline = self.mgr.poll_timeout().map_or(
                 tokio::time::Instant::now() + Duration::from_secs(3600),
                 |d| self.epoch + d,
@@ -392,10 +352,23 @@ impl Runner {
                     };
                 }
                 m = Self::next_net(&mut self.net) => self.on_net(m),
+                Some(c) = links.conn_rx.recv() => self.tcp_connected(c, &cmd_tx, &mut links),
+                Some((id, generation)) = links.closed_rx.recv() => {
+                    if links.is_current(id, generation) {
+                        if let Some(slot) = self.mgr.slot_of(id) {
+                            warn!(path = %self.name(slot), id, "the path's TCP connection ended");
+                        }
+                        self.mgr.handle_transport_failed(self.now(), id);
+                    }
+                }
                 Some(ev) = ev_rx.recv() => {
                     if let Event::PathValidated(id) = ev {
                         if let Some(slot) = self.mgr.slot_of(id) {
-                            info!(path = %self.name(slot), id, "path validated: carrying data");
+                            if self.mgr.is_tcp(id) {
+                                warn!(path = %self.name(slot), id, "path validated over TCP (its network blocks UDP): carrying data");
+                            } else {
+                                info!(path = %self.name(slot), id, "path validated: carrying data");
+                            }
                             self.set_status(slot, PathStatus::Up);
                         }
                         self.mgr.handle_validated(self.now(), id);
@@ -495,17 +468,44 @@ impl Runner {
         }
     }
 
+    /// A TCP connection for a path finished connecting: add the path to the session over
+    /// it, as a reliable path.
+    fn tcp_connected(&mut self, c: Connected, cmd: &mpsc::UnboundedSender<Cmd>, links: &mut Links) {
+        let (id, slot) = (c.0, c.2);
+        if !links.tcp_connected(c, self.name(slot), self.server) {
+            return;
+        }
+        let policy = self.policy_fn(slot, id);
+        let _ = cmd.send(Cmd::Session(SessionFn(Box::new(move |s, now| {
+            s.set_path_reliable(now, id, true);
+            if let Err(e) = s.add_path(now, id) {
+                debug!(id, "add_path: {e}");
+            }
+            policy(s, now);
+        }))));
+    }
+
     /// Apply everything the path manager decided.
-    fn apply(
-        &mut self,
-        cmd: &mpsc::UnboundedSender<Cmd>,
-        table: &SocketTable,
-        readers: &mut HashMap<PathId, Task>,
-        in_tx: &mpsc::Sender<Incoming>,
-    ) {
+    fn apply(&mut self, cmd: &mpsc::UnboundedSender<Cmd>, links: &mut Links) {
         while let Some(a) = self.mgr.poll_action() {
             match a {
-                Action::Add { slot, id, attach } => {
+                Action::Add {
+                    slot,
+                    id,
+                    attach,
+                    tcp: true,
+                } => {
+                    warn!(path = %self.name(slot), id, ifindex = attach.index, addr = %attach.addr, server = %self.server,
+                        "no answer over UDP: trying braid over TCP (the network may block UDP)");
+                    self.set_status(slot, PathStatus::Validating);
+                    links.connect_tcp(&self.cfg, slot, id, self.server);
+                }
+                Action::Add {
+                    slot,
+                    id,
+                    attach,
+                    tcp: false,
+                } => {
                     let b = match handshake::bind(&self.cfg, slot, attach, self.server) {
                         Ok(b) => b,
                         Err(e) => {
@@ -516,12 +516,10 @@ impl Runner {
                     };
                     info!(path = %self.name(slot), id, ifindex = attach.index, addr = %attach.addr, "path up: adding it to the session");
                     self.set_status(slot, PathStatus::Validating);
-                    readers.insert(id, reader(&b, in_tx.clone()));
-                    if let Ok(mut t) = table.lock() {
-                        t.insert(id, (b.socket, b.peer));
-                    }
+                    links.add_udp(id, &b);
                     let policy = self.policy_fn(slot, id);
                     let _ = cmd.send(Cmd::Session(SessionFn(Box::new(move |s, now| {
+                        s.set_path_reliable(now, id, false);
                         if let Err(e) = s.add_path(now, id) {
                             debug!(id, "add_path: {e}");
                         }
@@ -533,10 +531,7 @@ impl Runner {
                     if !self.mgr.is_live(slot) {
                         self.set_status(slot, PathStatus::Down);
                     }
-                    readers.remove(&id);
-                    if let Ok(mut t) = table.lock() {
-                        t.remove(&id);
-                    }
+                    links.remove(id);
                     let _ = cmd.send(Cmd::Session(SessionFn(Box::new(move |s, now| {
                         let _ = s.remove_path(now, id);
                     }))));
@@ -676,25 +671,4 @@ async fn query_stats(cmd: &mpsc::UnboundedSender<Cmd>) -> Vec<(PathId, PathStats
         let _ = rtx.send(v);
     }))));
     rrx.await.unwrap_or_default()
-}
-
-/// The receive task of a path's socket.
-fn reader(b: &Bound, in_tx: mpsc::Sender<Incoming>) -> Task {
-    let (s, peer) = (b.socket.clone(), b.peer);
-    Task(tokio::spawn(async move {
-        let mut buf = vec![0u8; 65536];
-        while let Ok((n, from)) = s.recv_from(&mut buf).await {
-            if from == peer
-                && in_tx
-                    .send(Incoming {
-                        from,
-                        data: BytesMut::from(&buf[..n]),
-                    })
-                    .await
-                    .is_err()
-            {
-                return;
-            }
-        }
-    }))
 }

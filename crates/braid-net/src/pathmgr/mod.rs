@@ -20,7 +20,12 @@
 //!   the new one is validated (or after [`MBB_DEADLINE`]);
 //! - a path that is not validated within its retry interval (a black hole swallowing the
 //!   challenge or its answer) is removed and added again on a fresh socket, the interval
-//!   doubling from [`VALIDATE_FIRST`] up to [`VALIDATE_MAX`]; validation resets it.
+//!   doubling from [`VALIDATE_FIRST`] up to [`VALIDATE_MAX`]; validation resets it;
+//! - each such retry switches the path's transport between UDP and TCP (braid packets over
+//!   a TCP connection to the server's port, [`crate::tcp`]): a network that blocks UDP
+//!   gets the path over TCP after [`VALIDATE_FIRST`]; one that blocks both keeps
+//!   alternating with backoff. A validated path keeps its transport; a TCP connection that
+//!   ends re-adds the path over TCP at once; a re-created interface starts over on UDP.
 //!
 //! Path ids: slot `i` uses id `i`, or `i + 8` while a make-before-break replacement runs, so
 //! a session never uses more than 16 ids (what the server keeps addresses for).
@@ -91,6 +96,8 @@ pub enum Action {
         id: PathId,
         /// Where the kernel offers it.
         attach: Attach,
+        /// Over a TCP connection instead of a UDP socket.
+        tcp: bool,
     },
     /// Take path `id` out of the session now (its data in flight goes on other paths) and
     /// close its socket.
@@ -115,6 +122,8 @@ struct Live {
     retry: Duration,
     /// The path being replaced (make-before-break), retired when this one validates.
     old: Option<PathId>,
+    /// Carried over TCP.
+    tcp: bool,
 }
 
 impl Live {
@@ -127,6 +136,7 @@ impl Live {
             validated: false,
             retry: VALIDATE_FIRST,
             old: None,
+            tcp: false,
         }
     }
 }
@@ -320,6 +330,45 @@ impl PathManager {
         }
     }
 
+    /// The TCP connection of path `id` ended (the server restarted, a middlebox cut it).
+    /// A validated path is added again over TCP at once; one still validating is left to
+    /// its retry timer (a connection refused at once must not spin).
+    pub fn handle_transport_failed(&mut self, now: Duration, id: PathId) {
+        if !self.in_session {
+            return;
+        }
+        for (slot, s) in self.slots.iter_mut().enumerate() {
+            let Some(l) = s.live.as_mut().filter(|l| l.id == id && l.tcp) else {
+                continue;
+            };
+            if !l.validated {
+                continue;
+            }
+            self.actions.push_back(Action::Remove {
+                slot,
+                id,
+                reason: "its TCP connection ended; connecting again",
+            });
+            self.actions.push_back(Action::Add {
+                slot,
+                id,
+                attach: l.attach,
+                tcp: true,
+            });
+            l.validated = false;
+            l.since = now;
+            l.retry = VALIDATE_FIRST;
+        }
+    }
+
+    /// True when path `id` is (being) carried over TCP.
+    pub fn is_tcp(&self, id: PathId) -> bool {
+        self.slots
+            .iter()
+            .filter_map(|s| s.live.as_ref())
+            .any(|l| l.id == id && l.tcp)
+    }
+
     /// Timers: re-bind paths that never validated; end overdue make-before-breaks.
     pub fn handle_timeout(&mut self, now: Duration) {
         if !self.in_session {
@@ -340,10 +389,12 @@ impl PathManager {
                     id: l.id,
                     reason: "not validated in time; re-binding",
                 });
+                l.tcp = !l.tcp;
                 self.actions.push_back(Action::Add {
                     slot,
                     id: l.id,
                     attach: l.attach,
+                    tcp: l.tcp,
                 });
                 l.since = now;
                 l.retry = (l.retry * 2).min(VALIDATE_MAX);
@@ -420,7 +471,12 @@ impl PathManager {
                 }
                 (Some(attach), None) => {
                     let id = slot as PathId;
-                    self.actions.push_back(Action::Add { slot, id, attach });
+                    self.actions.push_back(Action::Add {
+                        slot,
+                        id,
+                        attach,
+                        tcp: false,
+                    });
                     s.live = Some(Live::new(id, attach, now));
                 }
                 (Some(attach), Some(l)) if attach != l.attach => {
@@ -432,10 +488,12 @@ impl PathManager {
                             id: l.id,
                             reason: "its interface was re-created or changed again",
                         });
+                        l.tcp = l.tcp && attach.index == l.attach.index;
                         self.actions.push_back(Action::Add {
                             slot,
                             id: l.id,
                             attach,
+                            tcp: l.tcp,
                         });
                         l.validated = false;
                         l.retry = VALIDATE_FIRST;
@@ -450,6 +508,7 @@ impl PathManager {
                             slot,
                             id: new,
                             attach,
+                            tcp: l.tcp,
                         });
                         l.old = Some(l.id);
                         l.id = new;

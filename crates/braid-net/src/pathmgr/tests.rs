@@ -82,7 +82,8 @@ fn a_late_link_is_added_to_the_running_session() {
             attach: Attach {
                 index: 3,
                 addr: ip("192.168.1.5")
-            }
+            },
+            tcp: false,
         }]
     );
 }
@@ -183,7 +184,8 @@ fn removing_the_only_address_removes_the_path_and_a_new_one_brings_it_back() {
         [Action::Add {
             slot: 1,
             id: 1,
-            attach: Attach { index: 9, .. }
+            attach: Attach { index: 9, .. },
+            ..
         }]
     ));
 }
@@ -233,4 +235,62 @@ fn nothing_happens_outside_a_session() {
     m.session_ended();
     m.handle_event(T0, link(3, "wlan0", false));
     assert!(drain(&mut m).is_empty());
+}
+
+/// A network that blocks UDP: the first retry goes over TCP, the next over UDP again (in
+/// case TCP is the one that is blocked), and so on; a path validated over TCP stays there
+/// and comes back over TCP at once when its connection ends.
+#[test]
+fn a_path_whose_udp_validation_gets_no_answer_falls_back_to_tcp() {
+    let mut m = mgr();
+    m.handle_event(T0, link(3, "wlan0", true));
+    m.handle_event(T0, addr(3, "192.168.1.5"));
+    started(&mut m);
+    let mut now = T0;
+    let mut seen = Vec::new();
+    for _ in 0..3 {
+        now = m.poll_timeout().unwrap();
+        m.handle_timeout(now);
+        for a in drain(&mut m) {
+            if let Action::Add { tcp, .. } = a {
+                seen.push(tcp);
+            }
+        }
+    }
+    assert_eq!(seen, [true, false, true]);
+    assert!(m.is_tcp(0));
+    m.handle_validated(now, 0);
+    // A connection that ends re-adds the path over TCP, without waiting.
+    m.handle_transport_failed(now, 0);
+    let a = drain(&mut m);
+    assert!(
+        matches!(
+            a[..],
+            [
+                Action::Remove { id: 0, .. },
+                Action::Add {
+                    id: 0,
+                    tcp: true,
+                    ..
+                }
+            ]
+        ),
+        "{a:?}"
+    );
+    // While it validates again, another failure is left to the retry timer.
+    m.handle_transport_failed(now, 0);
+    assert!(drain(&mut m).is_empty());
+    // A re-created interface starts over on UDP.
+    m.handle_validated(now, 0);
+    m.handle_event(now, NetEvent::LinkGone { index: 3 });
+    m.handle_event(now, link(4, "wlan0", true));
+    m.handle_event(now, addr(4, "192.168.1.5"));
+    let a = drain(&mut m);
+    assert!(
+        matches!(
+            a[..],
+            [Action::Remove { .. }, Action::Add { tcp: false, .. }]
+        ),
+        "{a:?}"
+    );
 }

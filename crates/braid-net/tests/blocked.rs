@@ -1,0 +1,60 @@
+//! Networks that get in the way (root; network namespaces; nftables): UDP blocked on one
+//! link, and an asymmetric black hole on one path. The rig of `live_paths.rs` (two veth
+//! links, 40 Mbit/s each towards the agent); downloads through the agent's SOCKS5 port,
+//! checked by SHA-256, with the longest stall measured. Without root, namespaces or
+//! nftables each test prints why it skips.
+
+mod common;
+mod nsrig;
+
+use braid_net::agent::{Agent, PathStatus};
+use nsrig::{agent_cfg, check, download, nft_drop, nft_dropped, setup, skip, wait};
+use std::time::{Duration, Instant};
+
+fn no_nft() -> bool {
+    if braid_testbed::cmd::run("nft", &["--version"]).is_err() {
+        eprintln!("skipped: nft (nftables) is not installed");
+        return true;
+    }
+    false
+}
+
+/// UDP is dropped on p1 (a hotel network): path b gets no answer over UDP, falls back to
+/// braid over TCP to the server's port, and the download uses both links.
+#[test]
+fn a_path_on_a_network_that_blocks_udp_carries_data_over_tcp() {
+    if skip() || no_nft() {
+        return;
+    }
+    let s = setup(24 << 20);
+    let net = s.net.clone();
+    let rule = nft_drop(&net.c, "output", "oifname \"p1\" meta l4proto udp");
+    let cfg = agent_cfg(&["a=p0", "b=p1"], s.key.clone(), s.server_pub);
+    let (web, n2) = (s.web, net.clone());
+    let (o, fell_back, a_bytes, b_bytes) = net.client(move || async move {
+        let t = Instant::now();
+        let mut agent = Agent::start(cfg).await.unwrap();
+        assert!(agent.wait_established(Duration::from_secs(3)).await);
+        wait(&mut agent, "b", PathStatus::Up, 6000).await;
+        let fell_back = t.elapsed();
+        let (a0, b0) = (n2.rx_bytes(0), n2.rx_bytes(1));
+        let o = download(agent.socks.unwrap(), web).await;
+        (o, fell_back, n2.rx_bytes(0) - a0, n2.rx_bytes(1) - b0)
+    });
+    let dropped = nft_dropped(&net.c, &rule);
+    let share = b_bytes as f64 / (a_bytes + b_bytes) as f64;
+    eprintln!(
+        "UDP blocked on p1 ({dropped} UDP packets dropped): path b up over TCP {} ms after the \
+         agent started; it carried {:.1} % of the download's bytes ({b_bytes} of {})",
+        fell_back.as_millis(),
+        share * 100.0,
+        a_bytes + b_bytes
+    );
+    check("UDP blocked", &o, &s.data, Duration::from_millis(1000));
+    assert!(dropped > 0, "nothing was blocked");
+    assert!(share >= 0.25, "the TCP path carried {:.1} %", share * 100.0);
+    assert!(
+        a_bytes as f64 / (a_bytes + b_bytes) as f64 >= 0.25,
+        "the UDP path carried too little"
+    );
+}
