@@ -58,3 +58,50 @@ fn a_path_on_a_network_that_blocks_udp_carries_data_over_tcp() {
         "the UDP path carried too little"
     );
 }
+
+/// An asymmetric black hole on p0: everything the server sends on that link is dropped
+/// (nftables in the server's namespace) for 1.5 s while the agent's packets still arrive.
+/// The download stalls at most 1 s and p0 carries data again after the hole closes.
+#[test]
+fn an_asymmetric_black_hole_stalls_at_most_1_s_and_the_path_comes_back() {
+    if skip() || no_nft() {
+        return;
+    }
+    let s = setup(40 << 20);
+    let cfg = agent_cfg(&["a=p0", "b=p1"], s.key.clone(), s.server_pub);
+    let (net, web) = (s.net.clone(), s.web);
+    let (o, back, during) = s.net.client(move || async move {
+        let mut agent = Agent::start(cfg).await.unwrap();
+        assert!(agent.wait_established(Duration::from_secs(3)).await);
+        wait(&mut agent, "a", PathStatus::Up, 2000).await;
+        wait(&mut agent, "b", PathStatus::Up, 2000).await;
+        let dl = tokio::spawn(download(agent.socks.unwrap(), web));
+        nsrig::sleep(800).await;
+        let rule = nft_drop(&net.s, "output", "oifname \"s0\" meta l4proto udp");
+        let a0 = net.rx_bytes(0);
+        nsrig::sleep(1500).await;
+        let during = net.rx_bytes(0) - a0;
+        let dropped = nft_dropped(&net.s, &rule);
+        nsrig::nft_del(&net.s, &rule);
+        eprintln!("black hole on p0 for 1.5 s: {dropped} packets of the server dropped");
+        assert!(dropped > 0, "the black hole caught nothing");
+        // Back: p0 carries at least 1 MB again.
+        let (t, a1) = (Instant::now(), net.rx_bytes(0));
+        let mut back = None;
+        while t.elapsed() < Duration::from_secs(5) && !dl.is_finished() {
+            if net.rx_bytes(0) > a1 + 1_000_000 {
+                back = Some(t.elapsed());
+                break;
+            }
+            nsrig::sleep(20).await;
+        }
+        (dl.await.unwrap(), back, during)
+    });
+    check("black hole", &o, &s.data, Duration::from_millis(1000));
+    let back = back.expect("p0 carried no data after the black hole was removed");
+    eprintln!(
+        "black hole: p0 received {during} bytes while it lasted; carried 1 MB again {} ms after it was removed",
+        back.as_millis()
+    );
+    assert!(during < 200_000, "the black hole let {during} bytes through");
+}
