@@ -103,5 +103,8 @@ fn an_asymmetric_black_hole_stalls_at_most_1_s_and_the_path_comes_back() {
         "black hole: p0 received {during} bytes while it lasted; carried 1 MB again {} ms after it was removed",
         back.as_millis()
     );
-    assert!(during < 200_000, "the black hole let {during} bytes through");
+    assert!(
+        during < 200_000,
+        "the black hole let {during} bytes through"
+    );
 }

@@ -51,6 +51,11 @@ pub struct ServerArgs {
     /// Most bytes buffered per session.
     #[arg(long)]
     pub max_buffered: Option<u64>,
+    /// This machine's own unicast address, ADDR:PORT, for several servers behind one DNS
+    /// name, anycast address or UDP load balancer: every agent is told it in the handshake
+    /// answer and sends every path of its session there (docs/deployment.md).
+    #[arg(long, value_name = "ADDR:PORT")]
+    pub unicast: Option<String>,
     /// Log level: error, warn, info, debug or trace.
     #[arg(long)]
     pub log_level: Option<String>,
@@ -219,6 +224,18 @@ pub fn server(a: ServerArgs) -> Result<()> {
     }
     if let Some(n) = a.max_buffered.or(f.max_buffered) {
         cfg.max_buffered = n;
+    }
+    if let Some(u) = a.unicast.or(f.unicast) {
+        let addr: SocketAddr = u.parse().with_context(|| {
+            format!("--unicast {u:?}: expected this machine's own ADDR:PORT like 198.51.100.7:4433")
+        })?;
+        if addr.ip().is_unspecified() || addr.port() == 0 || addr.is_ipv4() != listen.is_ipv4() {
+            bail!(
+                "--unicast {u}: give an address agents can reach this machine at, with a port, \
+                 of the same family as --listen {listen}"
+            );
+        }
+        cfg.unicast = Some(addr);
     }
     runtime()?.block_on(async move {
         let server = Server::bind(cfg).await?;

@@ -4,7 +4,8 @@
 //! a handshake) carries the session and its path becomes the session's first path. A server
 //! creates the session from the first message 1 that reaches it and drops the others, so it
 //! answers on one path only; servers that lose the race keep a half-open session until
-//! their idle timeout.
+//! their idle timeout. A server that names its own unicast address in its answer (it sits
+//! behind a shared name, anycast address or load balancer) gets the whole session there.
 //!
 //! Owns: binding the paths' sockets for a new session, retransmitting message 1 with
 //! backoff, and choosing the winner. Must not touch: the session itself (`run` builds it).
@@ -19,7 +20,7 @@ use std::sync::Arc;
 use std::time::Duration;
 use tokio::net::UdpSocket;
 use tokio::sync::mpsc;
-use tracing::debug;
+use tracing::{debug, info};
 
 /// A socket bound for a path of the session.
 pub(super) struct Bound {
@@ -171,7 +172,22 @@ pub(super) async fn handshake(
             }
             match hs[k].3.finish(&pkt) {
                 Ok(keys) => {
-                    won = Some((i, hs[k].1, keys));
+                    // A server behind a shared address (anycast, a load balancer) names
+                    // its own: every path of the session goes there.
+                    let server = match hs[k].3.server_address() {
+                        Some(own) if own.is_ipv4() == hs[k].1.is_ipv4() => {
+                            if own != hs[k].1 {
+                                info!(asked = %hs[k].1, server = %own, "the server named its own address: the session goes there");
+                            }
+                            own
+                        }
+                        Some(own) => {
+                            debug!(%own, "ignored a server address of the other family");
+                            hs[k].1
+                        }
+                        None => hs[k].1,
+                    };
+                    won = Some((i, server, keys));
                     break 'attempts;
                 }
                 Err(e) => debug!("ignored a bad handshake reply: {e}"),

@@ -89,6 +89,10 @@ pub struct ServerConfig {
     /// A session whose first exchange (the agent's first authenticated packet) has not
     /// completed after this long is closed.
     pub first_exchange_timeout: Duration,
+    /// This machine's own unicast address, told to every agent in the handshake answer
+    /// when several servers share one name, anycast address or load balancer: the agent
+    /// then sends every path of its session here (docs/deployment.md).
+    pub unicast: Option<SocketAddr>,
     /// Transport settings.
     pub transport: Config,
 }
@@ -110,6 +114,7 @@ impl ServerConfig {
             handshake_burst: 10,
             load_threshold: 256,
             first_exchange_timeout: Duration::from_secs(10),
+            unicast: None,
             // Keepalive as the core's default (25 s, the agent's) and the agent's idle
             // timeout (see `agent::IDLE_TIMEOUT`).
             transport: Config {
@@ -410,13 +415,14 @@ impl Listener<'_> {
             });
             return;
         }
-        match ServerHandshake::respond(
+        match ServerHandshake::respond_with_address(
             &s.cfg.key,
             &s.cfg.authorized,
             &mut self.guard,
             pkt,
             now_ms,
             MAX_SKEW_MS,
+            s.cfg.unicast,
         ) {
             Ok((client, keys, reply)) => {
                 info!(%from, client = %client.to_base64(), session = format_args!("{sid:016x}"), "agent authenticated");
