@@ -116,6 +116,12 @@ pub async fn connect(bind: &PathBind, server: SocketAddr) -> io::Result<TcpStrea
         PathBind::Address(ip) => s.bind(SocketAddr::new(*ip, 0)).map_err(|e| {
             io::Error::new(e.kind(), format!("cannot bind a TCP socket to {ip}: {e}"))
         })?,
+        PathBind::Auto => {
+            return Err(io::Error::new(
+                io::ErrorKind::InvalidInput,
+                "an auto path is connected from the interface the path manager chose",
+            ))
+        }
     }
     let _ = s.set_send_buffer_size(SOCKET_BUFFER as u32);
     let _ = s.set_recv_buffer_size(SOCKET_BUFFER as u32);

@@ -85,8 +85,13 @@ pub struct AgentArgs {
     /// while no other path works), `cap=SIZE/day` or `cap=SIZE/month` (bytes both ways; over
     /// it the path is a backup), `power=WATTS` (for --scheduler operetta). Repeat for each
     /// path, 1 to 8, like --path wifi=wlan0 --path lte=wwan0,backup,cap=10GB/month. Paths
-    /// that are absent are used when they appear.
-    #[arg(long = "path", value_name = "NAME=IFACE_OR_LOCAL_IP[,OPTION...]")]
+    /// that are absent are used when they appear. `--path auto` (once; `backup` and
+    /// `power` allowed, not `cap`) uses every interface with a default route except
+    /// loopback and braid's own devices, as many as the other paths leave room for.
+    #[arg(
+        long = "path",
+        value_name = "NAME=IFACE_OR_LOCAL_IP[,OPTION...] | auto"
+    )]
     #[serde(default, rename = "path")]
     pub paths: Vec<String>,
     /// SOCKS5 proxy listen address, like 127.0.0.1:1080.

@@ -57,18 +57,21 @@ pub(super) struct Established {
     pub paths: Vec<Bound>,
 }
 
-/// Bind a socket for configured path `slot`, attached as the path manager says, sending to
-/// `server`.
+/// A path the path manager offers: configured path `slot`, where the kernel offers it, and
+/// how to bind it (an auto path as the interface it took).
+pub(super) type Avail = (usize, Attach, PathBind);
+
+/// Bind a socket for configured path `slot` as `bind` says, sending to `server`.
 pub(super) fn bind(
     cfg: &AgentConfig,
-    slot: usize,
-    attach: Attach,
+    (slot, attach, bind): &Avail,
     server: SocketAddr,
 ) -> std::io::Result<Bound> {
+    let (slot, attach) = (*slot, *attach);
     let p = &cfg.paths[slot];
-    let socket = match &p.bind {
-        PathBind::Interface(_) => bind_path(&p.bind, server)?,
+    let socket = match bind {
         PathBind::Address(ip) => bind_udp(SocketAddr::new(*ip, 0), None)?,
+        b => bind_path(b, server)?,
     };
     Ok(Bound {
         slot,
@@ -82,15 +85,15 @@ pub(super) fn bind(
 /// first answer; `attempts` rounds, 0.5 s, 1 s, 2 s, then 4 s apart.
 pub(super) async fn handshake(
     cfg: &AgentConfig,
-    avail: &[(usize, Attach)],
+    avail: &[Avail],
     attempts: u32,
 ) -> Result<Established, String> {
     let mut paths = Vec::new();
     let mut errors = Vec::new();
-    for &(slot, attach) in avail {
-        match bind(cfg, slot, attach, cfg.servers[0]) {
+    for a in avail {
+        match bind(cfg, a, cfg.servers[0]) {
             Ok(b) => paths.push(b),
-            Err(e) => errors.push(format!("path {}: {e}", cfg.paths[slot].name)),
+            Err(e) => errors.push(format!("path {}: {e}", cfg.paths[a.0].name)),
         }
     }
     if paths.is_empty() {

@@ -8,9 +8,9 @@
 //! lifecycle (`run`).
 
 use super::handshake::Bound;
-use super::AgentConfig;
 use crate::driver::{Incoming, PathSender};
 use crate::tcp::{self, FrameSender};
+use crate::udp::PathBind;
 use braid_core::PathId;
 use bytes::BytesMut;
 use std::collections::HashMap;
@@ -119,12 +119,11 @@ impl Links {
         }
     }
 
-    /// Start connecting path `id` (configured path `slot`) to `server` over TCP; the
+    /// Start connecting path `id` (configured path `slot`, bound as `bind`) to `server` over TCP; the
     /// result arrives on `conn_rx`.
-    pub fn connect_tcp(&mut self, cfg: &AgentConfig, slot: usize, id: PathId, server: SocketAddr) {
+    pub fn connect_tcp(&mut self, slot: usize, bind: PathBind, id: PathId, server: SocketAddr) {
         self.next_gen += 1;
         let generation = self.next_gen;
-        let bind = cfg.paths[slot].bind.clone();
         let tx = self.conn_tx.clone();
         let task = Task(tokio::spawn(async move {
             let r = tcp::connect(&bind, server).await;

@@ -120,7 +120,7 @@ pub(super) async fn keep_session(
             Some(est) => est,
             None => {
                 r.wait_for_a_path().await;
-                let avail = r.mgr.available();
+                let avail = r.avail();
                 match handshake::handshake(&r.cfg, &avail, 6).await {
                     Ok(est) => est,
                     Err(e) => {
@@ -166,6 +166,15 @@ impl Runner {
 
     fn name(&self, slot: usize) -> &str {
         &self.cfg.paths[slot].name
+    }
+
+    /// The paths available now, with how to bind each.
+    fn avail(&self) -> Vec<handshake::Avail> {
+        self.mgr
+            .available()
+            .into_iter()
+            .filter_map(|(slot, a)| Some((slot, a, self.mgr.bind_of(slot)?)))
+            .collect()
     }
 
     /// Feed one watcher message to the manager.
@@ -457,7 +466,7 @@ impl Runner {
             .unanswered_since
             .is_some_and(|t| now.duration_since(t) >= SUSPECT_AFTER);
         if suspect && w.probe.is_none() && w.pending.is_none() && now >= w.next_probe {
-            let avail = self.mgr.available();
+            let avail = self.avail();
             if avail.is_empty() {
                 return;
             }
@@ -498,7 +507,10 @@ impl Runner {
                     warn!(path = %self.name(slot), id, ifindex = attach.index, addr = %attach.addr, server = %self.server,
                         "no answer over UDP: trying braid over TCP (the network may block UDP)");
                     self.set_status(slot, PathStatus::Validating);
-                    links.connect_tcp(&self.cfg, slot, id, self.server);
+                    let Some(bind) = self.mgr.bind_of(slot) else {
+                        continue;
+                    };
+                    links.connect_tcp(slot, bind, id, self.server);
                 }
                 Action::Add {
                     slot,
@@ -506,7 +518,10 @@ impl Runner {
                     attach,
                     tcp: false,
                 } => {
-                    let b = match handshake::bind(&self.cfg, slot, attach, self.server) {
+                    let Some(bind) = self.mgr.bind_of(slot) else {
+                        continue;
+                    };
+                    let b = match handshake::bind(&self.cfg, &(slot, attach, bind), self.server) {
                         Ok(b) => b,
                         Err(e) => {
                             // The manager re-binds it when validation does not come.

@@ -294,3 +294,75 @@ fn a_path_whose_udp_validation_gets_no_answer_falls_back_to_tcp() {
         "{a:?}"
     );
 }
+
+fn route(index: u32, v6: bool) -> NetEvent {
+    NetEvent::DefaultRoute {
+        index,
+        v6,
+        metric: 0,
+    }
+}
+
+/// `--path auto`: slots take, in order, the interfaces that are up with a default route of
+/// the server's family, except loopback, braid's own devices and interfaces another path
+/// names; a slot keeps its interface while it is gone and gets it back.
+#[test]
+fn auto_paths_take_interfaces_with_a_default_route() {
+    let mut m = PathManager::new(
+        vec![
+            PathBind::Interface("eth0".into()),
+            PathBind::Auto,
+            PathBind::Auto,
+        ],
+        true,
+    );
+    for (i, name) in [
+        (1, "lo"),
+        (2, "eth0"),
+        (3, "braid0"),
+        (4, "wwan0"),
+        (5, "wlan0"),
+    ] {
+        m.handle_event(T0, link(i, name, true));
+        m.handle_event(T0, addr(i, &format!("10.0.{i}.1")));
+    }
+    // No default route yet: nothing for the auto slots.
+    assert_eq!(m.available().len(), 1);
+    assert!(m.why_unavailable(1).contains("default route"));
+    for i in [1, 2, 3] {
+        m.handle_event(T0, route(i, false));
+    }
+    m.handle_event(T0, route(5, true)); // IPv6 only: not for an IPv4 server.
+    assert_eq!(
+        m.available().len(),
+        1,
+        "lo, eth0 (named) and braid0 are not taken"
+    );
+    m.handle_event(T0, route(4, false));
+    m.handle_event(T0, route(5, false));
+    let av: Vec<usize> = m.available().iter().map(|a| a.0).collect();
+    assert_eq!(av, [0, 1, 2]);
+    assert_eq!(m.bind_of(1), Some(PathBind::Interface("wwan0".into())));
+    assert_eq!(m.bind_of(2), Some(PathBind::Interface("wlan0".into())));
+    started(&mut m);
+    // wwan0's default route goes: its slot leaves the session and stays wwan0's.
+    m.handle_event(
+        T0,
+        NetEvent::DefaultRouteGone {
+            index: 4,
+            v6: false,
+            metric: 0,
+        },
+    );
+    assert!(matches!(
+        drain(&mut m)[..],
+        [Action::Remove { slot: 1, .. }]
+    ));
+    m.handle_event(T0, link(6, "usb0", true));
+    m.handle_event(T0, addr(6, "10.0.6.1"));
+    m.handle_event(T0, route(6, false));
+    assert!(drain(&mut m).is_empty(), "no free auto slot for usb0");
+    m.handle_event(T0, route(4, false));
+    assert!(matches!(drain(&mut m)[..], [Action::Add { slot: 1, .. }]));
+    assert_eq!(m.auto_interface(1), Some("wwan0"));
+}
