@@ -108,3 +108,45 @@ fn an_asymmetric_black_hole_stalls_at_most_1_s_and_the_path_comes_back() {
         "the black hole let {during} bytes through"
     );
 }
+
+/// UDP dropped on both links: the handshake is answered over TCP only, the session starts
+/// there, the other path follows over TCP, and the download is exact.
+#[test]
+fn with_udp_blocked_on_every_link_the_session_starts_over_tcp() {
+    if skip() || no_nft() {
+        return;
+    }
+    let s = setup(8 << 20);
+    let net = s.net.clone();
+    nft_drop(&net.c, "output", "meta l4proto udp");
+    let cfg = agent_cfg(&["a=p0", "b=p1"], s.key.clone(), s.server_pub);
+    let (web, n2) = (s.web, net.clone());
+    let (o, est, both, a_bytes, b_bytes) = net.client(move || async move {
+        let t = Instant::now();
+        let mut agent = Agent::start(cfg).await.unwrap();
+        assert!(
+            agent.wait_established(Duration::from_secs(5)).await,
+            "no session over TCP"
+        );
+        let est = t.elapsed();
+        wait(&mut agent, "a", PathStatus::Up, 6000).await;
+        wait(&mut agent, "b", PathStatus::Up, 6000).await;
+        let both = t.elapsed();
+        let (a0, b0) = (n2.rx_bytes(0), n2.rx_bytes(1));
+        let o = download(agent.socks.unwrap(), web).await;
+        (o, est, both, n2.rx_bytes(0) - a0, n2.rx_bytes(1) - b0)
+    });
+    eprintln!(
+        "UDP blocked everywhere: session over TCP after {} ms, both paths up after {} ms; \
+         p0 received {a_bytes} bytes, p1 {b_bytes}",
+        est.as_millis(),
+        both.as_millis()
+    );
+    check(
+        "UDP blocked everywhere",
+        &o,
+        &s.data,
+        Duration::from_millis(1000),
+    );
+    assert!(a_bytes > 1_000_000 && b_bytes > 1_000_000);
+}

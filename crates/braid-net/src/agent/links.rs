@@ -147,6 +147,25 @@ impl Links {
                 return false;
             }
         };
+        self.add_tcp(id, generation, stream, name, server);
+        true
+    }
+
+    /// Use a connected TCP stream for path `id` (a new generation if `generation` is 0).
+    pub fn add_tcp(
+        &mut self,
+        id: PathId,
+        generation: u64,
+        stream: TcpStream,
+        name: &str,
+        server: SocketAddr,
+    ) {
+        let generation = if generation == 0 {
+            self.next_gen += 1;
+            self.next_gen
+        } else {
+            generation
+        };
         let (tx, task) = tcp::agent_link(
             stream,
             server,
@@ -160,7 +179,11 @@ impl Links {
             t.insert(id, Route::Tcp(tx));
         }
         info!(path = %name, %server, "TCP connection up: the path's packets go over TCP");
-        true
+    }
+
+    /// True when path `id` goes over TCP now.
+    pub fn is_tcp(&self, id: PathId) -> bool {
+        self.tcp_gen.contains_key(&id)
     }
 
     /// True when the ended connection `(id, generation)` is the path's current one.

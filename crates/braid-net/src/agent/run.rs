@@ -286,6 +286,10 @@ impl Runner {
         let mut transport = self.cfg.transport.clone();
         transport.seed = braid_crypto::random::random_u64().unwrap_or(transport.seed ^ est.sid);
         let mut session = Session::connect(transport, now, est.sid, est.first);
+        let mut first_tcp = est.first_tcp;
+        if first_tcp.is_some() {
+            session.set_path_reliable(now, est.first, true);
+        }
         let (in_tx, in_rx) = mpsc::channel::<Incoming>(4096);
         let mut links = Links::new(in_tx);
         let mut started = Vec::new();
@@ -300,7 +304,13 @@ impl Runner {
             (self.policy_fn(b.slot, id))(&mut session, now);
             started.push((b.slot, id, b.attach));
             self.set_status(b.slot, PathStatus::Validating);
-            links.add_udp(id, &b);
+            match first_tcp.take_if(|_| id == est.first) {
+                Some(stream) => {
+                    let name = self.cfg.paths[b.slot].name.clone();
+                    links.add_tcp(id, 0, stream, &name, est.server);
+                }
+                None => links.add_udp(id, &b),
+            }
         }
         let names: Vec<&str> = started.iter().map(|p| self.name(p.0)).collect();
         info!(
@@ -341,6 +351,9 @@ impl Runner {
         let mut handle = AbortOnDrop(tokio::spawn(task.run()));
         let _ = tx.send(Some(cmd_tx.clone()));
         self.mgr.session_started(self.now(), &started);
+        if links.is_tcp(est.first) {
+            self.mgr.mark_tcp(est.first);
+        }
         let mut counted: HashMap<PathId, u64> = HashMap::new();
         let mut silence = Silence::new();
         let mut replacement = None;

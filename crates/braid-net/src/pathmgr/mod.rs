@@ -481,6 +481,16 @@ impl PathManager {
         }
     }
 
+    /// Path `id` of the new session already runs over TCP (its handshake was answered
+    /// there).
+    pub fn mark_tcp(&mut self, id: PathId) {
+        for l in self.slots.iter_mut().filter_map(|s| s.live.as_mut()) {
+            if l.id == id {
+                l.tcp = true;
+            }
+        }
+    }
+
     /// True when path `id` is (being) carried over TCP.
     pub fn is_tcp(&self, id: PathId) -> bool {
         self.slots
