@@ -17,7 +17,8 @@
 //!     its encrypted payload: timestamp (u64 BE, unix ms) | session id (u64 BE)
 //! cookie reply (server -> client, only under load): see crate::cookie (56 B)
 //! message 2 (server -> client): header(type 1, same session id and path id, pn 0) | Noise IK msg 2
-//!     its payload: empty
+//!     its payload: empty, or the server's own unicast address (encrypted, authenticated):
+//!     4 | IPv4 (4) | port (u16 BE)   or   6 | IPv6 (16) | port (u16 BE)
 //! ```
 //!
 //! The session id is repeated inside the encrypted payload so that the server only accepts
@@ -219,6 +220,7 @@ pub struct ClientHandshake {
     mac1: [u8; MAC_LEN],
     /// The cookie of the server's last cookie reply, if any.
     cookie: Option<[u8; COOKIE_LEN]>,
+    server_address: Option<std::net::SocketAddr>,
 }
 
 impl std::fmt::Debug for ClientHandshake {
@@ -282,6 +284,7 @@ impl ClientHandshake {
             body,
             mac1,
             cookie: None,
+            server_address: None,
         };
         let packet = hs.message1();
         Ok((hs, packet))
@@ -317,6 +320,13 @@ impl ClientHandshake {
         self.session_id
     }
 
+    /// The server's own unicast address, if its message 2 named one (a server behind a
+    /// shared name, anycast address or load balancer): every path of the session goes
+    /// there.
+    pub fn server_address(&self) -> Option<std::net::SocketAddr> {
+        self.server_address
+    }
+
     /// The path message 1 is sent on.
     pub fn path_id(&self) -> u8 {
         self.path_id
@@ -348,13 +358,15 @@ impl ClientHandshake {
             .read_message(msg, &mut payload)
             .map_err(noise("reading message 2"))?;
         if n != 0 {
-            // The message authenticated, so the state moved on: this is a server of
-            // another handshake version, not a forgery; the handshake cannot go on.
-            return Err(HandshakeError::BadPayload {
-                message: 2,
-                len: n,
-                expected: 0,
-            });
+            // The message authenticated, so the state moved on: anything but an address
+            // is a server of another handshake version, not a forgery; it cannot go on.
+            self.server_address = Some(decode_address(&payload[..n]).ok_or(
+                HandshakeError::BadPayload {
+                    message: 2,
+                    len: n,
+                    expected: 0,
+                },
+            )?);
         }
         if !self.state.is_handshake_finished() {
             return Err(HandshakeError::Noise {
@@ -386,6 +398,21 @@ impl ServerHandshake {
         packet: &[u8],
         now_unix_ms: u64,
         max_skew_ms: u64,
+    ) -> Result<(PublicKey, SessionKeys, Vec<u8>), HandshakeError> {
+        let (k, g, p) = (server_key, guard, packet);
+        Self::respond_with_address(k, authorized, g, p, now_unix_ms, max_skew_ms, None)
+    }
+
+    /// [`ServerHandshake::respond`], with the server's own unicast address in message 2
+    /// (when `unicast` is given) for the client to send the whole session to.
+    pub fn respond_with_address(
+        server_key: &StaticKeypair,
+        authorized: &[PublicKey],
+        guard: &mut ReplayGuard,
+        packet: &[u8],
+        now_unix_ms: u64,
+        max_skew_ms: u64,
+        unicast: Option<std::net::SocketAddr>,
     ) -> Result<(PublicKey, SessionKeys, Vec<u8>), HandshakeError> {
         let (session_id, path_id, msg) = split_handshake_packet(packet)?;
         if !Mac1Key::new(&server_key.public()).check(packet) {
@@ -449,12 +476,31 @@ impl ServerHandshake {
         // it was.
         let mut reply = [0u8; 256];
         let m = state
-            .write_message(&[], &mut reply)
+            .write_message(&unicast.map(encode_address).unwrap_or_default(), &mut reply)
             .map_err(noise("writing message 2"))?;
         let packet = handshake_packet(session_id, path_id, &reply[..m])?;
         guard.check_and_record(&client, timestamp_ms)?;
         let keys = keys_from(&mut state, Role::Server);
         Ok((client, keys, packet))
+    }
+}
+
+/// Message 2's optional payload: a socket address.
+fn encode_address(a: std::net::SocketAddr) -> Vec<u8> {
+    let mut v = match a.ip() {
+        std::net::IpAddr::V4(ip) => [&[4u8][..], &ip.octets()].concat(),
+        std::net::IpAddr::V6(ip) => [&[6u8][..], &ip.octets()].concat(),
+    };
+    v.extend_from_slice(&a.port().to_be_bytes());
+    v
+}
+
+fn decode_address(b: &[u8]) -> Option<std::net::SocketAddr> {
+    let port = |p: &[u8]| u16::from_be_bytes([p[0], p[1]]);
+    match (b.first()?, b.len()) {
+        (4, 7) => Some((<[u8; 4]>::try_from(&b[1..5]).ok()?, port(&b[5..])).into()),
+        (6, 19) => Some((<[u8; 16]>::try_from(&b[1..17]).ok()?, port(&b[17..])).into()),
+        _ => None,
     }
 }
 

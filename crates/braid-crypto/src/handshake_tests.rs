@@ -323,3 +323,53 @@ fn cookie_reply_gives_message_1_a_mac2_and_keeps_the_noise_part() {
     let client_keys = ch.finish(&m2).unwrap();
     assert_keys_match(&client_keys, &server_keys);
 }
+
+/// A server behind a shared address names its own unicast address in message 2 (IPv4 or
+/// IPv6); the client reads it; without one, none. An altered message 2 is refused as any.
+#[test]
+fn message_2_may_carry_the_servers_unicast_address() {
+    let mut w = world();
+    for (i, unicast) in [None, Some("192.0.2.7:4433"), Some("[2001:db8::7]:443")]
+        .into_iter()
+        .enumerate()
+    {
+        let unicast: Option<std::net::SocketAddr> = unicast.map(|a| a.parse().unwrap());
+        let server_pub = w.server.public();
+        let (mut hs, m1) =
+            ClientHandshake::new(&w.client, &server_pub, 7, 0, NOW + i as u64).unwrap();
+        let (_, skeys, m2) = ServerHandshake::respond_with_address(
+            &w.server,
+            &w.authorized,
+            &mut w.guard,
+            &m1,
+            NOW + i as u64,
+            SKEW,
+            unicast,
+        )
+        .unwrap();
+        let mut bad = m2.clone();
+        let last = bad.len() - 1;
+        bad[last] ^= 1;
+        assert!(hs.finish(&bad).is_err());
+        let ckeys = hs.finish(&m2).unwrap();
+        assert_keys_match(&ckeys, &skeys);
+        assert_eq!(hs.server_address(), unicast);
+    }
+}
+
+#[test]
+fn address_payloads_round_trip_and_bad_ones_are_refused() {
+    for a in ["10.0.0.1:1", "[::1]:65535"] {
+        let a: std::net::SocketAddr = a.parse().unwrap();
+        assert_eq!(decode_address(&encode_address(a)), Some(a));
+    }
+    for bad in [
+        &[][..],
+        &[4, 1, 2, 3, 4, 5][..],
+        &[5; 7][..],
+        &[6; 7][..],
+        &[4; 19][..],
+    ] {
+        assert_eq!(decode_address(bad), None, "{bad:?}");
+    }
+}

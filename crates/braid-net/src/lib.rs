@@ -4,6 +4,7 @@
 //! - [`bridge`]: streams between the session task and application-side tasks,
 //! - [`protect`]: the AEAD and replay window on every packet,
 //! - [`udp`]: path sockets bound to interfaces or source addresses,
+//! - [`tcp`]: braid packets over TCP, for networks that block UDP,
 //! - [`splice`]: relaying a TCP connection over a stream,
 //! - [`agent`]: `braid agent` (SOCKS5, HTTP CONNECT, UDP ASSOCIATE, live paths),
 //! - [`pathmgr`]: the agent's path decisions from link and address events,
@@ -22,4 +23,5 @@ pub mod protect;
 pub mod server;
 pub mod splice;
 pub mod status;
+pub mod tcp;
 pub mod udp;

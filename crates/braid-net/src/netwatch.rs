@@ -1,9 +1,10 @@
 //! Watches the kernel's links and addresses through rtnetlink notifications and turns them
 //! into [`NetEvent`]s for the path manager.
 //!
-//! Owns: one `NETLINK_ROUTE` socket subscribed to link and IPv4/IPv6 address changes, the
-//! initial dumps (links, then addresses), and a fresh dump after the kernel reports lost
-//! notifications (`ENOBUFS`). Must not touch: any decision (that is [`crate::pathmgr`]).
+//! Owns: one `NETLINK_ROUTE` socket subscribed to link, IPv4/IPv6 address and route
+//! changes, the initial dumps (links, addresses, then routes: only default routes of the
+//! main table become events, for `--path auto`), and a fresh dump after the kernel reports
+//! lost notifications (`ENOBUFS`). Must not touch: any decision (that is [`crate::pathmgr`]).
 //! No polling: the task sleeps until the kernel sends something.
 //!
 //! The socket belongs to the network namespace of the thread that calls [`watch`].
@@ -14,6 +15,8 @@ use netlink_packet_core::{
 };
 use netlink_packet_route::address::{AddressAttribute, AddressMessage};
 use netlink_packet_route::link::{LinkAttribute, LinkFlags, LinkMessage};
+use netlink_packet_route::route::{RouteAttribute, RouteHeader, RouteMessage};
+use netlink_packet_route::AddressFamily;
 use netlink_packet_route::RouteNetlinkMessage;
 use netlink_sys::{protocols::NETLINK_ROUTE, Socket, SocketAddr};
 use std::io;
@@ -25,8 +28,11 @@ use tracing::{debug, warn};
 /// (events were lost; a full dump follows).
 pub type WatchMsg = Option<NetEvent>;
 
-const GROUPS: u32 =
-    (libc::RTMGRP_LINK | libc::RTMGRP_IPV4_IFADDR | libc::RTMGRP_IPV6_IFADDR) as u32;
+const GROUPS: u32 = (libc::RTMGRP_LINK
+    | libc::RTMGRP_IPV4_IFADDR
+    | libc::RTMGRP_IPV6_IFADDR
+    | libc::RTMGRP_IPV4_ROUTE
+    | libc::RTMGRP_IPV6_ROUTE) as u32;
 
 /// Start watching: the receiver gets the current links and addresses first, then every
 /// change. Fails if rtnetlink is not available (not Linux, or no permission).
@@ -54,6 +60,7 @@ pub fn watch() -> io::Result<(
 enum Dump {
     Links,
     Addresses,
+    Routes,
     Done,
 }
 
@@ -117,8 +124,8 @@ async fn run(fd: AsyncFd<Socket>, tx: mpsc::UnboundedSender<WatchMsg>) -> io::Re
             let len = msg.header.length as usize;
             off += len.max(16).next_multiple_of(4);
             match msg.payload {
-                NetlinkPayload::Done(_) => {
-                    if dump == Dump::Links {
+                NetlinkPayload::Done(_) => match dump {
+                    Dump::Links => {
                         seq += 1;
                         send(
                             &fd,
@@ -126,10 +133,18 @@ async fn run(fd: AsyncFd<Socket>, tx: mpsc::UnboundedSender<WatchMsg>) -> io::Re
                             seq,
                         )?;
                         dump = Dump::Addresses;
-                    } else {
-                        dump = Dump::Done;
                     }
-                }
+                    Dump::Addresses => {
+                        seq += 1;
+                        send(
+                            &fd,
+                            RouteNetlinkMessage::GetRoute(RouteMessage::default()),
+                            seq,
+                        )?;
+                        dump = Dump::Routes;
+                    }
+                    _ => dump = Dump::Done,
+                },
                 NetlinkPayload::InnerMessage(m) => {
                     if let Some(ev) = convert(m) {
                         if tx.send(Some(ev)).is_err() {
@@ -165,6 +180,39 @@ fn address(m: &AddressMessage) -> Option<std::net::IpAddr> {
     })
 }
 
+/// A default route of the main table: (its output interface, IPv6, metric).
+fn default_route(r: &RouteMessage) -> Option<(u32, bool, u32)> {
+    if r.header.destination_prefix_length != 0 {
+        return None;
+    }
+    let table = r
+        .attributes
+        .iter()
+        .find_map(|a| match a {
+            RouteAttribute::Table(t) => Some(*t),
+            _ => None,
+        })
+        .unwrap_or(r.header.table as u32);
+    if table != RouteHeader::RT_TABLE_MAIN as u32 {
+        return None;
+    }
+    let v6 = match r.header.address_family {
+        AddressFamily::Inet => false,
+        AddressFamily::Inet6 => true,
+        _ => return None,
+    };
+    let mut index = None;
+    let mut metric = 0;
+    for a in &r.attributes {
+        match a {
+            RouteAttribute::Oif(i) => index = Some(*i),
+            RouteAttribute::Priority(m) => metric = *m,
+            _ => {}
+        }
+    }
+    Some((index?, v6, metric))
+}
+
 /// One rtnetlink message as a path-manager event.
 fn convert(m: RouteNetlinkMessage) -> Option<NetEvent> {
     match m {
@@ -187,6 +235,14 @@ fn convert(m: RouteNetlinkMessage) -> Option<NetEvent> {
             index: a.header.index,
             addr: address(&a)?,
         }),
+        RouteNetlinkMessage::NewRoute(r) => {
+            let (index, v6, metric) = default_route(&r)?;
+            Some(NetEvent::DefaultRoute { index, v6, metric })
+        }
+        RouteNetlinkMessage::DelRoute(r) => {
+            let (index, v6, metric) = default_route(&r)?;
+            Some(NetEvent::DefaultRouteGone { index, v6, metric })
+        }
         _ => None,
     }
 }

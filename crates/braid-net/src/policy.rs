@@ -111,8 +111,10 @@ pub struct PathSpec {
 pub fn parse_path_spec(s: &str) -> Result<PathSpec, String> {
     let mut parts = s.split(',');
     let first = parts.next().unwrap_or_default();
+    // `auto`: every interface with a default route (NAME=auto names them).
+    let first = if first == "auto" { "auto=auto" } else { first };
     let (name, bind) = first.split_once('=').ok_or_else(|| {
-        format!("{s:?}: expected NAME=INTERFACE or NAME=LOCAL_IP, like wifi=wlan0")
+        format!("{s:?}: expected NAME=INTERFACE, NAME=LOCAL_IP or auto, like wifi=wlan0")
     })?;
     if name.is_empty() || name.contains(char::is_whitespace) {
         return Err(format!(
@@ -139,6 +141,12 @@ pub fn parse_path_spec(s: &str) -> Result<PathSpec, String> {
                 ))
             }
         }
+    }
+    if bind == PathBind::Auto && policy.cap.is_some() {
+        return Err(format!(
+            "{s:?}: a cap needs a path that is always the same link; name the interface \
+             instead of auto"
+        ));
     }
     Ok(PathSpec {
         name: name.to_string(),
@@ -282,6 +290,16 @@ impl CapLedger {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn auto_parses_with_options_but_not_with_a_cap() {
+        let p = parse_path_spec("auto").unwrap();
+        assert_eq!((p.name.as_str(), &p.bind), ("auto", &PathBind::Auto));
+        let p = parse_path_spec("any=auto,backup").unwrap();
+        assert_eq!((p.name.as_str(), p.policy.backup), ("any", true));
+        let e = parse_path_spec("auto,cap=1GB/day").unwrap_err();
+        assert!(e.contains("name the interface"), "{e}");
+    }
 
     #[test]
     fn path_specs_with_options_parse_and_bad_ones_say_why() {

@@ -21,11 +21,17 @@ pub enum PathBind {
     Interface(String),
     /// To this local source address.
     Address(IpAddr),
+    /// `--path auto`: whichever interface with a default route the path manager gives the
+    /// path (`PathManager::bind_of`); never bound as such.
+    Auto,
 }
 
 impl std::str::FromStr for PathBind {
     type Err = String;
     fn from_str(s: &str) -> Result<Self, String> {
+        if s == "auto" {
+            return Ok(PathBind::Auto);
+        }
         if let Ok(ip) = s.parse::<IpAddr>() {
             return Ok(PathBind::Address(ip));
         }
@@ -96,6 +102,10 @@ pub fn bind_path(bind: &PathBind, server: SocketAddr) -> io::Result<UdpSocket> {
             };
             bind_udp(SocketAddr::new(any, 0), Some(dev))
         }
+        PathBind::Auto => Err(io::Error::new(
+            io::ErrorKind::InvalidInput,
+            "an auto path is bound to the interface the path manager chose, not as `auto`",
+        )),
     }
 }
 

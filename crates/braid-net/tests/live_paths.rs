@@ -400,3 +400,46 @@ fn flapping_links_leak_no_descriptors_or_memory() {
         last.1
     );
 }
+
+/// `--path auto`: both veth links get a default route, and so does a device named like one
+/// of braid's own (`braid0`, a veth pair inside the agent's namespace); a third link without a default route (`p2`) is not taken.
+/// The agent uses p0 and p1, and the download uses both.
+#[test]
+fn path_auto_uses_every_interface_with_a_default_route_except_braids_own() {
+    if skip() {
+        return;
+    }
+    let s = setup(16 << 20);
+    let net = s.net.clone();
+    for (dev, metric) in [("p0", "10"), ("p1", "20")] {
+        net.ip_c(&["route", "add", "default", "dev", dev, "metric", metric]);
+    }
+    net.ip_c(&[
+        "link", "add", "braid0", "type", "veth", "peer", "name", "braid0p",
+    ]);
+    net.ip_c(&["addr", "add", "10.9.0.1/24", "dev", "braid0"]);
+    net.ip_c(&["link", "set", "braid0p", "up"]);
+    net.ip_c(&["link", "set", "braid0", "up"]);
+    net.ip_c(&["route", "add", "default", "dev", "braid0", "metric", "5"]);
+    net.make_link(2);
+    net.ip_c(&["route", "del", "10.0.0.1/32", "dev", "p2"]);
+    let cfg = agent_cfg(&["auto"], s.key.clone(), s.server_pub);
+    let (n2, web) = (net.clone(), s.web);
+    let (o, names, a, b) = net.client(move || async move {
+        let (mut agent, dl) = start(cfg, web).await;
+        wait(&mut agent, "auto1", PathStatus::Up, 2000).await;
+        wait(&mut agent, "auto2", PathStatus::Up, 2000).await;
+        let (a0, b0) = (n2.rx_bytes(0), n2.rx_bytes(1));
+        let o = dl.await.unwrap();
+        let names: Vec<(String, PathStatus)> = agent.paths();
+        (o, names, n2.rx_bytes(0) - a0, n2.rx_bytes(1) - b0)
+    });
+    eprintln!("auto paths: {names:?}; p0 received {a} bytes, p1 {b}");
+    check("path auto", &o, &s.data, Duration::from_millis(500));
+    assert_eq!(names.len(), 8, "auto fills the 8 slots");
+    assert!(
+        names[2..].iter().all(|p| p.1 == PathStatus::Down),
+        "braid0 or p2 was taken: {names:?}"
+    );
+    assert!(a > 2_000_000 && b > 2_000_000, "p0 {a}, p1 {b}");
+}

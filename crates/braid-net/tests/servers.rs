@@ -6,13 +6,16 @@
 mod common;
 
 use braid_crypto::StaticKeypair;
-use braid_net::agent::{Agent, AgentConfig, AgentPath};
+use braid_net::agent::{Agent, AgentConfig, AgentPath, PathStatus};
 use braid_net::server::{Server, ServerConfig};
 use braid_net::udp::PathBind;
 use common::{body, curl, http_server, sha, socks_args};
+use std::collections::HashMap;
 use std::net::SocketAddr;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
+use tokio::net::UdpSocket;
 
 fn log() {
     let _ = tracing_subscriber::fmt()
@@ -206,3 +209,98 @@ async fn a_total_blackout_longer_than_the_silence_watch_keeps_the_session() {
 /// Longer than the silence watch's 2 s: the probe handshake goes out during the cut and, with
 /// its retransmission, often just after it (then the old session must answer the PING).
 const CUT_MS: u64 = 2900;
+
+/// An ordinary UDP load balancer in front of a server: one public address; each client
+/// address gets its own upstream socket to the server, and replies go back from the public
+/// address. Returns the public address and how many handshake and transport packets it
+/// relayed towards the server.
+async fn balancer(server: SocketAddr) -> (SocketAddr, Arc<[AtomicU64; 2]>) {
+    let public = Arc::new(UdpSocket::bind("127.0.0.1:0").await.unwrap());
+    let addr = public.local_addr().unwrap();
+    let counts: Arc<[AtomicU64; 2]> = Arc::new([AtomicU64::new(0), AtomicU64::new(0)]);
+    let c = counts.clone();
+    tokio::spawn(async move {
+        let mut ups: HashMap<SocketAddr, Arc<UdpSocket>> = HashMap::new();
+        let mut buf = vec![0u8; 65536];
+        while let Ok((n, from)) = public.recv_from(&mut buf).await {
+            let up = match ups.get(&from) {
+                Some(u) => u.clone(),
+                None => {
+                    let u = Arc::new(UdpSocket::bind("127.0.0.1:0").await.unwrap());
+                    let (u2, p2) = (u.clone(), public.clone());
+                    tokio::spawn(async move {
+                        let mut b = vec![0u8; 65536];
+                        while let Ok((n, _)) = u2.recv_from(&mut b).await {
+                            let _ = p2.send_to(&b[..n], from).await;
+                        }
+                    });
+                    ups.insert(from, u.clone());
+                    u
+                }
+            };
+            match buf.get(1) {
+                Some(1) => c[0].fetch_add(1, Ordering::Relaxed),
+                _ => c[1].fetch_add(1, Ordering::Relaxed),
+            };
+            let _ = up.send_to(&buf[..n], server).await;
+        }
+    });
+    (addr, counts)
+}
+
+/// Several servers behind one address (a load balancer): the server names its own unicast
+/// address (127.0.0.3 here, the balancer is 127.0.0.1) in its handshake answer, and the
+/// agent sends every path of the session there: after the handshake the balancer relays no
+/// transport packet at all, and the download over two paths is exact.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_server_behind_a_balancer_gets_every_path_at_its_own_address() {
+    log();
+    let agent_key = Arc::new(StaticKeypair::generate().unwrap());
+    // The server's own address, with a port picked now (it must be known before it starts).
+    let own = std::net::UdpSocket::bind("127.0.0.3:0")
+        .unwrap()
+        .local_addr()
+        .unwrap();
+    let mut scfg = ServerConfig::new(
+        own,
+        StaticKeypair::generate().unwrap(),
+        vec![agent_key.public()],
+    );
+    scfg.unicast = Some(own);
+    let server_pub = scfg.key.public();
+    let (addr, _server) = serve(scfg);
+    assert_eq!(addr, own);
+    let (lb, counts) = balancer(own).await;
+    let data = Arc::new(body(4 << 20));
+    let web = http_server(data.clone()).await;
+    let mut cfg = agent_cfg(vec![lb], agent_key, server_pub);
+    cfg.paths.push(AgentPath::new(
+        "lo2",
+        PathBind::Address("127.0.0.2".parse().unwrap()),
+    ));
+    let mut agent = Agent::start(cfg).await.unwrap();
+    assert!(agent.wait_established(Duration::from_secs(3)).await);
+    for p in ["lo", "lo2"] {
+        assert!(
+            agent
+                .wait_path(p, PathStatus::Up, Duration::from_secs(3))
+                .await,
+            "path {p}: {:?}",
+            agent.paths()
+        );
+    }
+    let got = curl(socks_args(
+        agent.socks.unwrap(),
+        30,
+        vec![format!("http://{web}/file")],
+    ))
+    .await;
+    assert_eq!(sha(&got), sha(&data));
+    let (hs, transport) = (
+        counts[0].load(Ordering::Relaxed),
+        counts[1].load(Ordering::Relaxed),
+    );
+    eprintln!("balancer relayed {hs} handshake and {transport} transport packets");
+    assert!(hs >= 1, "the handshake did not go through the balancer");
+    assert_eq!(transport, 0, "transport packets went through the balancer");
+}

@@ -59,6 +59,11 @@ pub struct ServerArgs {
     /// authentication: keep it on localhost or a management network).
     #[arg(long, value_name = "ADDR:PORT")]
     pub metrics: Option<SocketAddr>,
+    /// This machine's own unicast address, ADDR:PORT, for several servers behind one DNS
+    /// name, anycast address or UDP load balancer: every agent is told it in the handshake
+    /// answer and sends every path of its session there (docs/deployment.md).
+    #[arg(long, value_name = "ADDR:PORT")]
+    pub unicast: Option<String>,
     /// Log level: error, warn, info, debug or trace.
     #[arg(long)]
     pub log_level: Option<String>,
@@ -88,8 +93,13 @@ pub struct AgentArgs {
     /// while no other path works), `cap=SIZE/day` or `cap=SIZE/month` (bytes both ways; over
     /// it the path is a backup), `power=WATTS` (for --scheduler operetta). Repeat for each
     /// path, 1 to 8, like --path wifi=wlan0 --path lte=wwan0,backup,cap=10GB/month. Paths
-    /// that are absent are used when they appear.
-    #[arg(long = "path", value_name = "NAME=IFACE_OR_LOCAL_IP[,OPTION...]")]
+    /// that are absent are used when they appear. `--path auto` (once; `backup` and
+    /// `power` allowed, not `cap`) uses every interface with a default route except
+    /// loopback and braid's own devices, as many as the other paths leave room for.
+    #[arg(
+        long = "path",
+        value_name = "NAME=IFACE_OR_LOCAL_IP[,OPTION...] | auto"
+    )]
     #[serde(default, rename = "path")]
     pub paths: Vec<String>,
     /// SOCKS5 proxy listen address, like 127.0.0.1:1080.
@@ -267,6 +277,18 @@ pub(crate) fn server_settings(a: ServerArgs) -> Result<ServerSettings> {
     }
     if let Some(n) = a.max_buffered.or(f.max_buffered) {
         cfg.max_buffered = n;
+    }
+    if let Some(u) = a.unicast.or(f.unicast) {
+        let addr: SocketAddr = u.parse().with_context(|| {
+            format!("--unicast {u:?}: expected this machine's own ADDR:PORT like 198.51.100.7:4433")
+        })?;
+        if addr.ip().is_unspecified() || addr.port() == 0 || addr.is_ipv4() != listen.is_ipv4() {
+            bail!(
+                "--unicast {u}: give an address agents can reach this machine at, with a port, \
+                 of the same family as --listen {listen}"
+            );
+        }
+        cfg.unicast = Some(addr);
     }
     Ok(ServerSettings {
         cfg,

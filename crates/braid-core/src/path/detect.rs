@@ -20,6 +20,10 @@ impl Path {
     /// delivered packet + the reordering window) passed.
     pub(crate) fn detect_lost(&mut self, now: Instant, lost: &mut Vec<SentPacket>) {
         self.loss_time = None;
+        if self.reliable {
+            // TCP underneath: a gap is a segment TCP is still recovering, never a loss.
+            return;
+        }
         let Some(largest) = self.largest_acked else {
             return;
         };

@@ -220,6 +220,9 @@ pub struct Path {
     rate_cap: Option<u64>,
     /// Latest delivery-rate sample: when, bytes per second, application-limited.
     last_rate: Option<(Instant, u64, bool)>,
+    /// The transport under the path is reliable and ordered (braid packets over a TCP
+    /// connection): nothing is declared lost by threshold, and the controller is BBR.
+    pub(crate) reliable: bool,
 }
 
 impl Path {
@@ -286,7 +289,33 @@ impl Path {
             peer_cost_seq: 0,
             rate_cap: None,
             last_rate: None,
+            reliable: false,
         }
+    }
+
+    /// Say whether the transport under the path is reliable (a TCP connection, which
+    /// neither loses nor reorders; it only delays). A reliable path declares nothing lost
+    /// by the packet or time threshold: a late acknowledgement there is TCP recovering a
+    /// segment, and treating it as loss would resend what is already on its way and cut
+    /// the window for nothing. Its data leaves only through acknowledgement, the probe
+    /// timeout's reinjection on other paths, or the path's abandonment. Without loss a
+    /// loss-based controller would grow its window without end into the TCP socket's
+    /// buffer, so the path's controller becomes BBR, which caps the data in flight at
+    /// twice its bandwidth-delay estimate; back to `cc` when the path is no longer
+    /// reliable.
+    pub(crate) fn set_reliable(&mut self, reliable: bool, cc: CcAlgorithm, now: Instant) {
+        if self.reliable == reliable {
+            return;
+        }
+        self.reliable = reliable;
+        let iw = self.cc.window().max(2 * self.mss);
+        self.cc = if reliable {
+            CcAlgorithm::Bbr.build(self.mss, iw, now)
+        } else {
+            cc.build(self.mss, iw, now)
+        };
+        self.loss_time = None;
+        self.refresh_pacer(now);
     }
 
     /// A PATH_COST that arrived before the path existed.
@@ -825,3 +854,6 @@ impl Path {
         }
     }
 }
+
+#[cfg(test)]
+mod tests;

@@ -224,6 +224,9 @@ pub struct Session {
     /// Redundant scheduler: per (path, stream), the stream offset up to which the path
     /// carried the data (`send/redundant.rs`).
     redundant_sent: BTreeMap<(PathId, StreamId), u64>,
+    /// Path ids whose transport the driver says is reliable (TCP), kept across a path's
+    /// incarnations (`set_path_reliable`).
+    reliable: BTreeSet<PathId>,
 }
 
 impl Session {
@@ -267,6 +270,7 @@ impl Session {
             scratch_limits: Vec::new(),
             early_costs: BTreeMap::new(),
             redundant_sent: BTreeMap::new(),
+            reliable: BTreeSet::new(),
             cfg,
         }
     }
@@ -344,6 +348,7 @@ impl Session {
             p.next_pn = old.next_pn;
         }
         p.adopt_early_cost(self.early_costs.remove(&id));
+        p.set_reliable(self.reliable.contains(&id), self.cfg.cc, now);
         if self.side == Side::Client {
             let mut token = [0u8; 8];
             self.rng.fill(&mut token);
@@ -472,6 +477,39 @@ impl Session {
         self.pending.path_cost.insert(id);
         self.update_timers(now);
         Ok(())
+    }
+
+    /// The network driver says whether path `id` now runs over a reliable, ordered
+    /// transport (braid packets over a TCP connection, for networks that block UDP) or
+    /// over datagrams again. Local only: each end's driver knows its own transport. The
+    /// setting holds for the id, also for a path that does not exist yet or is re-added.
+    /// On a reliable path nothing is declared lost by threshold (a late ACK is TCP's own
+    /// retransmission, not a loss) and the controller is BBR, which bounds the data in
+    /// flight without needing losses; the probe timeout still marks the path potentially
+    /// failed and reinjects its data on other paths when the connection stalls. When the
+    /// transport of a live path changes, its packets in flight are treated as lost.
+    pub fn set_path_reliable(&mut self, now: Instant, id: PathId, reliable: bool) {
+        if reliable {
+            self.reliable.insert(id);
+        } else {
+            self.reliable.remove(&id);
+        }
+        let cc = self.cfg.cc;
+        if let Some(p) = self.paths.get_mut(&id).filter(|p| !p.abandoned) {
+            if p.reliable != reliable {
+                p.set_reliable(reliable, cc, now);
+                // What went out on the old transport is resent: on a reliable path
+                // nothing would ever declare it lost.
+                p.drain_all(&mut self.scratch_lost);
+                self.process_acked_and_lost(now);
+            }
+        }
+        self.update_timers(now);
+    }
+
+    /// True when the driver said path `id` runs over a reliable transport.
+    pub fn path_reliable(&self, id: PathId) -> bool {
+        self.reliable.contains(&id)
     }
 
     /// What a path costs, as set here or told by the peer.

@@ -107,6 +107,7 @@ impl Session {
         p.challenge = Some(token);
         p.challenge_due = true;
         p.adopt_early_cost(self.early_costs.remove(&pid));
+        p.set_reliable(self.reliable.contains(&pid), self.cfg.cc, now);
         self.paths.insert(pid, p);
         true
     }
@@ -284,7 +285,8 @@ impl Session {
                 self.cfg.cc = *cc;
                 let mss = self.cfg.max_datagram_size as u64;
                 let iw = self.cfg.initial_window_packets * mss;
-                for p in self.paths.values_mut() {
+                // Reliable (TCP) paths keep their BBR (`Path::set_reliable`).
+                for p in self.paths.values_mut().filter(|p| !p.reliable) {
                     p.cc = cc.build(mss, iw, now);
                 }
             }

@@ -4,7 +4,8 @@
 //! a handshake) carries the session and its path becomes the session's first path. A server
 //! creates the session from the first message 1 that reaches it and drops the others, so it
 //! answers on one path only; servers that lose the race keep a half-open session until
-//! their idle timeout.
+//! their idle timeout. A server that names its own unicast address in its answer (it sits
+//! behind a shared name, anycast address or load balancer) gets the whole session there.
 //!
 //! Owns: binding the paths' sockets for a new session, retransmitting message 1 with
 //! backoff, and choosing the winner. Must not touch: the session itself (`run` builds it).
@@ -17,9 +18,11 @@ use braid_crypto::{parse_header, ClientHandshake, PacketType, SessionKeys};
 use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Duration;
+use tokio::io::AsyncWriteExt;
+use tokio::net::TcpStream;
 use tokio::net::UdpSocket;
 use tokio::sync::mpsc;
-use tracing::debug;
+use tracing::{debug, info, warn};
 
 /// A socket bound for a path of the session.
 pub(super) struct Bound {
@@ -31,6 +34,8 @@ pub(super) struct Bound {
     pub socket: Arc<UdpSocket>,
     /// Where it sends (the server, or a relay in front of it).
     pub peer: SocketAddr,
+    /// How it was bound (for a TCP connection from the same place).
+    pub bind: PathBind,
 }
 
 impl Bound {
@@ -41,6 +46,7 @@ impl Bound {
             attach: self.attach,
             socket: self.socket.clone(),
             peer: cfg.paths[self.slot].peer(server),
+            bind: self.bind.clone(),
         }
     }
 }
@@ -53,43 +59,80 @@ pub(super) struct Established {
     pub keys: SessionKeys,
     /// The path whose answer won.
     pub first: PathId,
+    /// The TCP connection the answer came on, when UDP got none (docs/protocol.md 18a).
+    pub first_tcp: Option<TcpStream>,
     pub paths: Vec<Bound>,
 }
 
-/// Bind a socket for configured path `slot`, attached as the path manager says, sending to
-/// `server`.
+/// A path the path manager offers: configured path `slot`, where the kernel offers it, and
+/// how to bind it (an auto path as the interface it took).
+pub(super) type Avail = (usize, Attach, PathBind);
+
+/// Bind a socket for configured path `slot` as `bind` says, sending to `server`.
 pub(super) fn bind(
     cfg: &AgentConfig,
-    slot: usize,
-    attach: Attach,
+    (slot, attach, bind): &Avail,
     server: SocketAddr,
 ) -> std::io::Result<Bound> {
+    let (slot, attach) = (*slot, *attach);
     let p = &cfg.paths[slot];
-    let socket = match &p.bind {
-        PathBind::Interface(_) => bind_path(&p.bind, server)?,
+    let socket = match bind {
         PathBind::Address(ip) => bind_udp(SocketAddr::new(*ip, 0), None)?,
+        b => bind_path(b, server)?,
     };
     Ok(Bound {
         slot,
         attach,
         socket: Arc::new(socket),
         peer: p.peer(server),
+        bind: bind.clone(),
     })
 }
 
+/// An answer: (index of the path, packet, source, the TCP connection it came on).
+type Reply = (usize, Vec<u8>, SocketAddr, Option<TcpStream>);
+
+/// Message 1 over a TCP connection from `bind` to `server`; the first packet back (message
+/// 2, or a cookie reply, which is not followed up over TCP) and the connection.
+async fn hello_over_tcp(
+    bind: &PathBind,
+    server: SocketAddr,
+    msg1: &[u8],
+) -> Option<(Vec<u8>, TcpStream)> {
+    let mut s = match crate::tcp::connect(bind, server).await {
+        Ok(s) => s,
+        Err(e) => {
+            debug!(%server, "handshake over TCP: {e}");
+            return None;
+        }
+    };
+    s.write_all(&crate::tcp::frame(msg1)).await.ok()?;
+    let mut buf = bytes::BytesMut::new();
+    let pkt = tokio::time::timeout(
+        Duration::from_secs(10),
+        crate::tcp::read_frame(&mut s, &mut buf),
+    )
+    .await
+    .ok()?
+    .ok()??;
+    Some((pkt.to_vec(), s))
+}
+
 /// Send message 1 on every path in `avail` (bound now) to every server and wait for the
-/// first answer; `attempts` rounds, 0.5 s, 1 s, 2 s, then 4 s apart.
+/// first answer; `attempts` rounds, 0.5 s, 1 s, 2 s, then 4 s apart. From the second round
+/// on, message 1 also goes over TCP (networks that block UDP); an answer there makes the
+/// first path a TCP path.
 pub(super) async fn handshake(
     cfg: &AgentConfig,
-    avail: &[(usize, Attach)],
+    avail: &[Avail],
     attempts: u32,
 ) -> Result<Established, String> {
     let mut paths = Vec::new();
     let mut errors = Vec::new();
-    for &(slot, attach) in avail {
-        match bind(cfg, slot, attach, cfg.servers[0]) {
+    for a in avail {
+        match bind(cfg, a, cfg.servers[0]) {
             Ok(b) => paths.push(b),
-            Err(e) => errors.push(format!("path {}: {e}", cfg.paths[slot].name)),
+            Err(e) => errors.push(format!("path {}: {e}", cfg.paths[a.0].name)),
         }
     }
     if paths.is_empty() {
@@ -116,8 +159,9 @@ pub(super) async fn handshake(
             }
         }
     }
-    // One receiver per socket, all into one channel: (index in `paths`, packet, source).
-    let (rtx, mut rrx) = mpsc::channel::<(usize, Vec<u8>, SocketAddr)>(64);
+    // One receiver per socket, all into one channel: (index in `paths`, packet, source, the
+    // TCP connection it came on).
+    let (rtx, mut rrx) = mpsc::channel::<Reply>(64);
     let readers: Vec<_> = paths
         .iter()
         .enumerate()
@@ -126,7 +170,7 @@ pub(super) async fn handshake(
             tokio::spawn(async move {
                 let mut buf = vec![0u8; 2048];
                 while let Ok((n, from)) = s.recv_from(&mut buf).await {
-                    if rtx.send((i, buf[..n].to_vec(), from)).await.is_err() {
+                    if rtx.send((i, buf[..n].to_vec(), from, None)).await.is_err() {
                         return;
                     }
                 }
@@ -134,7 +178,24 @@ pub(super) async fn handshake(
         })
         .collect();
     let mut won = None;
+    let mut over_tcp = Vec::new();
     'attempts: for attempt in 0..attempts {
+        if attempt == 1 {
+            // No answer over UDP within 0.5 s: the network may block UDP. Message 1 over
+            // TCP too, from each path to each server's port (not through a relay).
+            for (i, server, _, _, msg1) in &hs {
+                let b = &paths[*i];
+                if cfg.paths[b.slot].via.is_none() {
+                    let (bind, rtx) = (b.bind.clone(), rtx.clone());
+                    let (i, server, msg1) = (*i, *server, msg1.clone());
+                    over_tcp.push(crate::tcp::AbortOnDrop(tokio::spawn(async move {
+                        if let Some((pkt, stream)) = hello_over_tcp(&bind, server, &msg1).await {
+                            let _ = rtx.send((i, pkt, server, Some(stream))).await;
+                        }
+                    })));
+                }
+            }
+        }
         for (i, _, peer, _, msg1) in &hs {
             let b = &paths[*i];
             if let Err(e) = b.socket.send_to(msg1, *peer).await {
@@ -143,7 +204,9 @@ pub(super) async fn handshake(
         }
         let deadline =
             tokio::time::Instant::now() + Duration::from_millis(500) * (1 << attempt.min(3));
-        while let Ok(Some((i, pkt, from))) = tokio::time::timeout_at(deadline, rrx.recv()).await {
+        while let Ok(Some((i, pkt, from, stream))) =
+            tokio::time::timeout_at(deadline, rrx.recv()).await
+        {
             let cookie = match parse_header(&pkt) {
                 Ok(h) if h.session_id == sid && h.ptype == PacketType::Handshake => false,
                 Ok(h) if h.session_id == sid && h.ptype == PacketType::Cookie => true,
@@ -171,7 +234,26 @@ pub(super) async fn handshake(
             }
             match hs[k].3.finish(&pkt) {
                 Ok(keys) => {
-                    won = Some((i, hs[k].1, keys));
+                    // A server behind a shared address (anycast, a load balancer) names
+                    // its own: every path of the session goes there.
+                    let server = match hs[k].3.server_address() {
+                        Some(own) if own.is_ipv4() == hs[k].1.is_ipv4() => {
+                            if own != hs[k].1 {
+                                info!(asked = %hs[k].1, server = %own, "the server named its own address: the session goes there");
+                            }
+                            own
+                        }
+                        Some(own) => {
+                            debug!(%own, "ignored a server address of the other family");
+                            hs[k].1
+                        }
+                        None => hs[k].1,
+                    };
+                    if stream.is_some() {
+                        warn!(path = %cfg.paths[paths[i].slot].name, server = %hs[k].1,
+                            "the handshake was answered over TCP only: the network blocks UDP; the path carries braid over TCP");
+                    }
+                    won = Some((i, server, keys, stream));
                     break 'attempts;
                 }
                 Err(e) => debug!("ignored a bad handshake reply: {e}"),
@@ -181,7 +263,8 @@ pub(super) async fn handshake(
     for r in readers {
         r.abort();
     }
-    let (i, server, keys) = won.ok_or_else(|| {
+    drop(over_tcp);
+    let (i, server, keys, first_tcp) = won.ok_or_else(|| {
         let names: Vec<&str> = paths.iter().map(|b| cfg.paths[b.slot].name.as_str()).collect();
         format!(
             "no handshake answer from {:?} on any of the paths {names:?}: check the address, that `braid server` runs there, \
@@ -194,6 +277,7 @@ pub(super) async fn handshake(
         sid,
         keys,
         first: paths[i].slot as PathId,
+        first_tcp,
         paths: paths.iter().map(|b| b.towards(cfg, server)).collect(),
     })
 }

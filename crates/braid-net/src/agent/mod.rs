@@ -3,8 +3,10 @@
 //!
 //! Owns: the agent's configuration and its tasks. Submodules:
 //! - [`handshake`]: the handshake, sent on every available path (first answer wins);
-//! - [`run`]: keeping a session, applying the path manager's decisions to it (sockets,
-//!   paths, backup and cap policy);
+//! - [`run`]: keeping a session, applying the path manager's decisions to it (paths,
+//!   backup and cap policy);
+//! - [`links`]: the paths' transports (a UDP socket, or a TCP connection where UDP is
+//!   blocked) and their receive tasks;
 //! - [`front`]: the proxy front ends;
 //! - [`tun`]: TUN mode, every application without a proxy setting;
 //! - [`report`]: the status board (`braid status`), refreshed by the session loop.
@@ -14,6 +16,7 @@
 
 mod front;
 mod handshake;
+mod links;
 mod report;
 mod run;
 mod tun;
@@ -50,7 +53,10 @@ pub struct AgentConfig {
     pub server_pub: PublicKey,
     /// The agent's static key.
     pub key: Arc<StaticKeypair>,
-    /// Paths (path ids follow this order).
+    /// Paths (path ids follow this order). One of them may be bound as
+    /// [`PathBind::Auto`]: it stands for as many paths as the other paths leave room for
+    /// (8 in all), named after it with 1, 2, ..., each taking an interface with a default
+    /// route as the kernel offers them.
     pub paths: Vec<AgentPath>,
     /// SOCKS5 listen address.
     pub socks: Option<SocketAddr>,
@@ -157,6 +163,36 @@ impl AgentPath {
     }
 }
 
+/// Replace an `auto` path by as many auto slots as the other paths leave room for (8 in
+/// all), named NAME1, NAME2, ...
+pub fn expand_auto(paths: Vec<AgentPath>) -> Result<Vec<AgentPath>, String> {
+    let autos = paths.iter().filter(|p| p.bind == PathBind::Auto).count();
+    if autos == 0 {
+        return Ok(paths);
+    }
+    if autos > 1 {
+        return Err("--path auto may be given once".into());
+    }
+    let room = 8usize.saturating_sub(paths.len() - 1);
+    if room == 0 {
+        return Err("--path auto: the other paths already use all 8 slots".into());
+    }
+    let mut out = Vec::new();
+    for p in paths {
+        if p.bind == PathBind::Auto {
+            for i in 1..=room {
+                out.push(AgentPath {
+                    name: format!("{}{i}", p.name),
+                    ..p.clone()
+                });
+            }
+        } else {
+            out.push(p);
+        }
+    }
+    Ok(out)
+}
+
 /// The current session's command channel, `None` while there is none.
 type SessionSlot = watch::Receiver<Option<mpsc::UnboundedSender<Cmd>>>;
 
@@ -205,7 +241,9 @@ impl Drop for Agent {
 impl Agent {
     /// Bind the proxy ports and start keeping a session to the server. Paths that are
     /// absent now are used when they appear.
-    pub async fn start(cfg: AgentConfig) -> std::io::Result<Agent> {
+    pub async fn start(mut cfg: AgentConfig) -> std::io::Result<Agent> {
+        cfg.paths = expand_auto(std::mem::take(&mut cfg.paths))
+            .map_err(|e| std::io::Error::new(std::io::ErrorKind::InvalidInput, e))?;
         if cfg.servers.is_empty()
             || cfg
                 .servers

@@ -106,7 +106,7 @@ pub struct StatusBoard {
 fn interface(b: &PathBind) -> Option<String> {
     match b {
         PathBind::Interface(i) => Some(i.clone()),
-        PathBind::Address(_) => None,
+        PathBind::Address(_) | PathBind::Auto => None,
     }
 }
 

@@ -8,11 +8,12 @@
 //! lifecycle, applying [`Action`]s. Must not touch: the decisions (`pathmgr`), the
 //! handshake details (`handshake`), the proxy front ends.
 
-use super::handshake::{self, Bound, Established};
+use super::handshake::{self, Established};
+use super::links::{Connected, Links, PathSockets, Route, SocketTable, Task};
 use super::report::{PolicyView, SessionMeta};
 use super::{AgentConfig, PathStatus, Shared};
 use crate::bridge::{Cmd, SessionFn};
-use crate::driver::{Clock, Incoming, PathSender, SessionTask};
+use crate::driver::{Clock, Incoming, SessionTask};
 use crate::netwatch::WatchMsg;
 use crate::pathmgr::{Action, PathManager};
 use crate::policy::{CapLedger, CapStatus};
@@ -21,12 +22,11 @@ use braid_core::path::PathStats;
 use braid_core::wire::PathState;
 use braid_core::{Event, PathId, Session};
 use braid_proxy::datagram;
-use bytes::{Bytes, BytesMut};
+use bytes::Bytes;
 use std::collections::HashMap;
 use std::net::SocketAddr;
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::Duration;
-use tokio::net::UdpSocket;
 use tokio::sync::{mpsc, oneshot, watch};
 use tokio::task::JoinHandle;
 use tracing::{debug, info, warn};
@@ -36,7 +36,6 @@ use tracing::{debug, info, warn};
 const CAP_TICK: Duration = Duration::from_millis(200);
 
 type Watcher = std::io::Result<(mpsc::UnboundedReceiver<WatchMsg>, JoinHandle<()>)>;
-type SocketTable = Arc<Mutex<HashMap<PathId, (Arc<UdpSocket>, SocketAddr)>>>;
 
 /// Aborts a task (with any output) when dropped.
 struct AbortOnDrop<T>(JoinHandle<T>);
@@ -44,41 +43,6 @@ struct AbortOnDrop<T>(JoinHandle<T>);
 impl<T> Drop for AbortOnDrop<T> {
     fn drop(&mut self) {
         self.0.abort();
-    }
-}
-
-/// Aborts a task when dropped.
-struct Task(JoinHandle<()>);
-
-impl Drop for Task {
-    fn drop(&mut self) {
-        self.0.abort();
-    }
-}
-
-/// Per-path sockets, each sending to its peer (the server, or a relay in front of it).
-struct PathSockets {
-    table: SocketTable,
-}
-
-impl PathSender for PathSockets {
-    fn send(&mut self, path: PathId, packet: &[u8]) {
-        let Ok(t) = self.table.lock() else { return };
-        if let Some((s, to)) = t.get(&path) {
-            let r = match s.try_send_to(packet, *to) {
-                // A socket bound a moment ago has no write readiness from the reactor yet
-                // (tokio learns it on its next turn): send directly, the socket is
-                // non-blocking. Without this a new path's first challenge was dropped and
-                // validation waited a full probe timeout (1 s).
-                Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {
-                    socket2::SockRef::from(s.as_ref()).send_to(packet, &(*to).into())
-                }
-                r => r,
-            };
-            if let Err(e) = r {
-                debug!(path, "send failed: {e}");
-            }
-        }
     }
 }
 
@@ -157,7 +121,7 @@ pub(super) async fn keep_session(
             Some(est) => est,
             None => {
                 r.wait_for_a_path().await;
-                let avail = r.mgr.available();
+                let avail = r.avail();
                 match handshake::handshake(&r.cfg, &avail, 6).await {
                     Ok(est) => est,
                     Err(e) => {
@@ -204,6 +168,15 @@ impl Runner {
 
     fn name(&self, slot: usize) -> &str {
         &self.cfg.paths[slot].name
+    }
+
+    /// The paths available now, with how to bind each.
+    fn avail(&self) -> Vec<handshake::Avail> {
+        self.mgr
+            .available()
+            .into_iter()
+            .filter_map(|(slot, a)| Some((slot, a, self.mgr.bind_of(slot)?)))
+            .collect()
     }
 
     /// Feed one watcher message to the manager.
@@ -321,9 +294,12 @@ impl Runner {
         let mut transport = self.cfg.transport.clone();
         transport.seed = braid_crypto::random::random_u64().unwrap_or(transport.seed ^ est.sid);
         let mut session = Session::connect(transport, now, est.sid, est.first);
-        let table: SocketTable = Arc::new(Mutex::new(HashMap::new()));
+        let mut first_tcp = est.first_tcp;
+        if first_tcp.is_some() {
+            session.set_path_reliable(now, est.first, true);
+        }
         let (in_tx, in_rx) = mpsc::channel::<Incoming>(4096);
-        let mut readers: HashMap<PathId, Task> = HashMap::new();
+        let mut links = Links::new(in_tx);
         let mut started = Vec::new();
         for b in est.paths {
             let id = b.slot as PathId;
@@ -336,9 +312,12 @@ impl Runner {
             (self.policy_fn(b.slot, id))(&mut session, now);
             started.push((b.slot, id, b.attach));
             self.set_status(b.slot, PathStatus::Validating);
-            readers.insert(id, reader(&b, in_tx.clone()));
-            if let Ok(mut t) = table.lock() {
-                t.insert(id, (b.socket, b.peer));
+            match first_tcp.take_if(|_| id == est.first) {
+                Some(stream) => {
+                    let name = self.cfg.paths[b.slot].name.clone();
+                    links.add_tcp(id, 0, stream, &name, est.server);
+                }
+                None => links.add_udp(id, &b),
             }
         }
         let names: Vec<&str> = started.iter().map(|p| self.name(p.0)).collect();
@@ -366,7 +345,7 @@ impl Runner {
             session,
             protection: Aead::new(est.keys),
             sender: PathSockets {
-                table: table.clone(),
+                table: links.table.clone(),
             },
             incoming: in_rx,
             cmd_rx,
@@ -380,13 +359,16 @@ impl Runner {
         let mut handle = AbortOnDrop(tokio::spawn(task.run()));
         let _ = tx.send(Some(cmd_tx.clone()));
         self.mgr.session_started(self.now(), &started);
+        if links.is_tcp(est.first) {
+            self.mgr.mark_tcp(est.first);
+        }
         let mut counted: HashMap<PathId, u64> = HashMap::new();
         let mut silence = Silence::new();
         let mut replacement = None;
         let mut tick = tokio::time::interval(CAP_TICK);
         tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         let reason = loop {
-            self.apply(&cmd_tx, &table, &mut readers, &in_tx);
+            self.apply(&cmd_tx, &mut links);
             let deadline = self.mgr.poll_timeout().map_or(
                 tokio::time::Instant::now() + Duration::from_secs(3600),
                 |d| self.epoch + d,
@@ -400,10 +382,23 @@ impl Runner {
                     };
                 }
                 m = Self::next_net(&mut self.net) => self.on_net(m),
+                Some(c) = links.conn_rx.recv() => self.tcp_connected(c, &cmd_tx, &mut links),
+                Some((id, generation)) = links.closed_rx.recv() => {
+                    if links.is_current(id, generation) {
+                        if let Some(slot) = self.mgr.slot_of(id) {
+                            warn!(path = %self.name(slot), id, "the path's TCP connection ended");
+                        }
+                        self.mgr.handle_transport_failed(self.now(), id);
+                    }
+                }
                 Some(ev) = ev_rx.recv() => {
                     if let Event::PathValidated(id) = ev {
                         if let Some(slot) = self.mgr.slot_of(id) {
-                            info!(path = %self.name(slot), id, "path validated: carrying data");
+                            if self.mgr.is_tcp(id) {
+                                warn!(path = %self.name(slot), id, "path validated over TCP (its network blocks UDP): carrying data");
+                            } else {
+                                info!(path = %self.name(slot), id, "path validated: carrying data");
+                            }
                             self.set_status(slot, PathStatus::Up);
                         }
                         self.mgr.handle_validated(self.now(), id);
@@ -424,7 +419,7 @@ impl Runner {
                     self.count_caps(&cmd_tx, &stats, &mut counted);
                     self.watch_silence(&stats, &mut silence);
                     if let Some((core, streams)) = crate::status::query_core(&cmd_tx).await {
-                        let view = self.policy_view(&table);
+                        let view = self.policy_view(&links.table);
                         shared.board.publish(&self.cfg, &core, streams, &view, &meta);
                     }
                 }
@@ -473,7 +468,11 @@ impl Runner {
             .lock()
             .map(|t| {
                 t.iter()
-                    .map(|(id, (s, peer))| (*id, (s.local_addr().ok(), *peer)))
+                    .filter_map(|(id, r)| match r {
+                        Route::Udp(s, peer) => Some((*id, (s.local_addr().ok(), *peer))),
+                        // A TCP path's addresses are its connection's; not shown yet.
+                        Route::Tcp(_) => None,
+                    })
                     .collect()
             })
             .unwrap_or_default();
@@ -520,7 +519,7 @@ impl Runner {
             .unanswered_since
             .is_some_and(|t| now.duration_since(t) >= SUSPECT_AFTER);
         if suspect && w.probe.is_none() && w.pending.is_none() && now >= w.next_probe {
-            let avail = self.mgr.available();
+            let avail = self.avail();
             if avail.is_empty() {
                 return;
             }
@@ -531,18 +530,51 @@ impl Runner {
         }
     }
 
+    /// A TCP connection for a path finished connecting: add the path to the session over
+    /// it, as a reliable path.
+    fn tcp_connected(&mut self, c: Connected, cmd: &mpsc::UnboundedSender<Cmd>, links: &mut Links) {
+        let (id, slot) = (c.0, c.2);
+        if !links.tcp_connected(c, self.name(slot), self.server) {
+            return;
+        }
+        let policy = self.policy_fn(slot, id);
+        let _ = cmd.send(Cmd::Session(SessionFn(Box::new(move |s, now| {
+            s.set_path_reliable(now, id, true);
+            if let Err(e) = s.add_path(now, id) {
+                debug!(id, "add_path: {e}");
+            }
+            policy(s, now);
+        }))));
+    }
+
     /// Apply everything the path manager decided.
-    fn apply(
-        &mut self,
-        cmd: &mpsc::UnboundedSender<Cmd>,
-        table: &SocketTable,
-        readers: &mut HashMap<PathId, Task>,
-        in_tx: &mpsc::Sender<Incoming>,
-    ) {
+    fn apply(&mut self, cmd: &mpsc::UnboundedSender<Cmd>, links: &mut Links) {
         while let Some(a) = self.mgr.poll_action() {
             match a {
-                Action::Add { slot, id, attach } => {
-                    let b = match handshake::bind(&self.cfg, slot, attach, self.server) {
+                Action::Add {
+                    slot,
+                    id,
+                    attach,
+                    tcp: true,
+                } => {
+                    warn!(path = %self.name(slot), id, ifindex = attach.index, addr = %attach.addr, server = %self.server,
+                        "no answer over UDP: trying braid over TCP (the network may block UDP)");
+                    self.set_status(slot, PathStatus::Validating);
+                    let Some(bind) = self.mgr.bind_of(slot) else {
+                        continue;
+                    };
+                    links.connect_tcp(slot, bind, id, self.server);
+                }
+                Action::Add {
+                    slot,
+                    id,
+                    attach,
+                    tcp: false,
+                } => {
+                    let Some(bind) = self.mgr.bind_of(slot) else {
+                        continue;
+                    };
+                    let b = match handshake::bind(&self.cfg, &(slot, attach, bind), self.server) {
                         Ok(b) => b,
                         Err(e) => {
                             // The manager re-binds it when validation does not come.
@@ -552,12 +584,10 @@ impl Runner {
                     };
                     info!(path = %self.name(slot), id, ifindex = attach.index, addr = %attach.addr, "path up: adding it to the session");
                     self.set_status(slot, PathStatus::Validating);
-                    readers.insert(id, reader(&b, in_tx.clone()));
-                    if let Ok(mut t) = table.lock() {
-                        t.insert(id, (b.socket, b.peer));
-                    }
+                    links.add_udp(id, &b);
                     let policy = self.policy_fn(slot, id);
                     let _ = cmd.send(Cmd::Session(SessionFn(Box::new(move |s, now| {
+                        s.set_path_reliable(now, id, false);
                         if let Err(e) = s.add_path(now, id) {
                             debug!(id, "add_path: {e}");
                         }
@@ -569,10 +599,7 @@ impl Runner {
                     if !self.mgr.is_live(slot) {
                         self.set_status(slot, PathStatus::Down);
                     }
-                    readers.remove(&id);
-                    if let Ok(mut t) = table.lock() {
-                        t.remove(&id);
-                    }
+                    links.remove(id);
                     let _ = cmd.send(Cmd::Session(SessionFn(Box::new(move |s, now| {
                         let _ = s.remove_path(now, id);
                     }))));
@@ -712,25 +739,4 @@ async fn query_stats(cmd: &mpsc::UnboundedSender<Cmd>) -> Vec<(PathId, PathStats
         let _ = rtx.send(v);
     }))));
     rrx.await.unwrap_or_default()
-}
-
-/// The receive task of a path's socket.
-fn reader(b: &Bound, in_tx: mpsc::Sender<Incoming>) -> Task {
-    let (s, peer) = (b.socket.clone(), b.peer);
-    Task(tokio::spawn(async move {
-        let mut buf = vec![0u8; 65536];
-        while let Ok((n, from)) = s.recv_from(&mut buf).await {
-            if from == peer
-                && in_tx
-                    .send(Incoming {
-                        from,
-                        data: BytesMut::from(&buf[..n]),
-                    })
-                    .await
-                    .is_err()
-            {
-                return;
-            }
-        }
-    }))
 }

@@ -20,7 +20,18 @@
 //!   the new one is validated (or after [`MBB_DEADLINE`]);
 //! - a path that is not validated within its retry interval (a black hole swallowing the
 //!   challenge or its answer) is removed and added again on a fresh socket, the interval
-//!   doubling from [`VALIDATE_FIRST`] up to [`VALIDATE_MAX`]; validation resets it.
+//!   doubling from [`VALIDATE_FIRST`] up to [`VALIDATE_MAX`]; validation resets it;
+//! - each such retry switches the path's transport between UDP and TCP (braid packets over
+//!   a TCP connection to the server's port, [`crate::tcp`]): a network that blocks UDP
+//!   gets the path over TCP after [`VALIDATE_FIRST`]; one that blocks both keeps
+//!   alternating with backoff. A validated path keeps its transport; a TCP connection that
+//!   ends re-adds the path over TCP at once; a re-created interface starts over on UDP.
+//!
+//! `--path auto` ([`PathBind::Auto`] slots): each such slot takes, for good, the first
+//! interface that is up, has a default route of the main table in the server's family and
+//! is neither loopback nor one of braid's own devices ([`is_own_device`]) nor named by
+//! another slot; from then on it is that interface's path (gone while the interface or its
+//! default route is gone; back on the same slot when they return).
 //!
 //! Path ids: slot `i` uses id `i`, or `i + 8` while a make-before-break replacement runs, so
 //! a session never uses more than 16 ids (what the server keeps addresses for).
@@ -69,6 +80,30 @@ pub enum NetEvent {
         /// The address.
         addr: IpAddr,
     },
+    /// A default route of the main table appeared (or changed).
+    DefaultRoute {
+        /// Its output interface.
+        index: u32,
+        /// IPv6 (else IPv4).
+        v6: bool,
+        /// Its metric.
+        metric: u32,
+    },
+    /// A default route went away.
+    DefaultRouteGone {
+        /// Its output interface.
+        index: u32,
+        /// IPv6 (else IPv4).
+        v6: bool,
+        /// Its metric.
+        metric: u32,
+    },
+}
+
+/// braid's own network devices, never taken by `--path auto`: names starting with `braid`
+/// (a tunnel device of braid's) or `brd-` (the testbed's).
+pub fn is_own_device(name: &str) -> bool {
+    name.starts_with("braid") || name.starts_with("brd-")
 }
 
 /// Where a path's socket goes: the interface (by index) and the source address in use.
@@ -91,6 +126,8 @@ pub enum Action {
         id: PathId,
         /// Where the kernel offers it.
         attach: Attach,
+        /// Over a TCP connection instead of a UDP socket.
+        tcp: bool,
     },
     /// Take path `id` out of the session now (its data in flight goes on other paths) and
     /// close its socket.
@@ -115,6 +152,8 @@ struct Live {
     retry: Duration,
     /// The path being replaced (make-before-break), retired when this one validates.
     old: Option<PathId>,
+    /// Carried over TCP.
+    tcp: bool,
 }
 
 impl Live {
@@ -127,6 +166,7 @@ impl Live {
             validated: false,
             retry: VALIDATE_FIRST,
             old: None,
+            tcp: false,
         }
     }
 }
@@ -135,6 +175,8 @@ impl Live {
 struct Slot {
     bind: PathBind,
     live: Option<Live>,
+    /// For an auto slot: the interface it took.
+    auto: Option<String>,
 }
 
 /// The decisions of the path manager (see the module docs).
@@ -144,6 +186,8 @@ pub struct PathManager {
     /// index -> (name, up with carrier)
     links: HashMap<u32, (String, bool)>,
     addrs: HashMap<u32, BTreeSet<IpAddr>>,
+    /// Default routes of the main table: (interface, IPv6, metric).
+    routes: BTreeSet<(u32, bool, u32)>,
     ipv4: bool,
     in_session: bool,
     /// No kernel view (netlink unavailable): every path counts as present.
@@ -157,10 +201,15 @@ impl PathManager {
         PathManager {
             slots: binds
                 .into_iter()
-                .map(|bind| Slot { bind, live: None })
+                .map(|bind| Slot {
+                    bind,
+                    live: None,
+                    auto: None,
+                })
                 .collect(),
             links: HashMap::new(),
             addrs: HashMap::new(),
+            routes: BTreeSet::new(),
             ipv4: server_is_ipv4,
             in_session: false,
             assume: false,
@@ -177,6 +226,13 @@ impl PathManager {
             NetEvent::LinkGone { index } => {
                 self.links.remove(&index);
                 self.addrs.remove(&index);
+                self.routes.retain(|r| r.0 != index);
+            }
+            NetEvent::DefaultRoute { index, v6, metric } => {
+                self.routes.insert((index, v6, metric));
+            }
+            NetEvent::DefaultRouteGone { index, v6, metric } => {
+                self.routes.remove(&(index, v6, metric));
             }
             NetEvent::Addr { index, addr } => {
                 self.addrs.entry(index).or_default().insert(addr);
@@ -187,13 +243,72 @@ impl PathManager {
                 }
             }
         }
+        self.assign_auto();
         self.reconcile(now);
+    }
+
+    /// True when link `index` has a default route of the server's family.
+    fn has_default_route(&self, index: u32) -> bool {
+        self.routes.iter().any(|r| r.0 == index && r.1 != self.ipv4)
+    }
+
+    /// Give free auto slots the interfaces that qualify and no slot names.
+    fn assign_auto(&mut self) {
+        let mut free = self
+            .slots
+            .iter()
+            .enumerate()
+            .filter(|(_, s)| s.bind == PathBind::Auto && s.auto.is_none())
+            .map(|(i, _)| i)
+            .peekable();
+        if free.peek().is_none() {
+            return;
+        }
+        let taken = |slots: &[Slot], name: &str| {
+            slots.iter().any(|s| {
+                s.auto.as_deref() == Some(name) || s.bind == PathBind::Interface(name.into())
+            })
+        };
+        let mut candidates: Vec<(u32, String)> = self
+            .links
+            .iter()
+            .filter(|(i, (name, up))| {
+                *up && name != "lo" && !is_own_device(name) && self.has_default_route(**i)
+            })
+            .map(|(i, (n, _))| (*i, n.clone()))
+            .collect();
+        candidates.sort();
+        let free: Vec<usize> = free.collect();
+        let mut free = free.into_iter();
+        for (_, name) in candidates {
+            if taken(&self.slots, &name) {
+                continue;
+            }
+            let Some(slot) = free.next() else { break };
+            self.slots[slot].auto = Some(name);
+        }
+    }
+
+    /// How configured path `slot` is bound: an auto slot as the interface it took.
+    pub fn bind_of(&self, slot: usize) -> Option<PathBind> {
+        let s = self.slots.get(slot)?;
+        match (&s.bind, &s.auto) {
+            (PathBind::Auto, Some(name)) => Some(PathBind::Interface(name.clone())),
+            (PathBind::Auto, None) => None,
+            (b, _) => Some(b.clone()),
+        }
+    }
+
+    /// The interface an auto slot took, if it is one.
+    pub fn auto_interface(&self, slot: usize) -> Option<&str> {
+        self.slots.get(slot)?.auto.as_deref()
     }
 
     /// Forget everything the kernel said (the watcher lost events and dumps again).
     pub fn reset_kernel_view(&mut self) {
         self.links.clear();
         self.addrs.clear();
+        self.routes.clear();
     }
 
     /// Without a kernel view (netlink unavailable), count every path as present: sockets
@@ -214,6 +329,8 @@ impl PathManager {
             let addr = match bind {
                 PathBind::Address(ip) => *ip,
                 PathBind::Interface(_) => unspecified,
+                // Without a kernel view there is nothing to choose from.
+                PathBind::Auto => return None,
             };
             return Some(Attach { index: 0, addr });
         }
@@ -227,14 +344,11 @@ impl PathManager {
                     .map_or(1, |(i, _)| *i),
                 addr: *ip,
             }),
-            PathBind::Interface(name) => {
-                let (&index, _) = self.links.iter().find(|(_, (n, up))| n == name && *up)?;
-                let addr = self
-                    .addrs
-                    .get(&index)?
-                    .iter()
-                    .find(|a| self.usable_addr(a))?;
-                Some(Attach { index, addr: *addr })
+            PathBind::Interface(name) => self.attach_interface(name),
+            PathBind::Auto => {
+                let name = self.slots[slot].auto.as_deref()?;
+                let a = self.attach_interface(name)?;
+                self.has_default_route(a.index).then_some(a)
             }
             PathBind::Address(ip) => {
                 let (&index, _) = self
@@ -244,6 +358,16 @@ impl PathManager {
                 Some(Attach { index, addr: *ip })
             }
         }
+    }
+
+    fn attach_interface(&self, name: &str) -> Option<Attach> {
+        let (&index, _) = self.links.iter().find(|(_, (n, up))| n == name && *up)?;
+        let addr = self
+            .addrs
+            .get(&index)?
+            .iter()
+            .find(|a| self.usable_addr(a))?;
+        Some(Attach { index, addr: *addr })
     }
 
     fn usable_addr(&self, a: &IpAddr) -> bool {
@@ -275,6 +399,12 @@ impl PathManager {
                 ),
             },
             PathBind::Address(ip) => format!("no interface that is up has the address {ip}"),
+            PathBind::Auto => match &s.auto {
+                None => "no (other) interface that is up has a default route".into(),
+                Some(name) => {
+                    format!("interface {name} is gone, down, or has no default route or address")
+                }
+            },
         }
     }
 
@@ -320,6 +450,55 @@ impl PathManager {
         }
     }
 
+    /// The TCP connection of path `id` ended (the server restarted, a middlebox cut it).
+    /// A validated path is added again over TCP at once; one still validating is left to
+    /// its retry timer (a connection refused at once must not spin).
+    pub fn handle_transport_failed(&mut self, now: Duration, id: PathId) {
+        if !self.in_session {
+            return;
+        }
+        for (slot, s) in self.slots.iter_mut().enumerate() {
+            let Some(l) = s.live.as_mut().filter(|l| l.id == id && l.tcp) else {
+                continue;
+            };
+            if !l.validated {
+                continue;
+            }
+            self.actions.push_back(Action::Remove {
+                slot,
+                id,
+                reason: "its TCP connection ended; connecting again",
+            });
+            self.actions.push_back(Action::Add {
+                slot,
+                id,
+                attach: l.attach,
+                tcp: true,
+            });
+            l.validated = false;
+            l.since = now;
+            l.retry = VALIDATE_FIRST;
+        }
+    }
+
+    /// Path `id` of the new session already runs over TCP (its handshake was answered
+    /// there).
+    pub fn mark_tcp(&mut self, id: PathId) {
+        for l in self.slots.iter_mut().filter_map(|s| s.live.as_mut()) {
+            if l.id == id {
+                l.tcp = true;
+            }
+        }
+    }
+
+    /// True when path `id` is (being) carried over TCP.
+    pub fn is_tcp(&self, id: PathId) -> bool {
+        self.slots
+            .iter()
+            .filter_map(|s| s.live.as_ref())
+            .any(|l| l.id == id && l.tcp)
+    }
+
     /// Timers: re-bind paths that never validated; end overdue make-before-breaks.
     pub fn handle_timeout(&mut self, now: Duration) {
         if !self.in_session {
@@ -340,10 +519,12 @@ impl PathManager {
                     id: l.id,
                     reason: "not validated in time; re-binding",
                 });
+                l.tcp = !l.tcp;
                 self.actions.push_back(Action::Add {
                     slot,
                     id: l.id,
                     attach: l.attach,
+                    tcp: l.tcp,
                 });
                 l.since = now;
                 l.retry = (l.retry * 2).min(VALIDATE_MAX);
@@ -420,7 +601,12 @@ impl PathManager {
                 }
                 (Some(attach), None) => {
                     let id = slot as PathId;
-                    self.actions.push_back(Action::Add { slot, id, attach });
+                    self.actions.push_back(Action::Add {
+                        slot,
+                        id,
+                        attach,
+                        tcp: false,
+                    });
                     s.live = Some(Live::new(id, attach, now));
                 }
                 (Some(attach), Some(l)) if attach != l.attach => {
@@ -432,10 +618,12 @@ impl PathManager {
                             id: l.id,
                             reason: "its interface was re-created or changed again",
                         });
+                        l.tcp = l.tcp && attach.index == l.attach.index;
                         self.actions.push_back(Action::Add {
                             slot,
                             id: l.id,
                             attach,
+                            tcp: l.tcp,
                         });
                         l.validated = false;
                         l.retry = VALIDATE_FIRST;
@@ -450,6 +638,7 @@ impl PathManager {
                             slot,
                             id: new,
                             attach,
+                            tcp: l.tcp,
                         });
                         l.old = Some(l.id);
                         l.id = new;

@@ -82,7 +82,8 @@ fn a_late_link_is_added_to_the_running_session() {
             attach: Attach {
                 index: 3,
                 addr: ip("192.168.1.5")
-            }
+            },
+            tcp: false,
         }]
     );
 }
@@ -183,7 +184,8 @@ fn removing_the_only_address_removes_the_path_and_a_new_one_brings_it_back() {
         [Action::Add {
             slot: 1,
             id: 1,
-            attach: Attach { index: 9, .. }
+            attach: Attach { index: 9, .. },
+            ..
         }]
     ));
 }
@@ -233,4 +235,134 @@ fn nothing_happens_outside_a_session() {
     m.session_ended();
     m.handle_event(T0, link(3, "wlan0", false));
     assert!(drain(&mut m).is_empty());
+}
+
+/// A network that blocks UDP: the first retry goes over TCP, the next over UDP again (in
+/// case TCP is the one that is blocked), and so on; a path validated over TCP stays there
+/// and comes back over TCP at once when its connection ends.
+#[test]
+fn a_path_whose_udp_validation_gets_no_answer_falls_back_to_tcp() {
+    let mut m = mgr();
+    m.handle_event(T0, link(3, "wlan0", true));
+    m.handle_event(T0, addr(3, "192.168.1.5"));
+    started(&mut m);
+    let mut now = T0;
+    let mut seen = Vec::new();
+    for _ in 0..3 {
+        now = m.poll_timeout().unwrap();
+        m.handle_timeout(now);
+        for a in drain(&mut m) {
+            if let Action::Add { tcp, .. } = a {
+                seen.push(tcp);
+            }
+        }
+    }
+    assert_eq!(seen, [true, false, true]);
+    assert!(m.is_tcp(0));
+    m.handle_validated(now, 0);
+    // A connection that ends re-adds the path over TCP, without waiting.
+    m.handle_transport_failed(now, 0);
+    let a = drain(&mut m);
+    assert!(
+        matches!(
+            a[..],
+            [
+                Action::Remove { id: 0, .. },
+                Action::Add {
+                    id: 0,
+                    tcp: true,
+                    ..
+                }
+            ]
+        ),
+        "{a:?}"
+    );
+    // While it validates again, another failure is left to the retry timer.
+    m.handle_transport_failed(now, 0);
+    assert!(drain(&mut m).is_empty());
+    // A re-created interface starts over on UDP.
+    m.handle_validated(now, 0);
+    m.handle_event(now, NetEvent::LinkGone { index: 3 });
+    m.handle_event(now, link(4, "wlan0", true));
+    m.handle_event(now, addr(4, "192.168.1.5"));
+    let a = drain(&mut m);
+    assert!(
+        matches!(
+            a[..],
+            [Action::Remove { .. }, Action::Add { tcp: false, .. }]
+        ),
+        "{a:?}"
+    );
+}
+
+fn route(index: u32, v6: bool) -> NetEvent {
+    NetEvent::DefaultRoute {
+        index,
+        v6,
+        metric: 0,
+    }
+}
+
+/// `--path auto`: slots take, in order, the interfaces that are up with a default route of
+/// the server's family, except loopback, braid's own devices and interfaces another path
+/// names; a slot keeps its interface while it is gone and gets it back.
+#[test]
+fn auto_paths_take_interfaces_with_a_default_route() {
+    let mut m = PathManager::new(
+        vec![
+            PathBind::Interface("eth0".into()),
+            PathBind::Auto,
+            PathBind::Auto,
+        ],
+        true,
+    );
+    for (i, name) in [
+        (1, "lo"),
+        (2, "eth0"),
+        (3, "braid0"),
+        (4, "wwan0"),
+        (5, "wlan0"),
+    ] {
+        m.handle_event(T0, link(i, name, true));
+        m.handle_event(T0, addr(i, &format!("10.0.{i}.1")));
+    }
+    // No default route yet: nothing for the auto slots.
+    assert_eq!(m.available().len(), 1);
+    assert!(m.why_unavailable(1).contains("default route"));
+    for i in [1, 2, 3] {
+        m.handle_event(T0, route(i, false));
+    }
+    m.handle_event(T0, route(5, true)); // IPv6 only: not for an IPv4 server.
+    assert_eq!(
+        m.available().len(),
+        1,
+        "lo, eth0 (named) and braid0 are not taken"
+    );
+    m.handle_event(T0, route(4, false));
+    m.handle_event(T0, route(5, false));
+    let av: Vec<usize> = m.available().iter().map(|a| a.0).collect();
+    assert_eq!(av, [0, 1, 2]);
+    assert_eq!(m.bind_of(1), Some(PathBind::Interface("wwan0".into())));
+    assert_eq!(m.bind_of(2), Some(PathBind::Interface("wlan0".into())));
+    started(&mut m);
+    // wwan0's default route goes: its slot leaves the session and stays wwan0's.
+    m.handle_event(
+        T0,
+        NetEvent::DefaultRouteGone {
+            index: 4,
+            v6: false,
+            metric: 0,
+        },
+    );
+    assert!(matches!(
+        drain(&mut m)[..],
+        [Action::Remove { slot: 1, .. }]
+    ));
+    m.handle_event(T0, link(6, "usb0", true));
+    m.handle_event(T0, addr(6, "10.0.6.1"));
+    m.handle_event(T0, route(6, false));
+    assert!(drain(&mut m).is_empty(), "no free auto slot for usb0");
+    m.handle_event(T0, route(4, false));
+    assert!(matches!(drain(&mut m)[..], [Action::Add { slot: 1, .. }]));
+    assert_eq!(m.auto_interface(1), Some("wwan0"));
 }

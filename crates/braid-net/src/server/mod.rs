@@ -42,6 +42,7 @@ pub use report::{fingerprint, ServerBoard};
 use crate::bridge::StreamHandle;
 use crate::driver::{AddressHook, Clock, Incoming, PathSender, SessionTask};
 use crate::protect::Aead;
+use crate::tcp::{self, Outbound, TcpPeers};
 use crate::udp::bind_udp;
 use braid_core::{Config, Event, PathId, Session};
 use braid_crypto::{
@@ -95,6 +96,10 @@ pub struct ServerConfig {
     /// A session whose first exchange (the agent's first authenticated packet) has not
     /// completed after this long is closed.
     pub first_exchange_timeout: Duration,
+    /// This machine's own unicast address, told to every agent in the handshake answer
+    /// when several servers share one name, anycast address or load balancer: the agent
+    /// then sends every path of its session here (docs/deployment.md).
+    pub unicast: Option<SocketAddr>,
     /// Transport settings.
     pub transport: Config,
 }
@@ -116,6 +121,7 @@ impl ServerConfig {
             handshake_burst: 10,
             load_threshold: 256,
             first_exchange_timeout: Duration::from_secs(10),
+            unicast: None,
             // Keepalive as the core's default (25 s, the agent's) and the agent's idle
             // timeout (see `agent::IDLE_TIMEOUT`).
             transport: Config {
@@ -171,6 +177,10 @@ struct Entry {
 /// A running server.
 pub struct Server {
     socket: Arc<UdpSocket>,
+    /// The TCP listener on the same port, for agents whose network blocks UDP.
+    tcp: Option<tokio::net::TcpListener>,
+    /// Sends to UDP peers and down TCP connections.
+    out: Outbound,
     cfg: ServerConfig,
     guard: ReplayGuard,
     counters: Arc<HandshakeCounters>,
@@ -197,16 +207,30 @@ impl Server {
             None => ReplayGuard::new(),
         };
         let socket = Arc::new(bind_udp(cfg.listen, None)?);
-        info!(listen = %socket.local_addr()?, "braid server listening");
+        let local = socket.local_addr()?;
+        // The same port over TCP, for agents on networks that block UDP (docs/protocol.md
+        // section 18a). A port the operator chose must be free; an ephemeral one (tests)
+        // may happen to be taken over TCP, and then only the fallback is missing.
+        let tcp = match tcp::listen(local).await {
+            Ok(l) => Some(l),
+            Err(e) if cfg.listen.port() != 0 => return Err(e),
+            Err(e) => {
+                warn!("{e}: agents whose network blocks UDP cannot reach this server");
+                None
+            }
+        };
+        info!(listen = %local, tcp = tcp.is_some(), "braid server listening");
+        let out = Outbound {
+            udp: socket.clone(),
+            tcp: TcpPeers::default(),
+        };
         let counters: Arc<HandshakeCounters> = Arc::default();
-        let board = Arc::new(ServerBoard::new(
-            &cfg,
-            socket.local_addr()?,
-            counters.clone(),
-        ));
+        let board = Arc::new(ServerBoard::new(&cfg, local, counters.clone()));
         let authorized = Arc::new(std::sync::RwLock::new(cfg.authorized.clone()));
         Ok(Server {
             socket,
+            tcp,
+            out,
             cfg,
             guard,
             counters,
@@ -239,7 +263,11 @@ impl Server {
     }
 
     /// Serve until the task is dropped.
-    pub async fn run(self) -> std::io::Result<()> {
+    pub async fn run(mut self) -> std::io::Result<()> {
+        let (tcp_tx, mut tcp_rx) = mpsc::channel::<(BytesMut, SocketAddr)>(4096);
+        let _tcp = self.tcp.take().map(|l| {
+            crate::tcp::AbortOnDrop(tokio::spawn(tcp::serve(l, self.out.tcp.clone(), tcp_tx)))
+        });
         let now_ms = unix_ms();
         let checker =
             CookieChecker::new(&self.cfg.key.public(), now_ms).map_err(std::io::Error::other)?;
@@ -268,6 +296,10 @@ impl Server {
                     Ok(x) => x,
                     Err(_) => continue,
                 },
+                Some((pkt, from)) = tcp_rx.recv() => {
+                    l.datagram(&pkt, from, &done_tx, &expire_tx);
+                    continue;
+                }
                 Some(id) = done_rx.recv() => {
                     if l.sessions.remove(&id).is_some() {
                         info!(session = format_args!("{id:016x}"), active = l.sessions.len(), "session ended");
@@ -373,7 +405,7 @@ impl Listener<'_> {
             // Our reply was lost and the agent sent its message 1 again: the same reply,
             // to the same address only, within its address's budget.
             if e.from == from && e.request == body && self.limiter.allow(from.ip(), now) {
-                let _ = s.socket.try_send_to(&e.reply, from);
+                let _ = s.out.send_to(&e.reply, from);
                 HandshakeCounters::bump(&c.replies);
             } else {
                 self.log.count(Dropped::ExistingSession, Some(from), || {
@@ -397,7 +429,7 @@ impl Listener<'_> {
         }
         if self.load.under_load(now) && !self.checker.check_mac2(pkt, from, now_ms) {
             if let Ok(r) = self.checker.cookie_reply(pkt, from, now_ms) {
-                let _ = s.socket.try_send_to(&r, from);
+                let _ = s.out.send_to(&r, from);
                 HandshakeCounters::bump(&c.cookies);
             }
             self.log
@@ -412,19 +444,20 @@ impl Listener<'_> {
         }
         // The list SIGHUP reloads (`ServerControl::reload_authorized`).
         let authorized = s.authorized.read().map(|a| a.clone()).unwrap_or_default();
-        match ServerHandshake::respond(
+        match ServerHandshake::respond_with_address(
             &s.cfg.key,
             &authorized,
             &mut self.guard,
             pkt,
             now_ms,
             MAX_SKEW_MS,
+            s.cfg.unicast,
         ) {
             Ok((client, keys, reply)) => {
                 info!(%from, client = %client.to_base64(), session = format_args!("{sid:016x}"), "agent authenticated");
                 HandshakeCounters::bump(&c.accepted);
                 self.state_tx.send_replace(self.guard.clone());
-                let _ = s.socket.try_send_to(&reply, from);
+                let _ = s.out.send_to(&reply, from);
                 HandshakeCounters::bump(&c.replies);
                 let tx = s.spawn_session(
                     sid,
@@ -518,6 +551,7 @@ impl Server {
         let addrs: Arc<Mutex<HashMap<PathId, SocketAddr>>> = Arc::new(Mutex::new(HashMap::new()));
         addrs.lock().map(|mut m| m.insert(first_path, from)).ok();
         let hook_addrs = addrs.clone();
+        let tcp = self.out.tcp.clone();
         let hook: AddressHook = Box::new(move |s: &mut Session, now, path, from| {
             let Ok(mut m) = hook_addrs.lock() else {
                 return false;
@@ -528,12 +562,14 @@ impl Server {
                     info!(path, old = %a, new = %from, "path moved; validating the new address");
                     m.insert(path, from);
                     s.path_address_changed(now, path);
+                    s.set_path_reliable(now, path, tcp.contains(&from));
                 }
                 None => {
                     if m.len() >= 16 {
                         return false;
                     }
                     m.insert(path, from);
+                    s.set_path_reliable(now, path, tcp.contains(&from));
                 }
             }
             true
@@ -550,7 +586,7 @@ impl Server {
             },
         );
         let sender = SharedSocketSender {
-            socket: self.socket.clone(),
+            out: self.out.clone(),
             addrs,
         };
         let task = SessionTask {
@@ -599,9 +635,10 @@ impl Server {
     }
 }
 
-/// Sends on the shared listening socket to each path's current peer address.
+/// Sends on the shared listening socket (or down a TCP connection) to each path's current
+/// peer address.
 struct SharedSocketSender {
-    socket: Arc<UdpSocket>,
+    out: Outbound,
     addrs: Arc<Mutex<HashMap<PathId, SocketAddr>>>,
 }
 
@@ -609,7 +646,7 @@ impl PathSender for SharedSocketSender {
     fn send(&mut self, path: PathId, packet: &[u8]) {
         let to = self.addrs.lock().ok().and_then(|m| m.get(&path).copied());
         if let Some(to) = to {
-            if let Err(e) = self.socket.try_send_to(packet, to) {
+            if let Err(e) = self.out.send_to(packet, to) {
                 debug!(path, "send failed: {e}");
             }
         }

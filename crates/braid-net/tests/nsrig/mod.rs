@@ -369,3 +369,65 @@ pub fn setup(size: usize) -> Setup {
         _stop: stop,
     }
 }
+
+/// nftables in namespace `ns`: drop what `rule` matches (e.g. `oifname "p1" meta l4proto
+/// udp`) in chain `hook` (`input` or `output`); each call adds one rule to table
+/// `braidtest`. Returns the rule's handle, for [`Net::nft_del`].
+pub fn nft_drop(ns: &str, hook: &str, rule: &str) -> String {
+    let _ = exec_ns(ns, "nft", &["add", "table", "inet", "braidtest"]);
+    let chain = format!("{{ type filter hook {hook} priority 0 ; }}");
+    sh(exec_ns(
+        ns,
+        "nft",
+        &["add", "chain", "inet", "braidtest", hook, &chain],
+    ));
+    let mut args = vec!["-e", "-a", "add", "rule", "inet", "braidtest", hook];
+    args.extend(rule.split_whitespace());
+    args.push("counter");
+    args.push("drop");
+    let out = exec_ns(ns, "nft", &args).unwrap_or_else(|e| panic!("{e}"));
+    let handle = out
+        .split("# handle ")
+        .nth(1)
+        .and_then(|h| h.split_whitespace().next())
+        .unwrap_or_else(|| panic!("no rule handle in {out:?}"))
+        .to_string();
+    format!("{hook} {handle}")
+}
+
+/// Remove a rule that [`nft_drop`] added.
+pub fn nft_del(ns: &str, rule: &str) {
+    let mut it = rule.split(' ');
+    let (hook, handle) = (it.next().unwrap(), it.next().unwrap());
+    sh(exec_ns(
+        ns,
+        "nft",
+        &[
+            "delete",
+            "rule",
+            "inet",
+            "braidtest",
+            hook,
+            "handle",
+            handle,
+        ],
+    ));
+}
+
+/// Packets the rule dropped so far (from its counter).
+pub fn nft_dropped(ns: &str, rule: &str) -> u64 {
+    let hook = rule.split(' ').next().unwrap();
+    let handle = rule.split(' ').nth(1).unwrap();
+    let out = exec_ns(
+        ns,
+        "nft",
+        &["-a", "list", "chain", "inet", "braidtest", hook],
+    )
+    .unwrap();
+    out.lines()
+        .find(|l| l.ends_with(&format!("# handle {handle}")))
+        .and_then(|l| l.split("counter packets ").nth(1))
+        .and_then(|s| s.split_whitespace().next())
+        .and_then(|n| n.parse().ok())
+        .unwrap_or(0)
+}

@@ -1,0 +1,62 @@
+//! Unit tests of a path's loss detection on a reliable (TCP) transport.
+
+use super::*;
+use crate::wire::frame::emit;
+use crate::wire::{Frame, FrameIter, Writer};
+use std::ops::Range;
+
+fn at(ms: u64) -> Instant {
+    Instant(ms * 1_000_000)
+}
+
+/// An ACK frame for path 0 covering `ranges` (highest first), run through the parser.
+fn ack(ranges: &[Range<u64>], f: impl FnOnce(&AckFrame<'_>)) {
+    let mut buf = [0u8; 128];
+    let mut w = Writer::new(&mut buf);
+    emit::ack(&mut w, 0, ranges.iter().cloned(), 0, 32).unwrap();
+    let n = w.pos();
+    match FrameIter::new(&buf[..n]).next() {
+        Some(Ok(Frame::Ack(a))) => f(&a),
+        other => panic!("{other:?}"),
+    }
+}
+
+/// Ten packets sent at 0..10 ms; packets 0 and 9 acknowledged at 400 ms while 1..8 are
+/// held up (as behind a segment TCP retransmits), then the loss timer at 2 s.
+fn late_acks(reliable: bool) -> (Path, Vec<SentPacket>) {
+    let cfg = Config::default();
+    let mut p = Path::new(0, &cfg, cfg.cc, at(0));
+    p.validated = true;
+    p.set_reliable(reliable, cfg.cc, at(0));
+    for i in 0..10 {
+        p.on_sent(at(i), 1200, true, false, SmallVec::new());
+    }
+    let (mut acked, mut lost) = (Vec::new(), Vec::new());
+    ack(&[9..10, 0..1], |a| {
+        p.on_ack_frame(at(400), a, cfg.max_ack_delay, false, &mut acked, &mut lost);
+    });
+    p.on_loss_timer(at(2000), &mut lost);
+    (p, lost)
+}
+
+#[test]
+fn a_reliable_path_declares_nothing_lost_when_acknowledgements_are_late() {
+    let (p, lost) = late_acks(true);
+    assert!(lost.is_empty(), "declared lost: {:?}", lost.len());
+    assert_eq!(p.in_flight, 8 * 1200, "the held-up packets stay in flight");
+    assert_eq!(p.cc.name(), "bbr");
+    // The same on a datagram path: the packet threshold declares 1..7 lost at once.
+    let (p, lost) = late_acks(false);
+    assert!(lost.len() >= 6, "{}", lost.len());
+    assert_ne!(p.cc.name(), "bbr");
+}
+
+#[test]
+fn a_path_leaving_tcp_gets_the_sessions_controller_back() {
+    let cfg = Config::default();
+    let mut p = Path::new(0, &cfg, cfg.cc, at(0));
+    p.set_reliable(true, cfg.cc, at(0));
+    assert_eq!(p.cc.name(), "bbr");
+    p.set_reliable(false, cfg.cc, at(1));
+    assert_eq!(p.cc.name(), cfg.cc.build(1200, 12000, at(1)).name());
+}
