@@ -5,8 +5,8 @@
 //! protection of transport packets ([`aead`]), the per-path replay window ([`replay`]), a
 //! small bounds-checked parser/builder of the braid packet header ([`header`]), the cheap
 //! checks in front of the handshake's Diffie-Hellman (mac1, mac2 and cookies: [`cookie`]),
-//! the handshake replay guard and its state file ([`guard`]) and unguessable values from
-//! the system CSPRNG ([`random`]).
+//! the handshake replay guard and its state file ([`guard`]), unguessable values from
+//! the system CSPRNG ([`random`]) and the key epochs of key rotation ([`rekey`]).
 //!
 //! Must not touch: `braid-core` (this crate does not depend on it and never parses frames),
 //! sockets, clocks and global state (the operating system's random generator aside, read
@@ -39,6 +39,7 @@ pub mod handshake;
 pub mod header;
 pub mod keys;
 pub mod random;
+pub mod rekey;
 pub mod replay;
 
 pub use aead::{AeadError, PacketKey, Role, SessionKeys, TAG_LEN};
@@ -51,4 +52,5 @@ pub use keys::{
     write_keypair, KeyError, PublicKey, StaticKeypair,
 };
 pub use random::RandomError;
+pub use rekey::{KeyRing, RekeyPolicy};
 pub use replay::ReplayWindow;

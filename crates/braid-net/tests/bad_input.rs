@@ -38,6 +38,7 @@ fn agent_cfg(
         session_wait: Duration::from_secs(2),
         state_file: None,
         transport: braid_core::Config::default(),
+        rekey: Default::default(),
     }
 }
 

@@ -208,8 +208,10 @@ pub fn server(a: ServerArgs) -> Result<()> {
         p.push(".state");
         PathBuf::from(p)
     });
-    let authorized = braid_crypto::read_authorized(&authorized)?;
-    let mut cfg = ServerConfig::new(listen, key, authorized);
+    let keys = braid_crypto::read_authorized(&authorized)?;
+    let mut cfg = ServerConfig::new(listen, key, keys);
+    // Re-read when it changes: a removed key gets no new session and no key rotation.
+    cfg.authorized_file = Some(authorized);
     cfg.state_file = Some(state);
     if let Some(n) = a.max_sessions.or(f.max_sessions) {
         cfg.max_sessions = n;
@@ -351,6 +353,7 @@ pub fn agent(a: AgentArgs) -> Result<()> {
         session_wait,
         state_file,
         transport,
+        rekey: Default::default(),
     };
     runtime()?.block_on(async move {
         let _agent = Agent::start(cfg).await?;

@@ -16,9 +16,10 @@ mod run;
 
 use crate::bridge::Cmd;
 use crate::policy::PathPolicy;
+use crate::protect::KeyStats;
 use crate::udp::PathBind;
 use braid_core::Config;
-use braid_crypto::{PublicKey, StaticKeypair};
+use braid_crypto::{PublicKey, RekeyPolicy, StaticKeypair};
 use braid_proxy::{AuthPolicy, HttpLimits};
 use bytes::Bytes;
 use front::Front;
@@ -60,6 +61,8 @@ pub struct AgentConfig {
     pub state_file: Option<PathBuf>,
     /// Transport settings (scheduler, congestion control, ...).
     pub transport: Config,
+    /// When the session keys are rotated (docs/protocol.md section 16a).
+    pub rekey: RekeyPolicy,
 }
 
 impl AgentConfig {
@@ -83,6 +86,7 @@ impl AgentConfig {
             session_wait: Duration::from_secs(10),
             state_file: None,
             transport: agent_transport(),
+            rekey: RekeyPolicy::default(),
         }
     }
 }
@@ -178,6 +182,7 @@ pub struct Agent {
     established: SessionSlot,
     status: watch::Receiver<Vec<PathStatus>>,
     names: Vec<String>,
+    keys: Arc<KeyStats>,
     tasks: Vec<tokio::task::JoinHandle<()>>,
 }
 
@@ -257,8 +262,15 @@ impl Agent {
         let watcher = crate::netwatch::watch();
         let names = cfg.paths.iter().map(|p| p.name.clone()).collect();
         let (status_tx, status) = watch::channel(vec![PathStatus::Down; cfg.paths.len()]);
+        let keys = Arc::new(KeyStats::default());
         tasks.push(tokio::spawn(run::keep_session(
-            cfg, tx, shared, watcher, ledger, status_tx,
+            cfg,
+            tx,
+            shared,
+            watcher,
+            ledger,
+            status_tx,
+            keys.clone(),
         )));
         Ok(Agent {
             socks,
@@ -266,8 +278,15 @@ impl Agent {
             established: rx,
             status,
             names,
+            keys,
             tasks,
         })
+    }
+
+    /// Packet protection counters of the agent's sessions (key epochs, rotations, packets
+    /// that failed to open).
+    pub fn key_stats(&self) -> Arc<KeyStats> {
+        self.keys.clone()
     }
 
     /// Each configured path's name and status.

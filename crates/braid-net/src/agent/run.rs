@@ -15,7 +15,7 @@ use crate::driver::{Clock, Incoming, PathSender, SessionTask};
 use crate::netwatch::WatchMsg;
 use crate::pathmgr::{Action, PathManager};
 use crate::policy::{CapLedger, CapStatus};
-use crate::protect::Aead;
+use crate::protect::{Aead, KeyStats};
 use braid_core::path::PathStats;
 use braid_core::wire::PathState;
 use braid_core::{Event, PathId, Session};
@@ -99,6 +99,7 @@ struct Runner {
     status: watch::Sender<Vec<PathStatus>>,
     /// The server of the current session.
     server: SocketAddr,
+    keys: Arc<KeyStats>,
 }
 
 /// Establish, run, and re-establish the session for as long as the agent runs.
@@ -109,6 +110,7 @@ pub(super) async fn keep_session(
     watcher: Watcher,
     ledger: CapLedger,
     status: watch::Sender<Vec<PathStatus>>,
+    keys: Arc<KeyStats>,
 ) {
     let binds = cfg.paths.iter().map(|p| p.bind.clone()).collect();
     let mut mgr = PathManager::new(binds, cfg.servers[0].is_ipv4());
@@ -148,6 +150,7 @@ pub(super) async fn keep_session(
         slots,
         status,
         server,
+        keys,
     };
     let mut backoff = Duration::from_millis(500);
     let mut next: Option<Established> = None;
@@ -356,7 +359,15 @@ impl Runner {
         }));
         let task = SessionTask {
             session,
-            protection: Aead::new(est.keys),
+            protection: Aead::client(
+                est.keys,
+                self.cfg.rekey,
+                self.cfg.key.clone(),
+                self.cfg.server_pub,
+                est.sid,
+                est.first,
+                self.keys.clone(),
+            ),
             sender: PathSockets {
                 table: table.clone(),
             },

@@ -9,6 +9,7 @@
 //! core do that) and the cryptography (braid-crypto's). It sends nothing to a peer that has
 //! not sent a handshake message with a valid mac1, and never more bytes than it received.
 //!
+//! - [`authorized`]: the authorized agent keys, re-read when their file changes,
 //! - [`gate`]: per-address rate limit and the load meter,
 //! - [`logs`]: rate-limited logging of drops, with counts,
 //! - [`relay`]: streams to TCP targets and UDP flows (bounded return traffic).
@@ -17,7 +18,10 @@
 //! mac1 (one HMAC; else dropped silently) -> an existing session's retransmission (the
 //! cached reply, only to the address that session started from) -> under load, mac2 (else
 //! a cookie reply) -> the address's token bucket (else dropped) -> the session limit ->
-//! the Noise handshake with the replay guard -> the reply and a new session.
+//! the Noise handshake with the replay guard -> the reply and a new session. A new
+//! handshake for a live session, from one of its path addresses, by the agent key that
+//! opened it and still authorized, is a key rotation (section 16a): its keys go to the
+//! session task ([`RekeyInbox`]) before message 2 goes out.
 //!
 //! Channels and their bounds: packets to a session task, 4096 (dropped when full, like a
 //! full socket buffer); datagrams from the session to its UDP flows, 1024 (dropped when
@@ -25,9 +29,12 @@
 //! accepted streams, bounded by the session's stream limit; session ends and expiries, one
 //! message per session.
 
+mod authorized;
 mod gate;
 mod logs;
 mod relay;
+
+pub use authorized::AuthorizedKeys;
 
 pub use gate::{LoadMeter, RateLimiter};
 pub use logs::{DropLog, Dropped};
@@ -35,11 +42,11 @@ pub use relay::{connect, UdpBudget, UDP_RETURN_BYTES};
 
 use crate::bridge::StreamHandle;
 use crate::driver::{AddressHook, Clock, Incoming, PathSender, SessionTask};
-use crate::protect::Aead;
+use crate::protect::{Aead, KeyStats, RekeyInbox};
 use crate::udp::bind_udp;
 use braid_core::{Config, Event, PathId, Session};
 use braid_crypto::{
-    parse_header, CookieChecker, HandshakeError, PacketType, PublicKey, ReplayGuard,
+    parse_header, CookieChecker, HandshakeError, PacketType, PublicKey, RekeyPolicy, ReplayGuard,
     ServerHandshake, StaticKeypair,
 };
 use bytes::BytesMut;
@@ -65,6 +72,12 @@ pub struct ServerConfig {
     pub key: Arc<StaticKeypair>,
     /// Agent keys allowed to connect.
     pub authorized: Vec<PublicKey>,
+    /// The file `authorized` was read from: re-read when it changes (at most once a
+    /// second), so that a removed key gets no new session and no key rotation.
+    pub authorized_file: Option<PathBuf>,
+    /// Key rotation: the server refuses keys older than `rekey.lifetime` (the agent
+    /// rotates them every `rekey.interval`).
+    pub rekey: RekeyPolicy,
     /// Where the replay guard (newest handshake timestamp per agent key) is kept across
     /// restarts; `None` keeps it in memory only.
     pub state_file: Option<PathBuf>,
@@ -99,6 +112,8 @@ impl ServerConfig {
             listen,
             key: Arc::new(key),
             authorized,
+            authorized_file: None,
+            rekey: RekeyPolicy::default(),
             state_file: None,
             max_sessions: 1024,
             max_streams: 1024,
@@ -138,6 +153,10 @@ pub struct HandshakeCounters {
     pub unfinished: AtomicU64,
     /// Log lines written about drops (`DropLog`), at any level.
     pub log_lines: AtomicU64,
+    /// Key rotations accepted (message 2 sent with a live session's new keys).
+    pub rotations: AtomicU64,
+    /// Key rotations refused (another agent key, or no longer authorized).
+    pub rotations_refused: AtomicU64,
 }
 
 impl HandshakeCounters {
@@ -153,7 +172,14 @@ impl HandshakeCounters {
 
 struct Entry {
     tx: mpsc::Sender<Incoming>,
-    /// Where the agent's message 1 came from: only there...
+    /// The agent key that opened the session: only it may rotate its keys.
+    client: PublicKey,
+    /// Where a rotation's keys go.
+    inbox: Arc<RekeyInbox>,
+    /// The session's path addresses (a rotation must come from one of them).
+    addrs: PathAddrs,
+    /// Where the agent's newest message 1 came from: only there (or from another of its
+    /// path addresses)...
     from: SocketAddr,
     /// ...does a byte-for-byte copy of its header and Noise message (mac2 may differ)...
     request: Vec<u8>,
@@ -167,7 +193,11 @@ pub struct Server {
     cfg: ServerConfig,
     guard: ReplayGuard,
     counters: Arc<HandshakeCounters>,
+    keys: Arc<KeyStats>,
 }
+
+/// Each path's peer address of one session.
+type PathAddrs = Arc<Mutex<HashMap<PathId, SocketAddr>>>;
 
 impl Server {
     /// Bind the listening socket and load the replay guard's state file (checking that it
@@ -194,6 +224,7 @@ impl Server {
             cfg,
             guard,
             counters: Arc::default(),
+            keys: Arc::default(),
         })
     }
 
@@ -205,6 +236,12 @@ impl Server {
     /// What the server did with handshake packets (shared; read it while it runs).
     pub fn counters(&self) -> Arc<HandshakeCounters> {
         self.counters.clone()
+    }
+
+    /// Packet protection counters of all sessions (key epochs, packets that failed to
+    /// open, sessions whose keys expired).
+    pub fn key_stats(&self) -> Arc<KeyStats> {
+        self.keys.clone()
     }
 
     /// Serve until the task is dropped.
@@ -221,6 +258,10 @@ impl Server {
             guard: self.guard.clone(),
             state_tx,
             checker,
+            authorized: AuthorizedKeys::new(
+                self.cfg.authorized.clone(),
+                self.cfg.authorized_file.clone(),
+            ),
             limiter: RateLimiter::new(self.cfg.handshake_rate, self.cfg.handshake_burst),
             load: LoadMeter::new(self.cfg.load_threshold),
             log: DropLog::new(),
@@ -275,6 +316,7 @@ struct Listener<'a> {
     guard: ReplayGuard,
     state_tx: watch::Sender<ReplayGuard>,
     checker: CookieChecker,
+    authorized: AuthorizedKeys,
     limiter: RateLimiter,
     load: LoadMeter,
     log: DropLog,
@@ -339,11 +381,17 @@ impl Listener<'_> {
         self.load.record(now);
         let body = &pkt[..pkt.len() - braid_crypto::cookie::MAC_LEN];
         if let Some(e) = self.sessions.get(&sid) {
-            // Our reply was lost and the agent sent its message 1 again: the same reply,
-            // to the same address only, within its address's budget.
-            if e.from == from && e.request == body && self.limiter.allow(from.ip(), now) {
-                let _ = s.socket.try_send_to(&e.reply, from);
-                HandshakeCounters::bump(&c.replies);
+            let known =
+                e.from == from || e.addrs.lock().is_ok_and(|m| m.values().any(|a| *a == from));
+            if known && e.request == body {
+                // Our reply was lost and the agent sent its message 1 again: the same
+                // reply, to one of its addresses only, within its address's budget.
+                if self.limiter.allow(from.ip(), now) {
+                    let _ = s.socket.try_send_to(&e.reply, from);
+                    HandshakeCounters::bump(&c.replies);
+                }
+            } else if known {
+                self.rotate(pkt, body, from, sid, now, now_ms);
             } else {
                 self.log.count(Dropped::ExistingSession, Some(from), || {
                     format!("session {sid:016x}")
@@ -381,7 +429,7 @@ impl Listener<'_> {
         }
         match ServerHandshake::respond(
             &s.cfg.key,
-            &s.cfg.authorized,
+            self.authorized.get(now),
             &mut self.guard,
             pkt,
             now_ms,
@@ -393,11 +441,15 @@ impl Listener<'_> {
                 self.state_tx.send_replace(self.guard.clone());
                 let _ = s.socket.try_send_to(&reply, from);
                 HandshakeCounters::bump(&c.replies);
-                let tx = s.spawn_session(sid, path, from, keys, done.clone(), expire.clone());
+                let (tx, addrs, inbox) =
+                    s.spawn_session(sid, path, from, keys, done.clone(), expire.clone());
                 self.sessions.insert(
                     sid,
                     Entry {
                         tx,
+                        client,
+                        inbox,
+                        addrs,
                         from,
                         request: body.to_vec(),
                         reply,
@@ -409,6 +461,75 @@ impl Listener<'_> {
                 self.log.count(Dropped::Refused, Some(from), || refusal(&e));
             }
         }
+    }
+}
+
+impl Listener<'_> {
+    /// A new handshake for live session `sid` from one of its addresses: a key rotation.
+    /// It pays like a first handshake (the address's budget, a cookie under load, the
+    /// replay guard) and must come from the agent key that opened the session, still in
+    /// the authorized file; then the new keys go to the session task and message 2 goes
+    /// back. A refused rotation changes nothing: the session keeps its keys until they
+    /// expire.
+    fn rotate(
+        &mut self,
+        pkt: &[u8],
+        body: &[u8],
+        from: SocketAddr,
+        sid: u64,
+        now: std::time::Instant,
+        now_ms: u64,
+    ) {
+        let s = self.server;
+        let c = &s.counters;
+        if !self.limiter.allow(from.ip(), now) {
+            HandshakeCounters::bump(&c.rate_limited);
+            self.log.count(Dropped::RateLimited, Some(from), || {
+                format!("a key rotation of session {sid:016x}")
+            });
+            return;
+        }
+        if self.load.under_load(now) && !self.checker.check_mac2(pkt, from, now_ms) {
+            if let Ok(r) = self.checker.cookie_reply(pkt, from, now_ms) {
+                let _ = s.socket.try_send_to(&r, from);
+                HandshakeCounters::bump(&c.cookies);
+            }
+            self.log
+                .count(Dropped::CookieDemanded, Some(from), String::new);
+            return;
+        }
+        let Some(e) = self.sessions.get_mut(&sid) else {
+            return;
+        };
+        let refused = match ServerHandshake::respond(
+            &s.cfg.key,
+            self.authorized.get(now),
+            &mut self.guard,
+            pkt,
+            now_ms,
+            MAX_SKEW_MS,
+        ) {
+            Ok((client, keys, reply)) if client == e.client => {
+                debug!(%from, session = format_args!("{sid:016x}"), "session keys rotated");
+                self.state_tx.send_replace(self.guard.clone());
+                e.inbox.put(keys);
+                let _ = s.socket.try_send_to(&reply, from);
+                HandshakeCounters::bump(&c.replies);
+                HandshakeCounters::bump(&c.rotations);
+                e.from = from;
+                e.request = body.to_vec();
+                e.reply = reply;
+                return;
+            }
+            Ok((client, _, _)) => format!(
+                "session {sid:016x} belongs to another agent key than {}",
+                client.to_base64()
+            ),
+            Err(e) => format!("session {sid:016x}: {e}"),
+        };
+        HandshakeCounters::bump(&c.rotations_refused);
+        self.log
+            .count(Dropped::RotationRefused, Some(from), || refused);
     }
 }
 
@@ -446,7 +567,8 @@ impl Server {
         keys: braid_crypto::SessionKeys,
         done: mpsc::UnboundedSender<u64>,
         expire: mpsc::UnboundedSender<u64>,
-    ) -> mpsc::Sender<Incoming> {
+    ) -> (mpsc::Sender<Incoming>, PathAddrs, Arc<RekeyInbox>) {
+        let inbox = Arc::new(RekeyInbox::default());
         let mut tcfg = self.cfg.transport.clone();
         // The seed of the session's challenge tokens: unguessable, like everything else.
         tcfg.seed = braid_crypto::random::random_u64().unwrap_or(tcfg.seed ^ id);
@@ -475,7 +597,7 @@ impl Server {
                 let _ = expire.send(id);
             }
         });
-        let addrs: Arc<Mutex<HashMap<PathId, SocketAddr>>> = Arc::new(Mutex::new(HashMap::new()));
+        let addrs: PathAddrs = Arc::new(Mutex::new(HashMap::new()));
         addrs.lock().map(|mut m| m.insert(first_path, from)).ok();
         let hook_addrs = addrs.clone();
         let hook: AddressHook = Box::new(move |s: &mut Session, now, path, from| {
@@ -500,11 +622,11 @@ impl Server {
         });
         let sender = SharedSocketSender {
             socket: self.socket.clone(),
-            addrs,
+            addrs: addrs.clone(),
         };
         let task = SessionTask {
             session,
-            protection: Aead::new(keys),
+            protection: Aead::server(keys, self.cfg.rekey, inbox.clone(), self.keys.clone()),
             sender,
             incoming: in_rx,
             cmd_rx,
@@ -543,14 +665,14 @@ impl Server {
             }
             let _ = done.send(id);
         });
-        in_tx
+        (in_tx, addrs, inbox)
     }
 }
 
 /// Sends on the shared listening socket to each path's current peer address.
 struct SharedSocketSender {
     socket: Arc<UdpSocket>,
-    addrs: Arc<Mutex<HashMap<PathId, SocketAddr>>>,
+    addrs: PathAddrs,
 }
 
 impl PathSender for SharedSocketSender {

@@ -183,6 +183,7 @@ pub async fn rig() -> Rig {
                 .unwrap_or_default_cc(),
             ..braid_core::Config::default()
         },
+        rekey: Default::default(),
     };
     let mut agent = Agent::start(acfg).await.unwrap();
     assert!(
