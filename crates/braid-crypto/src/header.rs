@@ -37,6 +37,10 @@ pub enum PacketType {
     Handshake,
     /// Type 2: the server's cookie reply to a handshake message 1 (see [`crate::cookie`]).
     Cookie,
+    /// Type 4: the server's "unknown session" hint (a bare 12-byte header, server to client
+    /// only) in answer to a transport packet of a session it does not know. Not
+    /// authenticated: a client takes it only as a reason to try a new handshake now.
+    SessionUnknown,
 }
 
 impl PacketType {
@@ -46,6 +50,7 @@ impl PacketType {
             PacketType::Transport => 0,
             PacketType::Handshake => 1,
             PacketType::Cookie => 2,
+            PacketType::SessionUnknown => 4,
         }
     }
 }
@@ -67,10 +72,11 @@ pub enum HeaderError {
     /// Byte 0 is not a version this build speaks.
     #[error("packet version byte is {0}, this build speaks only version 1: drop the packet")]
     BadVersion(u8),
-    /// Byte 1 is not 0 or 3 (transport), 1 (handshake) or 2 (cookie reply).
+    /// Byte 1 is not 0 or 3 (transport), 1 (handshake), 2 (cookie reply) or 4 (unknown
+    /// session).
     #[error(
-        "packet type byte is {0}, expected 0 or 3 (transport), 1 (handshake) or 2 (cookie \
-         reply): drop the packet"
+        "packet type byte is {0}, expected 0 or 3 (transport), 1 (handshake), 2 (cookie \
+         reply) or 4 (unknown session): drop the packet"
     )]
     BadType(u8),
     /// A packet number above 2^62 - 1 cannot be written as a varint.
@@ -108,6 +114,7 @@ pub fn parse_header(packet: &[u8]) -> Result<HeaderInfo, HeaderError> {
         0 => (PacketType::Transport, 0),
         1 => (PacketType::Handshake, 0),
         2 => (PacketType::Cookie, 0),
+        4 => (PacketType::SessionUnknown, 0),
         TRANSPORT_ODD_PHASE => (PacketType::Transport, 1),
         other => return Err(HeaderError::BadType(other)),
     };
@@ -133,6 +140,21 @@ pub fn parse_header(packet: &[u8]) -> Result<HeaderInfo, HeaderError> {
         header_len: 11 + pn_len,
         key_phase,
     })
+}
+
+/// The "unknown session" hint answering a transport packet with header `h`: 12 bytes, the
+/// session id and path id of that packet, packet number 0.
+pub fn session_unknown_hint(h: &HeaderInfo) -> Vec<u8> {
+    let mut out = Vec::with_capacity(12);
+    // Packet number 0 always fits.
+    let _ = write_header(
+        &mut out,
+        PacketType::SessionUnknown,
+        h.session_id,
+        h.path_id,
+        0,
+    );
+    out
 }
 
 /// Length of the shortest varint encoding of `pn`.
@@ -197,6 +219,7 @@ mod tests {
                 PacketType::Transport,
                 PacketType::Handshake,
                 PacketType::Cookie,
+                PacketType::SessionUnknown,
             ] {
                 let mut buf = Vec::new();
                 let n = write_header(&mut buf, ptype, 0xdead_beef_0102_0304, 7, pn).unwrap();
@@ -232,8 +255,8 @@ mod tests {
         buf[0] = 2;
         assert_eq!(parse_header(&buf), Err(HeaderError::BadVersion(2)));
         buf[0] = 1;
-        buf[1] = 4;
-        assert_eq!(parse_header(&buf), Err(HeaderError::BadType(4)));
+        buf[1] = 5;
+        assert_eq!(parse_header(&buf), Err(HeaderError::BadType(5)));
         buf[1] = 3;
         let h = parse_header(&buf).unwrap();
         assert_eq!((h.ptype, h.key_phase), (PacketType::Transport, 1));

@@ -35,6 +35,10 @@ pub struct KeyStats {
     pub expired: AtomicU64,
     /// The agent's newest session id (0: none yet).
     pub session_id: AtomicU64,
+    /// "Unknown session" hints received for the agent's session (not authenticated: the
+    /// agent answers one with a new handshake, and keeps its session unless that succeeds
+    /// and the session stays silent).
+    pub hints: AtomicU64,
 }
 
 /// Where the server's listener leaves the keys of a rotation it accepted for a session.
@@ -196,11 +200,18 @@ impl Aead {
         }
     }
 
-    /// A handshake answer (type 1) or cookie reply (type 2) for the agent's rotation.
-    fn handshake_packet(&mut self, packet: &[u8], ptype: PacketType) {
+    /// A handshake answer (type 1) or cookie reply (type 2) for the agent's rotation, or
+    /// an "unknown session" hint (type 4).
+    fn handshake_packet(&mut self, packet: &[u8], ptype: PacketType, session_id: u64) {
         let Some(r) = self.rotator.as_mut() else {
             return;
         };
+        if ptype == PacketType::SessionUnknown {
+            if session_id == r.session_id && packet.len() == 12 {
+                self.stats.hints.fetch_add(1, Ordering::Relaxed);
+            }
+            return;
+        }
         let Some(p) = r.pending.as_mut() else {
             return;
         };
@@ -237,7 +248,7 @@ impl PacketProtection for Aead {
             return false;
         };
         if h.ptype != PacketType::Transport {
-            self.handshake_packet(packet, h.ptype);
+            self.handshake_packet(packet, h.ptype, h.session_id);
             return false;
         }
         self.check_inbox();

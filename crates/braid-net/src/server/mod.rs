@@ -36,7 +36,7 @@ mod relay;
 
 pub use authorized::AuthorizedKeys;
 
-pub use gate::{LoadMeter, RateLimiter};
+pub use gate::{HintGate, LoadMeter, RateLimiter};
 pub use logs::{DropLog, Dropped};
 pub use relay::{connect, UdpBudget, UDP_RETURN_BYTES};
 
@@ -157,6 +157,8 @@ pub struct HandshakeCounters {
     pub rotations: AtomicU64,
     /// Key rotations refused (another agent key, or no longer authorized).
     pub rotations_refused: AtomicU64,
+    /// "Unknown session" hints sent.
+    pub hints: AtomicU64,
 }
 
 impl HandshakeCounters {
@@ -263,6 +265,7 @@ impl Server {
                 self.cfg.authorized_file.clone(),
             ),
             limiter: RateLimiter::new(self.cfg.handshake_rate, self.cfg.handshake_burst),
+            hints: HintGate::new(),
             load: LoadMeter::new(self.cfg.load_threshold),
             log: DropLog::new(),
             server: &self,
@@ -298,6 +301,7 @@ impl Server {
                     let now = std::time::Instant::now();
                     l.log.flush(now);
                     l.limiter.gc(now);
+                    l.hints.gc(now);
                     self.counters.log_lines.store(l.log.lines(), Ordering::Relaxed);
                     continue;
                 }
@@ -318,6 +322,7 @@ struct Listener<'a> {
     checker: CookieChecker,
     authorized: AuthorizedKeys,
     limiter: RateLimiter,
+    hints: HintGate,
     load: LoadMeter,
     log: DropLog,
     server: &'a Server,
@@ -345,13 +350,28 @@ impl Listener<'_> {
                         data: BytesMut::from(pkt),
                     });
                 }
-                None => self.log.count(Dropped::UnknownSession, Some(from), || {
-                    format!("session {:016x}", h.session_id)
-                }),
+                None => {
+                    self.log.count(Dropped::UnknownSession, Some(from), || {
+                        format!("session {:016x}", h.session_id)
+                    });
+                    // Perhaps a session of ours before a restart: tell the agent, so that it
+                    // shakes hands again now rather than after a silence (it only takes
+                    // this as a hint). Never more bytes than the packet had.
+                    let now = std::time::Instant::now();
+                    if pkt.len() >= h.header_len + braid_crypto::TAG_LEN
+                        && self.hints.allow(from.ip(), now)
+                    {
+                        let hint = braid_crypto::session_unknown_hint(&h);
+                        let _ = self.server.socket.try_send_to(&hint, from);
+                        HandshakeCounters::bump(&self.server.counters.hints);
+                    }
+                }
             },
-            PacketType::Cookie => self.log.count(Dropped::NotBraid, Some(from), || {
-                "a cookie reply sent to the server".into()
-            }),
+            PacketType::Cookie | PacketType::SessionUnknown => {
+                self.log.count(Dropped::NotBraid, Some(from), || {
+                    "a server-to-client packet sent to the server".into()
+                })
+            }
             PacketType::Handshake => {
                 self.handshake(pkt, from, h.session_id, h.path_id, done, expire)
             }
