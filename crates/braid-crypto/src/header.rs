@@ -41,6 +41,10 @@ pub enum PacketType {
     /// only) in answer to a transport packet of a session it does not know. Not
     /// authenticated: a client takes it only as a reason to try a new handshake now.
     SessionUnknown,
+    /// Type 5: the server's refusal of a handshake message 1 because it is at its session
+    /// limit (a bare 12-byte header naming the message's session and path, server to client
+    /// only). Not authenticated: a client reports it and retries later.
+    SessionLimit,
 }
 
 impl PacketType {
@@ -51,6 +55,7 @@ impl PacketType {
             PacketType::Handshake => 1,
             PacketType::Cookie => 2,
             PacketType::SessionUnknown => 4,
+            PacketType::SessionLimit => 5,
         }
     }
 }
@@ -72,11 +77,11 @@ pub enum HeaderError {
     /// Byte 0 is not a version this build speaks.
     #[error("packet version byte is {0}, this build speaks only version 1: drop the packet")]
     BadVersion(u8),
-    /// Byte 1 is not 0 or 3 (transport), 1 (handshake), 2 (cookie reply) or 4 (unknown
-    /// session).
+    /// Byte 1 is not 0 or 3 (transport), 1 (handshake), 2 (cookie reply), 4 (unknown
+    /// session) or 5 (session limit).
     #[error(
         "packet type byte is {0}, expected 0 or 3 (transport), 1 (handshake), 2 (cookie \
-         reply) or 4 (unknown session): drop the packet"
+         reply), 4 (unknown session) or 5 (session limit): drop the packet"
     )]
     BadType(u8),
     /// A packet number above 2^62 - 1 cannot be written as a varint.
@@ -115,6 +120,7 @@ pub fn parse_header(packet: &[u8]) -> Result<HeaderInfo, HeaderError> {
         1 => (PacketType::Handshake, 0),
         2 => (PacketType::Cookie, 0),
         4 => (PacketType::SessionUnknown, 0),
+        5 => (PacketType::SessionLimit, 0),
         TRANSPORT_ODD_PHASE => (PacketType::Transport, 1),
         other => return Err(HeaderError::BadType(other)),
     };
@@ -145,15 +151,18 @@ pub fn parse_header(packet: &[u8]) -> Result<HeaderInfo, HeaderError> {
 /// The "unknown session" hint answering a transport packet with header `h`: 12 bytes, the
 /// session id and path id of that packet, packet number 0.
 pub fn session_unknown_hint(h: &HeaderInfo) -> Vec<u8> {
+    notice(PacketType::SessionUnknown, h)
+}
+
+/// The "session limit" refusal answering a handshake message 1 with header `h` (12 bytes).
+pub fn session_limit_refusal(h: &HeaderInfo) -> Vec<u8> {
+    notice(PacketType::SessionLimit, h)
+}
+
+fn notice(ptype: PacketType, h: &HeaderInfo) -> Vec<u8> {
     let mut out = Vec::with_capacity(12);
     // Packet number 0 always fits.
-    let _ = write_header(
-        &mut out,
-        PacketType::SessionUnknown,
-        h.session_id,
-        h.path_id,
-        0,
-    );
+    let _ = write_header(&mut out, ptype, h.session_id, h.path_id, 0);
     out
 }
 
@@ -220,6 +229,7 @@ mod tests {
                 PacketType::Handshake,
                 PacketType::Cookie,
                 PacketType::SessionUnknown,
+                PacketType::SessionLimit,
             ] {
                 let mut buf = Vec::new();
                 let n = write_header(&mut buf, ptype, 0xdead_beef_0102_0304, 7, pn).unwrap();
@@ -255,8 +265,8 @@ mod tests {
         buf[0] = 2;
         assert_eq!(parse_header(&buf), Err(HeaderError::BadVersion(2)));
         buf[0] = 1;
-        buf[1] = 5;
-        assert_eq!(parse_header(&buf), Err(HeaderError::BadType(5)));
+        buf[1] = 6;
+        assert_eq!(parse_header(&buf), Err(HeaderError::BadType(6)));
         buf[1] = 3;
         let h = parse_header(&buf).unwrap();
         assert_eq!((h.ptype, h.key_phase), (PacketType::Transport, 1));

@@ -47,7 +47,8 @@ pub use cookie::{CookieChecker, CookieError, Mac1Key};
 pub use guard::{GuardFileError, ReplayGuard};
 pub use handshake::{ClientHandshake, HandshakeError, ServerHandshake, NOISE_PARAMS, PROLOGUE};
 pub use header::{
-    parse_header, session_unknown_hint, write_header, HeaderError, HeaderInfo, PacketType,
+    parse_header, session_limit_refusal, session_unknown_hint, write_header, HeaderError,
+    HeaderInfo, PacketType,
 };
 pub use keys::{
     parse_authorized, parse_public_key, read_authorized, read_private_key, read_public_key,

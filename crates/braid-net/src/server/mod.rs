@@ -159,6 +159,8 @@ pub struct HandshakeCounters {
     pub rotations_refused: AtomicU64,
     /// "Unknown session" hints sent.
     pub hints: AtomicU64,
+    /// Handshakes refused (and told so) because `max_sessions` sessions were live.
+    pub full: AtomicU64,
 }
 
 impl HandshakeCounters {
@@ -367,14 +369,12 @@ impl Listener<'_> {
                     }
                 }
             },
-            PacketType::Cookie | PacketType::SessionUnknown => {
+            PacketType::Cookie | PacketType::SessionUnknown | PacketType::SessionLimit => {
                 self.log.count(Dropped::NotBraid, Some(from), || {
                     "a server-to-client packet sent to the server".into()
                 })
             }
-            PacketType::Handshake => {
-                self.handshake(pkt, from, h.session_id, h.path_id, done, expire)
-            }
+            PacketType::Handshake => self.handshake(pkt, from, &h, done, expire),
         }
     }
 
@@ -382,11 +382,11 @@ impl Listener<'_> {
         &mut self,
         pkt: &[u8],
         from: SocketAddr,
-        sid: u64,
-        path: PathId,
+        h: &braid_crypto::HeaderInfo,
         done: &mpsc::UnboundedSender<u64>,
         expire: &mpsc::UnboundedSender<u64>,
     ) {
+        let (sid, path) = (h.session_id, h.path_id);
         let s = self.server;
         let c = &s.counters;
         if !self.checker.check_mac1(pkt) {
@@ -442,6 +442,12 @@ impl Listener<'_> {
             return;
         }
         if self.sessions.len() >= s.cfg.max_sessions {
+            // A clear refusal (12 bytes, paid from the address's budget, after the cookie
+            // under load), so that the agent can say why instead of timing out.
+            let _ = s
+                .socket
+                .try_send_to(&braid_crypto::session_limit_refusal(h), from);
+            HandshakeCounters::bump(&c.full);
             self.log.count(Dropped::SessionLimit, Some(from), || {
                 format!("limit {}", s.cfg.max_sessions)
             });
