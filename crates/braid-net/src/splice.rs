@@ -2,23 +2,41 @@
 //! with half-close: a FIN on one side becomes a FIN on the other. A stream reset by the peer
 //! or ended with its session (bytes were lost) closes the TCP connection at once with a RST,
 //! so the application sees an error, never a connection left open or a clean but truncated
-//! end.
+//! end. A connection idle for the idle timeout is closed the same way.
 //!
 //! Owns: the byte relay of one proxied connection. Must not touch: the proxy handshakes
 //! (SOCKS5, HTTP, the stream-open header) that come before it.
 
 use crate::bridge::{StreamMsg, StreamReader, StreamWriter};
 use bytes::{Bytes, BytesMut};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::Duration;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
+use tracing::debug;
 
 /// Application error code for a stream aborted because its TCP side failed.
 pub const TCP_FAILED: u64 = 0x10;
 
+/// Application error code for a stream closed because it carried nothing for the idle
+/// timeout.
+pub const IDLE: u64 = 0x11;
+
 /// Relay until both directions are finished. `early` are stream bytes that arrived with
-/// the open reply and belong to the TCP side first.
-pub async fn splice(tcp: TcpStream, mut reader: StreamReader, writer: StreamWriter, early: Bytes) {
+/// the open reply and belong to the TCP side first. A connection that carries no byte
+/// either way for `idle` is closed at both ends (stream reset with [`IDLE`], TCP RST).
+pub async fn splice(
+    tcp: TcpStream,
+    mut reader: StreamReader,
+    writer: StreamWriter,
+    early: Bytes,
+    idle: Duration,
+) {
     let _ = tcp.set_nodelay(true);
+    let start = tokio::time::Instant::now();
+    // Milliseconds since `start` of the last byte either way.
+    let active = AtomicU64::new(0);
+    let touch = || active.store(start.elapsed().as_millis() as u64, Ordering::Relaxed);
     let (mut rd, mut wr) = tcp.into_split();
     let mut to_stream = Box::pin(async {
         let mut buf = BytesMut::with_capacity(64 * 1024);
@@ -32,6 +50,7 @@ pub async fn splice(tcp: TcpStream, mut reader: StreamReader, writer: StreamWrit
                     return;
                 }
                 Ok(_) => {
+                    touch();
                     if writer.write(buf.split().freeze()).await.is_err() {
                         return;
                     }
@@ -51,6 +70,7 @@ pub async fn splice(tcp: TcpStream, mut reader: StreamReader, writer: StreamWrit
         loop {
             match reader.read().await {
                 Some(StreamMsg::Data(b)) => {
+                    touch();
                     if wr.write_all(&b).await.is_err() {
                         return false;
                     }
@@ -64,8 +84,20 @@ pub async fn splice(tcp: TcpStream, mut reader: StreamReader, writer: StreamWrit
         }
     });
     let (mut up_done, mut down_done, mut aborted) = (false, false, false);
+    let idle_check = tokio::time::sleep(idle);
+    tokio::pin!(idle_check);
     while !(up_done && down_done) {
         tokio::select! {
+            _ = &mut idle_check => {
+                let last = start + Duration::from_millis(active.load(Ordering::Relaxed));
+                if last.elapsed() >= idle {
+                    debug!("proxied connection idle for {idle:?}: closing it");
+                    aborted = true;
+                    writer.reset(IDLE);
+                    break;
+                }
+                idle_check.as_mut().reset(last + idle);
+            }
             _ = &mut to_stream, if !up_done => up_done = true,
             reset = &mut to_tcp, if !down_done => {
                 down_done = true;

@@ -349,6 +349,7 @@ pub fn agent(a: AgentArgs) -> Result<()> {
         http,
         socks_auth,
         http_limits: HttpLimits::default(),
+        proxy_limits: Default::default(),
         open_timeout: Duration::from_secs(15),
         session_wait,
         state_file,

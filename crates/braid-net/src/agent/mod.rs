@@ -20,7 +20,7 @@ use crate::protect::KeyStats;
 use crate::udp::PathBind;
 use braid_core::Config;
 use braid_crypto::{PublicKey, RekeyPolicy, StaticKeypair};
-use braid_proxy::{AuthPolicy, HttpLimits};
+use braid_proxy::{AuthPolicy, HttpLimits, ProxyLimits};
 use bytes::Bytes;
 use front::Front;
 use std::collections::HashMap;
@@ -53,6 +53,8 @@ pub struct AgentConfig {
     pub socks_auth: AuthPolicy,
     /// HTTP CONNECT limits and authentication.
     pub http_limits: HttpLimits,
+    /// Connection limit, handshake and idle timeouts of each proxy front end.
+    pub proxy_limits: ProxyLimits,
     /// How long opening a stream (server connect included) may take.
     pub open_timeout: Duration,
     /// How long a proxied connection waits for a session when none is up.
@@ -82,6 +84,7 @@ impl AgentConfig {
             http: None,
             socks_auth: AuthPolicy::NoAuth,
             http_limits: HttpLimits::default(),
+            proxy_limits: ProxyLimits::default(),
             open_timeout: Duration::from_secs(15),
             session_wait: Duration::from_secs(10),
             state_file: None,

@@ -132,7 +132,7 @@ impl HintGate {
 
     /// May a hint go to `ip` now?
     pub fn allow(&mut self, ip: IpAddr, now: Instant) -> bool {
-        self.total.allow(IpAddr::from([0u8; 4]), now) && self.per_address.allow(ip, now)
+        self.per_address.allow(ip, now) && self.total.allow(IpAddr::from([0u8; 4]), now)
     }
 
     /// Forget quiet addresses.

@@ -91,6 +91,8 @@ pub struct ServerConfig {
     pub max_udp_flows: usize,
     /// How long a TCP connect to a target may take.
     pub connect_timeout: Duration,
+    /// A proxied connection that carries nothing either way for this long is closed.
+    pub stream_idle_timeout: Duration,
     /// Handshake work and replies per second per source address (IPv4, or IPv6 /64).
     pub handshake_rate: u32,
     /// ...and how many at once.
@@ -120,6 +122,7 @@ impl ServerConfig {
             max_buffered: 64 << 20,
             max_udp_flows: 256,
             connect_timeout: Duration::from_secs(10),
+            stream_idle_timeout: braid_proxy::ProxyLimits::default().idle_timeout,
             handshake_rate: 80,
             handshake_burst: 10,
             load_threshold: 256,
@@ -664,6 +667,7 @@ impl Server {
             clock,
         };
         let connect_timeout = self.cfg.connect_timeout;
+        let idle = self.cfg.stream_idle_timeout;
         let max_streams = self.cfg.max_streams as usize;
         tokio::spawn(async move {
             let open = Arc::new(std::sync::atomic::AtomicUsize::new(0));
@@ -679,7 +683,7 @@ impl Server {
                 }
                 let open = open.clone();
                 tokio::spawn(async move {
-                    relay::serve_stream(h, connect_timeout).await;
+                    relay::serve_stream(h, connect_timeout, idle).await;
                     open.fetch_sub(1, std::sync::atomic::Ordering::Relaxed);
                 });
             }
