@@ -4,6 +4,11 @@
 //! version (1) | type (1) | session id (8, BE) | path id (1) | packet number (QUIC varint)
 //! ```
 //!
+//! Type byte 3 is a transport packet sealed with the keys of an odd key epoch (key
+//! rotation, see [`crate::rekey`]): it parses as [`PacketType::Transport`] with
+//! [`HeaderInfo::key_phase`] 1. The core never sees it (the driver writes 0 back after
+//! opening).
+//!
 //! Owns: reading the header fields that the AEAD nonce and the handshake need, and writing
 //! the header of handshake packets. It is deliberately independent of `braid-core` (which
 //! has its own parser) and must not touch frames, the tag or anything after the header.
@@ -17,6 +22,9 @@ pub const VERSION: u8 = 1;
 /// Largest packet number a QUIC varint can hold (2^62 - 1).
 pub const MAX_PACKET_NUMBER: u64 = (1 << 62) - 1;
 
+/// The type byte of a transport packet of an odd key epoch (key phase 1).
+pub const TRANSPORT_ODD_PHASE: u8 = 3;
+
 /// Longest possible header: 11 fixed bytes and an 8-byte packet number.
 pub const MAX_HEADER_LEN: usize = 19;
 
@@ -29,6 +37,14 @@ pub enum PacketType {
     Handshake,
     /// Type 2: the server's cookie reply to a handshake message 1 (see [`crate::cookie`]).
     Cookie,
+    /// Type 4: the server's "unknown session" hint (a bare 12-byte header, server to client
+    /// only) in answer to a transport packet of a session it does not know. Not
+    /// authenticated: a client takes it only as a reason to try a new handshake now.
+    SessionUnknown,
+    /// Type 5: the server's refusal of a handshake message 1 because it is at its session
+    /// limit (a bare 12-byte header naming the message's session and path, server to client
+    /// only). Not authenticated: a client reports it and retries later.
+    SessionLimit,
 }
 
 impl PacketType {
@@ -38,6 +54,8 @@ impl PacketType {
             PacketType::Transport => 0,
             PacketType::Handshake => 1,
             PacketType::Cookie => 2,
+            PacketType::SessionUnknown => 4,
+            PacketType::SessionLimit => 5,
         }
     }
 }
@@ -59,10 +77,11 @@ pub enum HeaderError {
     /// Byte 0 is not a version this build speaks.
     #[error("packet version byte is {0}, this build speaks only version 1: drop the packet")]
     BadVersion(u8),
-    /// Byte 1 is not 0 (transport), 1 (handshake) or 2 (cookie reply).
+    /// Byte 1 is not 0 or 3 (transport), 1 (handshake), 2 (cookie reply), 4 (unknown
+    /// session) or 5 (session limit).
     #[error(
-        "packet type byte is {0}, expected 0 (transport), 1 (handshake) or 2 (cookie reply): \
-         drop the packet"
+        "packet type byte is {0}, expected 0 or 3 (transport), 1 (handshake), 2 (cookie \
+         reply), 4 (unknown session) or 5 (session limit): drop the packet"
     )]
     BadType(u8),
     /// A packet number above 2^62 - 1 cannot be written as a varint.
@@ -83,6 +102,9 @@ pub struct HeaderInfo {
     pub packet_number: u64,
     /// Length of the header in bytes (12 to 19): the AEAD's associated data.
     pub header_len: usize,
+    /// Key phase of a transport packet: 0 (type byte 0, even key epoch) or 1 (type byte 3,
+    /// odd epoch); 0 for the other types.
+    pub key_phase: u8,
 }
 
 /// Parse the header at the front of `packet`. Accepts any input; never panics.
@@ -93,10 +115,13 @@ pub fn parse_header(packet: &[u8]) -> Result<HeaderInfo, HeaderError> {
     if version != VERSION {
         return Err(HeaderError::BadVersion(version));
     }
-    let ptype = match *packet.get(1).ok_or(truncated("type"))? {
-        0 => PacketType::Transport,
-        1 => PacketType::Handshake,
-        2 => PacketType::Cookie,
+    let (ptype, key_phase) = match *packet.get(1).ok_or(truncated("type"))? {
+        0 => (PacketType::Transport, 0),
+        1 => (PacketType::Handshake, 0),
+        2 => (PacketType::Cookie, 0),
+        4 => (PacketType::SessionUnknown, 0),
+        5 => (PacketType::SessionLimit, 0),
+        TRANSPORT_ODD_PHASE => (PacketType::Transport, 1),
         other => return Err(HeaderError::BadType(other)),
     };
     let sid: [u8; 8] = packet
@@ -119,7 +144,26 @@ pub fn parse_header(packet: &[u8]) -> Result<HeaderInfo, HeaderError> {
         path_id,
         packet_number,
         header_len: 11 + pn_len,
+        key_phase,
     })
+}
+
+/// The "unknown session" hint answering a transport packet with header `h`: 12 bytes, the
+/// session id and path id of that packet, packet number 0.
+pub fn session_unknown_hint(h: &HeaderInfo) -> Vec<u8> {
+    notice(PacketType::SessionUnknown, h)
+}
+
+/// The "session limit" refusal answering a handshake message 1 with header `h` (12 bytes).
+pub fn session_limit_refusal(h: &HeaderInfo) -> Vec<u8> {
+    notice(PacketType::SessionLimit, h)
+}
+
+fn notice(ptype: PacketType, h: &HeaderInfo) -> Vec<u8> {
+    let mut out = Vec::with_capacity(12);
+    // Packet number 0 always fits.
+    let _ = write_header(&mut out, ptype, h.session_id, h.path_id, 0);
+    out
 }
 
 /// Length of the shortest varint encoding of `pn`.
@@ -184,6 +228,8 @@ mod tests {
                 PacketType::Transport,
                 PacketType::Handshake,
                 PacketType::Cookie,
+                PacketType::SessionUnknown,
+                PacketType::SessionLimit,
             ] {
                 let mut buf = Vec::new();
                 let n = write_header(&mut buf, ptype, 0xdead_beef_0102_0304, 7, pn).unwrap();
@@ -199,6 +245,7 @@ mod tests {
                         path_id: 7,
                         packet_number: pn,
                         header_len: n,
+                        key_phase: 0,
                     }
                 );
                 for cut in 0..n {
@@ -218,8 +265,11 @@ mod tests {
         buf[0] = 2;
         assert_eq!(parse_header(&buf), Err(HeaderError::BadVersion(2)));
         buf[0] = 1;
+        buf[1] = 6;
+        assert_eq!(parse_header(&buf), Err(HeaderError::BadType(6)));
         buf[1] = 3;
-        assert_eq!(parse_header(&buf), Err(HeaderError::BadType(3)));
+        let h = parse_header(&buf).unwrap();
+        assert_eq!((h.ptype, h.key_phase), (PacketType::Transport, 1));
         assert_eq!(
             write_header(&mut Vec::new(), PacketType::Transport, 1, 0, u64::MAX),
             Err(HeaderError::PacketNumberTooLarge(u64::MAX))

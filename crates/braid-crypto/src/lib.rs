@@ -5,8 +5,8 @@
 //! protection of transport packets ([`aead`]), the per-path replay window ([`replay`]), a
 //! small bounds-checked parser/builder of the braid packet header ([`header`]), the cheap
 //! checks in front of the handshake's Diffie-Hellman (mac1, mac2 and cookies: [`cookie`]),
-//! the handshake replay guard and its state file ([`guard`]) and unguessable values from
-//! the system CSPRNG ([`random`]).
+//! the handshake replay guard and its state file ([`guard`]), unguessable values from
+//! the system CSPRNG ([`random`]) and the key epochs of key rotation ([`rekey`]).
 //!
 //! Must not touch: `braid-core` (this crate does not depend on it and never parses frames),
 //! sockets, clocks and global state (the operating system's random generator aside, read
@@ -39,16 +39,21 @@ pub mod handshake;
 pub mod header;
 pub mod keys;
 pub mod random;
+pub mod rekey;
 pub mod replay;
 
 pub use aead::{AeadError, PacketKey, Role, SessionKeys, TAG_LEN};
 pub use cookie::{CookieChecker, CookieError, Mac1Key};
 pub use guard::{GuardFileError, ReplayGuard};
 pub use handshake::{ClientHandshake, HandshakeError, ServerHandshake, NOISE_PARAMS, PROLOGUE};
-pub use header::{parse_header, write_header, HeaderError, HeaderInfo, PacketType};
+pub use header::{
+    parse_header, session_limit_refusal, session_unknown_hint, write_header, HeaderError,
+    HeaderInfo, PacketType,
+};
 pub use keys::{
     parse_authorized, parse_public_key, read_authorized, read_private_key, read_public_key,
     write_keypair, KeyError, PublicKey, StaticKeypair,
 };
 pub use random::RandomError;
+pub use rekey::{KeyRing, RekeyPolicy};
 pub use replay::ReplayWindow;

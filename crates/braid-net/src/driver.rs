@@ -14,12 +14,34 @@ use std::collections::HashMap;
 use tokio::sync::mpsc;
 use tracing::{debug, info, warn};
 
-/// Seals outgoing and opens incoming packets (the AEAD of the networking layer).
+/// Seals outgoing and opens incoming packets (the AEAD of the networking layer), and
+/// manages its keys (rotation) through [`PacketProtection::poll_control`].
 pub trait PacketProtection: Send + 'static {
     /// Encrypt `packet` in place (its last `tag_len` bytes are the tag space).
     fn seal(&mut self, packet: &mut [u8]) -> bool;
-    /// Verify and decrypt in place; false: drop the packet.
+    /// Verify and decrypt in place; false: drop the packet (or it was a key-management
+    /// packet the protection consumed).
     fn open(&mut self, packet: &mut [u8]) -> bool;
+    /// Called on every turn of the session loop with the time: what key management needs
+    /// done now (nothing by default).
+    fn poll_control(&mut self, _now: Instant) -> Option<Control> {
+        None
+    }
+    /// When [`Self::poll_control`] wants to be called again at the latest.
+    fn poll_timeout(&self) -> Option<Instant> {
+        None
+    }
+}
+
+/// What packet protection asks the session task to do.
+#[derive(Debug)]
+pub enum Control {
+    /// Send this handshake packet on this path (a key rotation's message 1).
+    Send(PathId, Vec<u8>),
+    /// New keys are in use: make the session speak on its paths so the peer confirms them.
+    Rotated,
+    /// The keys outlived their lifetime without a rotation: close the session.
+    Expired,
 }
 
 /// Sends datagrams on a path.
@@ -110,6 +132,17 @@ impl<P: PacketProtection, S: PathSender> SessionTask<P, S> {
         let mut sleep = Box::pin(tokio::time::sleep_until(tokio::time::Instant::now()));
         loop {
             let now = self.clock.now();
+            while let Some(c) = self.protection.poll_control(now) {
+                match c {
+                    Control::Send(path, pkt) => self.sender.send(path, &pkt),
+                    Control::Rotated => self.session.ping_paths(now),
+                    Control::Expired => self.session.close(
+                        now,
+                        0,
+                        "the session keys expired: no key rotation completed in time",
+                    ),
+                }
+            }
             // Send everything the session has.
             while let Some(t) = self.session.poll_transmit(now, &mut buf) {
                 let pkt = &mut buf[..t.len];
@@ -184,7 +217,11 @@ impl<P: PacketProtection, S: PathSender> SessionTask<P, S> {
                 }
                 return self.session.error().cloned();
             }
-            if let Some(t) = self.session.poll_timeout() {
+            let wake = match (self.session.poll_timeout(), self.protection.poll_timeout()) {
+                (Some(a), Some(b)) => Some(a.min(b)),
+                (a, b) => a.or(b),
+            };
+            if let Some(t) = wake {
                 sleep.as_mut().reset(self.clock.to_tokio(t));
             } else {
                 sleep

@@ -1,5 +1,8 @@
 //! Copying bytes between a TCP connection and a session stream, both directions at once,
-//! with half-close: a FIN on one side becomes a FIN on the other.
+//! with half-close: a FIN on one side becomes a FIN on the other. A stream reset by the peer
+//! or ended with its session (bytes were lost) closes the TCP connection at once with a RST,
+//! so the application sees an error, never a connection left open or a clean but truncated
+//! end. A connection idle for the idle timeout is closed the same way.
 //!
 //! Owns: the byte relay of one proxied connection. Must not touch: the proxy handshakes
 //! (SOCKS5, HTTP, the stream-open header) that come before it.
@@ -7,17 +10,30 @@
 use crate::bridge::{StreamMsg, StreamReader, StreamWriter};
 use bytes::{Bytes, BytesMut};
 use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::Duration;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
+use tracing::debug;
 
 /// Application error code for a stream aborted because its TCP side failed.
 pub const TCP_FAILED: u64 = 0x10;
 
+/// Application error code for a stream closed because it carried nothing for the idle
+/// timeout.
+pub const IDLE: u64 = 0x11;
+
 /// Relay until both directions are finished. `early` are stream bytes that arrived with
-/// the open reply and belong to the TCP side first.
-pub async fn splice(tcp: TcpStream, reader: StreamReader, writer: StreamWriter, early: Bytes) {
+/// the open reply and belong to the TCP side first. A connection that carries no byte
+/// either way for `idle` is closed at both ends (stream reset with [`IDLE`], TCP RST).
+pub async fn splice(
+    tcp: TcpStream,
+    reader: StreamReader,
+    writer: StreamWriter,
+    early: Bytes,
+    idle: Duration,
+) {
     let (up, down) = (AtomicU64::new(0), AtomicU64::new(0));
-    splice_counted(tcp, reader, writer, early, &up, &down).await;
+    splice_counted(tcp, reader, writer, early, idle, &up, &down).await;
 }
 
 /// [`splice`], adding the bytes read from the TCP side to `up` and the bytes written to it
@@ -27,12 +43,17 @@ pub async fn splice_counted(
     mut reader: StreamReader,
     writer: StreamWriter,
     early: Bytes,
+    idle: Duration,
     up: &AtomicU64,
     down: &AtomicU64,
 ) {
     let _ = tcp.set_nodelay(true);
+    let start = tokio::time::Instant::now();
+    // Milliseconds since `start` of the last byte either way.
+    let active = AtomicU64::new(0);
+    let touch = || active.store(start.elapsed().as_millis() as u64, Ordering::Relaxed);
     let (mut rd, mut wr) = tcp.into_split();
-    let to_stream = async {
+    let mut to_stream = Box::pin(async {
         let mut buf = BytesMut::with_capacity(64 * 1024);
         loop {
             if buf.capacity() - buf.len() < 16 * 1024 {
@@ -45,6 +66,7 @@ pub async fn splice_counted(
                 }
                 Ok(n) => {
                     up.fetch_add(n as u64, Ordering::Relaxed);
+                    touch();
                     if writer.write(buf.split().freeze()).await.is_err() {
                         return;
                     }
@@ -55,27 +77,65 @@ pub async fn splice_counted(
                 }
             }
         }
-    };
-    let to_tcp = async {
+    });
+    // True when the stream ended in a reset (or its session ended): abort the TCP side.
+    let mut to_tcp = Box::pin(async {
         if !early.is_empty() && wr.write_all(&early).await.is_err() {
-            return;
+            return false;
         }
         down.fetch_add(early.len() as u64, Ordering::Relaxed);
         loop {
             match reader.read().await {
                 Some(StreamMsg::Data(b)) => {
+                    touch();
                     if wr.write_all(&b).await.is_err() {
-                        return;
+                        return false;
                     }
                     down.fetch_add(b.len() as u64, Ordering::Relaxed);
                 }
                 Some(StreamMsg::Fin) => {
                     let _ = wr.shutdown().await;
-                    return;
+                    return false;
                 }
-                Some(StreamMsg::Reset(_)) | None => return,
+                Some(StreamMsg::Reset(_)) | None => return true,
             }
         }
-    };
-    tokio::join!(to_stream, to_tcp);
+    });
+    let (mut up_done, mut down_done, mut aborted) = (false, false, false);
+    let idle_check = tokio::time::sleep(idle);
+    tokio::pin!(idle_check);
+    while !(up_done && down_done) {
+        tokio::select! {
+            _ = &mut idle_check => {
+                let last = start + Duration::from_millis(active.load(Ordering::Relaxed));
+                if last.elapsed() >= idle {
+                    debug!("proxied connection idle for {idle:?}: closing it");
+                    aborted = true;
+                    writer.reset(IDLE);
+                    break;
+                }
+                idle_check.as_mut().reset(last + idle);
+            }
+            _ = &mut to_stream, if !up_done => up_done = true,
+            reset = &mut to_tcp, if !down_done => {
+                down_done = true;
+                if reset {
+                    aborted = true;
+                    // Stop reading the application (its bytes have nowhere to go) and
+                    // close with a RST: linger 0, then drop both halves.
+                    writer.reset(TCP_FAILED);
+                    break;
+                }
+            }
+        }
+    }
+    drop(to_stream);
+    drop(to_tcp);
+    if aborted {
+        // One socket again (dropping the write half alone would send a FIN first), then
+        // closed with linger 0: a RST.
+        if let Ok(tcp) = rd.reunite(wr) {
+            let _ = socket2::SockRef::from(&tcp).set_linger(Some(std::time::Duration::ZERO));
+        }
+    }
 }

@@ -34,11 +34,13 @@ fn agent_cfg(
         http: None,
         socks_auth: AuthPolicy::NoAuth,
         http_limits: HttpLimits::default(),
+        proxy_limits: Default::default(),
         open_timeout: Duration::from_secs(5),
         session_wait: Duration::from_secs(2),
         state_file: None,
         transport: braid_core::Config::default(),
         tun: None,
+        rekey: Default::default(),
     }
 }
 

@@ -293,12 +293,12 @@ async fn session_that_never_completes_its_first_exchange_expires_in_seconds() {
         reply(&s, Duration::from_secs(2)).await.map(|r| r.0),
         Some(PacketType::Handshake)
     );
-    // The only slot is taken: another fresh initiation gets nothing.
+    // The only slot is taken: another fresh initiation gets a session-limit refusal.
     let (_, m1b) = initiation(&agent, &srv.server_pub, unix_ms() + 1);
     s.send_to(&m1b, srv.addr).await.unwrap();
     assert_eq!(
         reply(&s, Duration::from_millis(300)).await.map(|r| r.0),
-        None
+        Some(PacketType::SessionLimit)
     );
     tokio::time::sleep(Duration::from_millis(900)).await;
     assert_eq!(get(&srv.counters.unfinished), 1, "not expired");

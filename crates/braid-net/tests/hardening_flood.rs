@@ -357,7 +357,14 @@ async fn handshake_flood_gets_no_answers_and_spares_a_running_download() {
     );
 
     let (rep, ratio) = flooded_run(&got, quiet, server, &tid, "garbage", garbage(4096)).await;
-    assert_eq!(rep.received, [0; 4], "the server answered garbage");
+    // Garbage that parses as a transport packet of an unknown session may get the 12-byte
+    // "unknown session" hint, at most 4 a second to one address; nothing else.
+    assert_eq!(rep.received[..3], [0; 3], "the server answered garbage");
+    assert!(
+        rep.received[3] <= 4 * 30 + 4,
+        "{} hints to one address",
+        rep.received[3]
+    );
     assert!(
         ratio >= 0.8,
         "goodput under the garbage flood fell to {ratio:.2} of its unflooded value"

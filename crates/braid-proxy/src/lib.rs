@@ -11,7 +11,8 @@
 //! - [`datagram`]: the DATAGRAM-frame payload carrying proxied UDP,
 //! - [`socks5`]: the SOCKS5 handshake (RFC 1928/1929) and the SOCKS5 UDP header,
 //! - [`http`]: the HTTP/1.1 CONNECT handshake,
-//! - [`auth`]: credentials, constant-time comparison, HTTP Basic.
+//! - [`auth`]: credentials, constant-time comparison, HTTP Basic,
+//! - [`limits`]: connection limits, handshake and idle timeouts, accept backoff.
 //!
 //! No-panic contract: every parser in this crate accepts any byte slice and reports malformed
 //! input as an error; every handshake reports malformed client input as an error. Property
@@ -24,6 +25,7 @@ pub mod addr;
 pub mod auth;
 pub mod datagram;
 pub mod http;
+pub mod limits;
 pub mod socks5;
 pub mod target;
 pub mod wire;
@@ -31,6 +33,7 @@ pub mod wire;
 pub use addr::{AddrError, TargetAddr, TargetRef};
 pub use auth::Credentials;
 pub use http::{HttpError, HttpLimits};
+pub use limits::{AcceptBackoff, ProxyLimits};
 pub use socks5::{AuthPolicy, SocksError, SocksRequest};
 pub use target::ReplyCode;
 pub use wire::{Invalid, ParseError};

@@ -266,8 +266,10 @@ pub(crate) fn server_settings(a: ServerArgs) -> Result<ServerSettings> {
         PathBuf::from(p)
     });
     let authorized_path = authorized;
-    let authorized = braid_crypto::read_authorized(&authorized_path)?;
-    let mut cfg = ServerConfig::new(listen, key, authorized);
+    let keys = braid_crypto::read_authorized(&authorized_path)?;
+    let mut cfg = ServerConfig::new(listen, key, keys);
+    // Re-read when it changes: a removed key gets no new session and no key rotation.
+    cfg.authorized_file = Some(authorized_path.clone());
     cfg.state_file = Some(state);
     if let Some(n) = a.max_sessions.or(f.max_sessions) {
         cfg.max_sessions = n;
@@ -528,11 +530,13 @@ pub(crate) fn agent_settings(a: AgentArgs) -> Result<AgentSettings> {
         http,
         socks_auth,
         http_limits: HttpLimits::default(),
+        proxy_limits: Default::default(),
         open_timeout: Duration::from_secs(15),
         session_wait,
         state_file,
         transport,
         tun,
+        rekey: Default::default(),
     };
     Ok(AgentSettings {
         cfg,

@@ -10,13 +10,15 @@ use super::Shared;
 use crate::bridge::{Cmd, StreamMsg, StreamReader, StreamWriter};
 use braid_proxy::socks5::{self, SocksRequest};
 use braid_proxy::target::{self, ReplyCode};
-use braid_proxy::{datagram, TargetAddr};
+use braid_proxy::{datagram, AcceptBackoff, TargetAddr};
 use bytes::{Bytes, BytesMut};
 use std::net::SocketAddr;
 use std::sync::atomic::Ordering;
+use std::sync::Arc;
+use std::time::Duration;
 use tokio::io::AsyncReadExt;
 use tokio::net::{TcpListener, TcpStream, UdpSocket};
-use tokio::sync::{mpsc, oneshot};
+use tokio::sync::{mpsc, oneshot, Semaphore};
 use tracing::{debug, info, warn};
 
 /// Which proxy protocol a listener speaks.
@@ -29,12 +31,45 @@ pub(super) enum Front {
 }
 
 pub(super) async fn accept_loop(l: TcpListener, shared: Shared, front: Front) {
+    let limits = shared.cfg.proxy_limits;
+    let slots = Arc::new(Semaphore::new(limits.max_connections));
+    let mut backoff = AcceptBackoff::new();
+    let mut turned_away = 0u64;
     loop {
-        let Ok((tcp, peer)) = l.accept().await else {
+        let (tcp, peer) = match l.accept().await {
+            Ok(x) => {
+                let n = backoff.succeeded();
+                if n > 0 {
+                    info!("accepting proxy connections again after {n} failed attempts");
+                }
+                x
+            }
+            Err(e) => {
+                // Never spin: at the descriptor limit the listener stays readable.
+                let (wait, say) = backoff.failed(&e);
+                if say {
+                    warn!(
+                        failures = backoff.failures(),
+                        "cannot accept a proxy connection: {e}; waiting {wait:?} before the \
+                         next try (at the file-descriptor limit: raise `ulimit -n`, or lower \
+                         the number of connections)"
+                    );
+                }
+                tokio::time::sleep(wait).await;
+                continue;
+            }
+        };
+        let Ok(slot) = slots.clone().try_acquire_owned() else {
+            turned_away += 1;
+            if turned_away == 1 || turned_away.is_multiple_of(64) {
+                warn!(%peer, limit = limits.max_connections, turned_away, "too many proxy connections: a new one is closed");
+            }
+            let _ = socket2::SockRef::from(&tcp).set_linger(Some(Duration::ZERO));
             continue;
         };
         let shared = shared.clone();
         tokio::spawn(async move {
+            let _slot = slot;
             let r = match front {
                 Front::Socks => socks_conn(tcp, &shared).await,
                 Front::Http => http_conn(tcp, &shared).await,
@@ -158,9 +193,11 @@ async fn open_on(
 }
 
 async fn socks_conn(mut tcp: TcpStream, shared: &Shared) -> Result<(), String> {
-    let req = socks5::accept(&mut tcp, &shared.cfg.socks_auth)
-        .await
-        .map_err(|e| e.to_string())?;
+    let limits = shared.cfg.proxy_limits;
+    let req =
+        socks5::accept_with_timeout(&mut tcp, &shared.cfg.socks_auth, limits.handshake_timeout)
+            .await
+            .map_err(|e| e.to_string())?;
     let bound = tcp.local_addr().map_err(|e| e.to_string())?;
     match req {
         SocksRequest::Connect(target) => match open(shared, &target).await {
@@ -172,7 +209,7 @@ async fn socks_conn(mut tcp: TcpStream, shared: &Shared) -> Result<(), String> {
                     .board
                     .open("socks5", peer_of(&tcp), target.to_string(), None);
                 let c = conn.counters();
-                crate::splice::splice_counted(tcp, reader, writer, early, &c.up, &c.down).await;
+                crate::splice::splice_counted(tcp, reader, writer, early, limits.idle_timeout, &c.up, &c.down).await;
                 Ok(())
             }
             Err(code) => {
@@ -197,7 +234,8 @@ async fn http_conn(mut tcp: TcpStream, shared: &Shared) -> Result<(), String> {
                 .board
                 .open("http", peer_of(&tcp), target.to_string(), None);
             let c = conn.counters();
-            crate::splice::splice_counted(tcp, reader, writer, early, &c.up, &c.down).await;
+            let idle = shared.cfg.proxy_limits.idle_timeout;
+            crate::splice::splice_counted(tcp, reader, writer, early, idle, &c.up, &c.down).await;
             Ok(())
         }
         Err(code) => {

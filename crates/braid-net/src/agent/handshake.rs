@@ -179,6 +179,14 @@ pub(super) async fn handshake(
         .collect();
     let mut won = None;
     let mut over_tcp = Vec::new();
+    // Servers that said they are at their session limit (unauthenticated: only reported).
+    let mut full: Vec<SocketAddr> = Vec::new();
+    let servers = {
+        let mut v: Vec<SocketAddr> = hs.iter().map(|x| x.1).collect();
+        v.sort();
+        v.dedup();
+        v.len()
+    };
     'attempts: for attempt in 0..attempts {
         if attempt == 1 {
             // No answer over UDP within 0.5 s: the network may block UDP. Message 1 over
@@ -207,14 +215,26 @@ pub(super) async fn handshake(
         while let Ok(Some((i, pkt, from, stream))) =
             tokio::time::timeout_at(deadline, rrx.recv()).await
         {
-            let cookie = match parse_header(&pkt) {
-                Ok(h) if h.session_id == sid && h.ptype == PacketType::Handshake => false,
-                Ok(h) if h.session_id == sid && h.ptype == PacketType::Cookie => true,
+            let (cookie, refused) = match parse_header(&pkt) {
+                Ok(h) if h.session_id == sid && h.ptype == PacketType::Handshake => (false, false),
+                Ok(h) if h.session_id == sid && h.ptype == PacketType::Cookie => (true, false),
+                Ok(h) if h.session_id == sid && h.ptype == PacketType::SessionLimit => {
+                    (false, true)
+                }
                 _ => continue,
             };
             let Some(k) = hs.iter().position(|x| x.0 == i && x.2 == from) else {
                 continue;
             };
+            if refused {
+                if !full.contains(&hs[k].1) {
+                    full.push(hs[k].1);
+                }
+                if full.len() >= servers {
+                    break 'attempts;
+                }
+                continue;
+            }
             if cookie {
                 // The server is under load and wants proof that we receive at our address:
                 // message 1 again, now with mac2 from its cookie, at once (and in every
@@ -264,6 +284,13 @@ pub(super) async fn handshake(
         r.abort();
     }
     drop(over_tcp);
+    if won.is_none() && !full.is_empty() {
+        return Err(format!(
+            "the server(s) {full:?} refused the session: at their session limit (`braid server \
+             --max-sessions`); existing sessions go on there. Ask its operator to raise the \
+             limit, or wait"
+        ));
+    }
     let (i, server, keys, first_tcp) = won.ok_or_else(|| {
         let names: Vec<&str> = paths.iter().map(|b| cfg.paths[b.slot].name.as_str()).collect();
         format!(

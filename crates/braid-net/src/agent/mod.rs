@@ -27,10 +27,11 @@ pub use report::{Counters, StatusBoard};
 
 use crate::bridge::Cmd;
 use crate::policy::PathPolicy;
+use crate::protect::KeyStats;
 use crate::udp::PathBind;
 use braid_core::Config;
-use braid_crypto::{PublicKey, StaticKeypair};
-use braid_proxy::{AuthPolicy, HttpLimits};
+use braid_crypto::{PublicKey, RekeyPolicy, StaticKeypair};
+use braid_proxy::{AuthPolicy, HttpLimits, ProxyLimits};
 use bytes::Bytes;
 use front::Front;
 use std::collections::HashMap;
@@ -66,6 +67,8 @@ pub struct AgentConfig {
     pub socks_auth: AuthPolicy,
     /// HTTP CONNECT limits and authentication.
     pub http_limits: HttpLimits,
+    /// Connection limit, handshake and idle timeouts of each proxy front end.
+    pub proxy_limits: ProxyLimits,
     /// How long opening a stream (server connect included) may take.
     pub open_timeout: Duration,
     /// How long a proxied connection waits for a session when none is up.
@@ -76,6 +79,8 @@ pub struct AgentConfig {
     pub transport: Config,
     /// TUN mode: a device carrying every application (needs CAP_NET_ADMIN).
     pub tun: Option<TunSettings>,
+    /// When the session keys are rotated (docs/protocol.md section 16a).
+    pub rekey: RekeyPolicy,
 }
 
 impl AgentConfig {
@@ -95,11 +100,13 @@ impl AgentConfig {
             http: None,
             socks_auth: AuthPolicy::NoAuth,
             http_limits: HttpLimits::default(),
+            proxy_limits: ProxyLimits::default(),
             open_timeout: Duration::from_secs(15),
             session_wait: Duration::from_secs(10),
             state_file: None,
             transport: agent_transport(),
             tun: None,
+            rekey: RekeyPolicy::default(),
         }
     }
 }
@@ -227,6 +234,7 @@ pub struct Agent {
     status: watch::Receiver<Vec<PathStatus>>,
     names: Vec<String>,
     board: Arc<StatusBoard>,
+    keys: Arc<KeyStats>,
     tasks: Vec<tokio::task::JoinHandle<()>>,
 }
 
@@ -315,8 +323,15 @@ impl Agent {
         let watcher = crate::netwatch::watch();
         let names = cfg.paths.iter().map(|p| p.name.clone()).collect();
         let (status_tx, status) = watch::channel(vec![PathStatus::Down; cfg.paths.len()]);
+        let keys = Arc::new(KeyStats::default());
         tasks.push(tokio::spawn(run::keep_session(
-            cfg, tx, shared, watcher, ledger, status_tx,
+            cfg,
+            tx,
+            shared,
+            watcher,
+            ledger,
+            status_tx,
+            keys.clone(),
         )));
         Ok(Agent {
             socks,
@@ -325,6 +340,7 @@ impl Agent {
             status,
             names,
             board,
+            keys,
             tasks,
         })
     }
@@ -332,6 +348,12 @@ impl Agent {
     /// The agent's status board (`braid status`): [`StatusBoard::snapshot`] at any time.
     pub fn status(&self) -> Arc<StatusBoard> {
         self.board.clone()
+    }
+
+    /// Packet protection counters of the agent's sessions (key epochs, rotations, packets
+    /// that failed to open).
+    pub fn key_stats(&self) -> Arc<KeyStats> {
+        self.keys.clone()
     }
 
     /// Each configured path's name and status.

@@ -17,7 +17,7 @@ use crate::driver::{Clock, Incoming, SessionTask};
 use crate::netwatch::WatchMsg;
 use crate::pathmgr::{Action, PathManager};
 use crate::policy::{CapLedger, CapStatus};
-use crate::protect::Aead;
+use crate::protect::{Aead, KeyStats};
 use braid_core::path::PathStats;
 use braid_core::wire::PathState;
 use braid_core::{Event, PathId, Session};
@@ -64,6 +64,7 @@ struct Runner {
     status: watch::Sender<Vec<PathStatus>>,
     /// The server of the current session.
     server: SocketAddr,
+    keys: Arc<KeyStats>,
 }
 
 /// Establish, run, and re-establish the session for as long as the agent runs.
@@ -74,6 +75,7 @@ pub(super) async fn keep_session(
     watcher: Watcher,
     ledger: CapLedger,
     status: watch::Sender<Vec<PathStatus>>,
+    keys: Arc<KeyStats>,
 ) {
     let binds = cfg.paths.iter().map(|p| p.bind.clone()).collect();
     let mut mgr = PathManager::new(binds, cfg.servers[0].is_ipv4());
@@ -113,6 +115,7 @@ pub(super) async fn keep_session(
         slots,
         status,
         server,
+        keys,
     };
     let mut backoff = Duration::from_millis(500);
     let mut next: Option<Established> = None;
@@ -343,7 +346,15 @@ impl Runner {
         }));
         let task = SessionTask {
             session,
-            protection: Aead::new(est.keys),
+            protection: Aead::client(
+                est.keys,
+                self.cfg.rekey,
+                self.cfg.key.clone(),
+                self.cfg.server_pub,
+                est.sid,
+                est.first,
+                self.keys.clone(),
+            ),
             sender: PathSockets {
                 table: links.table.clone(),
             },
@@ -364,6 +375,7 @@ impl Runner {
         }
         let mut counted: HashMap<PathId, u64> = HashMap::new();
         let mut silence = Silence::new();
+        silence.hints = self.keys.hints.load(std::sync::atomic::Ordering::Relaxed);
         let mut replacement = None;
         let mut tick = tokio::time::interval(CAP_TICK);
         tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
@@ -417,7 +429,7 @@ impl Runner {
                 _ = tick.tick() => {
                     let stats = query_stats(&cmd_tx).await;
                     self.count_caps(&cmd_tx, &stats, &mut counted);
-                    self.watch_silence(&stats, &mut silence);
+                    self.watch_silence(&cmd_tx, &stats, &mut silence);
                     if let Some((core, streams)) = crate::status::query_core(&cmd_tx).await {
                         let view = self.policy_view(&links.table);
                         shared.board.publish(&self.cfg, &core, streams, &view, &meta);
@@ -496,12 +508,20 @@ impl Runner {
     /// while the session goes on: an answer means the server restarted (or another one is
     /// reachable) and the agent switches to that new session; no answer means the network
     /// is out (a blackout) and the session is kept, probing again with backoff.
-    fn watch_silence(&mut self, stats: &[(PathId, PathStats)], w: &mut Silence) {
+    fn watch_silence(
+        &mut self,
+        cmd: &mpsc::UnboundedSender<Cmd>,
+        stats: &[(PathId, PathStats)],
+        w: &mut Silence,
+    ) {
         let rx: u64 = stats.iter().map(|s| s.1.packets_received).sum();
         let tx: u64 = stats.iter().map(|s| s.1.packets_sent).sum();
         w.srtt = Duration::from_micros(stats.iter().map(|s| s.1.srtt_us).max().unwrap_or(0));
         let now = tokio::time::Instant::now();
         if rx != w.rx {
+            // Several packets in one tick: data is flowing, so a sudden silence is news.
+            w.busy = rx.saturating_sub(w.rx) >= 3;
+            w.poked = false;
             w.last_rx = now;
             w.unanswered_since = None;
             w.probe_wait = SUSPECT_AFTER;
@@ -515,18 +535,29 @@ impl Runner {
             w.unanswered_since = Some(now);
         }
         (w.rx, w.tx) = (rx, tx);
+        // A transfer that stops dead (a download waits; the agent has nothing to send):
+        // ask the server once, so that silence (or a restarted server's hint) shows soon.
+        if w.busy && !w.poked && now.duration_since(w.last_rx) >= STALL {
+            w.poked = true;
+            self.poke(cmd);
+        }
+        let hints = self.keys.hints.load(std::sync::atomic::Ordering::Relaxed);
+        let hinted = hints != w.hints;
+        w.hints = hints;
+        if hinted && w.probe.is_none() && w.pending.is_none() && now >= w.next_probe {
+            // Not authenticated: only a reason to try a handshake now. The session is
+            // replaced only if it succeeds and the old session stays silent.
+            info!(server = %self.server, "the server says it does not know this session: shaking hands again now");
+            w.next_probe = now + SUSPECT_AFTER;
+            self.start_probe(w, now);
+            return;
+        }
         let suspect = w
             .unanswered_since
             .is_some_and(|t| now.duration_since(t) >= SUSPECT_AFTER);
         if suspect && w.probe.is_none() && w.pending.is_none() && now >= w.next_probe {
-            let avail = self.avail();
-            if avail.is_empty() {
-                return;
-            }
             info!(server = %self.server, "no answer from the server for {:?}: probing with a new handshake", now.duration_since(w.last_rx));
-            let cfg = self.cfg.clone();
-            let probe = tokio::spawn(async move { handshake::handshake(&cfg, &avail, 2).await });
-            w.probe = Some((probe, now));
+            self.start_probe(w, now);
         }
     }
 
@@ -545,6 +576,17 @@ impl Runner {
             }
             policy(s, now);
         }))));
+    }
+
+    /// A new handshake on every available path to every server, while the session goes on.
+    fn start_probe(&mut self, w: &mut Silence, now: tokio::time::Instant) {
+        let avail = self.avail();
+        if avail.is_empty() {
+            return;
+        }
+        let cfg = self.cfg.clone();
+        let probe = tokio::spawn(async move { handshake::handshake(&cfg, &avail, 2).await });
+        w.probe = Some((probe, now));
     }
 
     /// Apply everything the path manager decided.
@@ -688,6 +730,9 @@ impl Runner {
 /// How long packets may go unanswered before the agent probes the servers.
 const SUSPECT_AFTER: Duration = Duration::from_secs(2);
 
+/// How long a busy session may receive nothing before the agent pings the server once.
+const STALL: Duration = Duration::from_millis(600);
+
 /// How long the old session gets to answer once a probe handshake was answered (at least;
 /// three times the largest smoothed RTT if that is longer).
 const CONFIRM: Duration = Duration::from_millis(600);
@@ -708,6 +753,12 @@ struct Silence {
     probe_wait: Duration,
     /// The largest smoothed RTT of the session's paths.
     srtt: Duration,
+    /// Data was flowing when packets last arrived...
+    busy: bool,
+    /// ...and the server was pinged once since they stopped.
+    poked: bool,
+    /// "Unknown session" hints seen so far.
+    hints: u64,
 }
 
 impl Silence {
@@ -723,6 +774,9 @@ impl Silence {
             next_probe: now,
             probe_wait: SUSPECT_AFTER,
             srtt: Duration::ZERO,
+            busy: false,
+            poked: false,
+            hints: 0,
         }
     }
 }

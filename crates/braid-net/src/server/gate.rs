@@ -2,7 +2,8 @@
 //! address may cause, and when the server counts as under load.
 //!
 //! Owns: [`RateLimiter`] (a token bucket per source address: an IPv4 address, or the /64 of
-//! an IPv6 one) and [`LoadMeter`] (handshake packets per second, all sources together).
+//! an IPv6 one), [`LoadMeter`] (handshake packets per second, all sources together) and
+//! [`HintGate`] (how many "unknown session" hints go out, per address and in all).
 //! Must not touch: sockets, clocks (the caller passes `now`), cryptography (braid-crypto's
 //! `CookieChecker` does the MACs) and sessions.
 //!
@@ -105,6 +106,47 @@ impl RateLimiter {
     }
 }
 
+/// Bounds the "unknown session" hints: [`HintGate::PER_ADDRESS`] a second per address
+/// (burst as many) and [`HintGate::TOTAL`] a second from the whole server (burst a tenth),
+/// so spoofed transport packets can make the server send little, and never more bytes than
+/// they carried (a hint is 12 bytes, a transport packet at least 28).
+#[derive(Debug)]
+pub struct HintGate {
+    per_address: RateLimiter,
+    total: RateLimiter,
+}
+
+impl HintGate {
+    /// Hints a second to one address.
+    pub const PER_ADDRESS: u32 = 4;
+    /// Hints a second in all.
+    pub const TOTAL: u32 = 1000;
+
+    /// A gate with the limits above.
+    pub fn new() -> HintGate {
+        HintGate {
+            per_address: RateLimiter::new(Self::PER_ADDRESS, Self::PER_ADDRESS),
+            total: RateLimiter::new(Self::TOTAL, Self::TOTAL / 10),
+        }
+    }
+
+    /// May a hint go to `ip` now?
+    pub fn allow(&mut self, ip: IpAddr, now: Instant) -> bool {
+        self.per_address.allow(ip, now) && self.total.allow(IpAddr::from([0u8; 4]), now)
+    }
+
+    /// Forget quiet addresses.
+    pub fn gc(&mut self, now: Instant) {
+        self.per_address.gc(now);
+    }
+}
+
+impl Default for HintGate {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
 /// Counts handshake packets (with a valid mac1) per second; the server is under load when
 /// the last full second or the current one saw more than `threshold`.
 #[derive(Debug)]
@@ -191,6 +233,22 @@ mod tests {
         }
         assert!(!r.allow("203.0.113.9".parse().unwrap(), t0), "table full");
         assert_eq!(r.len(), RateLimiter::MAX_ADDRESSES);
+    }
+
+    #[test]
+    fn hints_are_bounded_per_address_and_in_all() {
+        let t0 = Instant::now();
+        let mut g = HintGate::new();
+        let a: IpAddr = "192.0.2.1".parse().unwrap();
+        let n = (0..100).filter(|_| g.allow(a, t0)).count();
+        assert_eq!(n, HintGate::PER_ADDRESS as usize);
+        let total = (0..1000u32)
+            .filter(|i| g.allow(IpAddr::from((0x0a00_0000 + i).to_be_bytes()), t0))
+            .count();
+        assert_eq!(
+            total,
+            (HintGate::TOTAL / 10) as usize - HintGate::PER_ADDRESS as usize
+        );
     }
 
     #[test]

@@ -36,9 +36,12 @@ pub enum Dropped {
     UdpReturnFull,
     /// The replay-guard state could not be written.
     StateWrite,
+    /// A key rotation for a live session refused (another agent key, or the key is no
+    /// longer authorized).
+    RotationRefused,
 }
 
-const KINDS: usize = 11;
+const KINDS: usize = 12;
 
 impl Dropped {
     fn index(self) -> usize {
@@ -60,6 +63,7 @@ impl Dropped {
             Dropped::Unfinished => "sessions closed before completing their first exchange",
             Dropped::UdpReturnFull => "proxied UDP datagrams dropped: session queue full",
             Dropped::StateWrite => "replay-guard state writes failed",
+            Dropped::RotationRefused => "key rotations refused",
         }
     }
 

@@ -9,6 +9,7 @@
 //! core do that) and the cryptography (braid-crypto's). It sends nothing to a peer that has
 //! not sent a handshake message with a valid mac1, and never more bytes than it received.
 //!
+//! - [`authorized`]: the authorized agent keys, re-read when their file changes,
 //! - [`gate`]: per-address rate limit and the load meter,
 //! - [`logs`]: rate-limited logging of drops, with counts,
 //! - [`relay`]: streams to TCP targets and UDP flows (bounded return traffic),
@@ -19,7 +20,10 @@
 //! mac1 (one HMAC; else dropped silently) -> an existing session's retransmission (the
 //! cached reply, only to the address that session started from) -> under load, mac2 (else
 //! a cookie reply) -> the address's token bucket (else dropped) -> the session limit ->
-//! the Noise handshake with the replay guard -> the reply and a new session.
+//! the Noise handshake with the replay guard -> the reply and a new session. A new
+//! handshake for a live session, from one of its path addresses, by the agent key that
+//! opened it and still authorized, is a key rotation (section 16a): its keys go to the
+//! session task ([`RekeyInbox`]) before message 2 goes out.
 //!
 //! Channels and their bounds: packets to a session task, 4096 (dropped when full, like a
 //! full socket buffer); datagrams from the session to its UDP flows, 1024 (dropped when
@@ -27,26 +31,28 @@
 //! accepted streams, bounded by the session's stream limit; session ends and expiries, one
 //! message per session.
 
+mod authorized;
 mod control;
 mod gate;
 mod logs;
 mod relay;
 mod report;
 
+pub use authorized::AuthorizedKeys;
 pub use control::{Reload, ServerControl, CLOSE_ORDERLY};
-pub use gate::{LoadMeter, RateLimiter};
+pub use gate::{HintGate, LoadMeter, RateLimiter};
 pub use logs::{DropLog, Dropped};
 pub use relay::{connect, UdpBudget, UDP_RETURN_BYTES};
 pub use report::{fingerprint, ServerBoard};
 
 use crate::bridge::StreamHandle;
 use crate::driver::{AddressHook, Clock, Incoming, PathSender, SessionTask};
-use crate::protect::Aead;
+use crate::protect::{Aead, KeyStats, RekeyInbox};
 use crate::tcp::{self, Outbound, TcpPeers};
 use crate::udp::bind_udp;
 use braid_core::{Config, Event, PathId, Session};
 use braid_crypto::{
-    parse_header, CookieChecker, HandshakeError, PacketType, PublicKey, ReplayGuard,
+    parse_header, CookieChecker, HandshakeError, PacketType, PublicKey, RekeyPolicy, ReplayGuard,
     ServerHandshake, StaticKeypair,
 };
 use bytes::BytesMut;
@@ -73,6 +79,12 @@ pub struct ServerConfig {
     /// Agent keys allowed to connect (at start; `ServerControl::reload_authorized`
     /// replaces them while the server runs).
     pub authorized: Vec<PublicKey>,
+    /// The file `authorized` was read from: re-read when it changes (at most once a
+    /// second), so that a removed key gets no new session and no key rotation.
+    pub authorized_file: Option<PathBuf>,
+    /// Key rotation: the server refuses keys older than `rekey.lifetime` (the agent
+    /// rotates them every `rekey.interval`).
+    pub rekey: RekeyPolicy,
     /// Where the replay guard (newest handshake timestamp per agent key) is kept across
     /// restarts; `None` keeps it in memory only.
     pub state_file: Option<PathBuf>,
@@ -86,6 +98,8 @@ pub struct ServerConfig {
     pub max_udp_flows: usize,
     /// How long a TCP connect to a target may take.
     pub connect_timeout: Duration,
+    /// A proxied connection that carries nothing either way for this long is closed.
+    pub stream_idle_timeout: Duration,
     /// Handshake work and replies per second per source address (IPv4, or IPv6 /64).
     pub handshake_rate: u32,
     /// ...and how many at once.
@@ -111,12 +125,15 @@ impl ServerConfig {
             listen,
             key: Arc::new(key),
             authorized,
+            authorized_file: None,
+            rekey: RekeyPolicy::default(),
             state_file: None,
             max_sessions: 1024,
             max_streams: 1024,
             max_buffered: 64 << 20,
             max_udp_flows: 256,
             connect_timeout: Duration::from_secs(10),
+            stream_idle_timeout: braid_proxy::ProxyLimits::default().idle_timeout,
             handshake_rate: 80,
             handshake_burst: 10,
             load_threshold: 256,
@@ -151,6 +168,14 @@ pub struct HandshakeCounters {
     pub unfinished: AtomicU64,
     /// Log lines written about drops (`DropLog`), at any level.
     pub log_lines: AtomicU64,
+    /// Key rotations accepted (message 2 sent with a live session's new keys).
+    pub rotations: AtomicU64,
+    /// Key rotations refused (another agent key, or no longer authorized).
+    pub rotations_refused: AtomicU64,
+    /// "Unknown session" hints sent.
+    pub hints: AtomicU64,
+    /// Handshakes refused (and told so) because `max_sessions` sessions were live.
+    pub full: AtomicU64,
 }
 
 impl HandshakeCounters {
@@ -166,7 +191,14 @@ impl HandshakeCounters {
 
 struct Entry {
     tx: mpsc::Sender<Incoming>,
-    /// Where the agent's message 1 came from: only there...
+    /// The agent key that opened the session: only it may rotate its keys.
+    client: PublicKey,
+    /// Where a rotation's keys go.
+    inbox: Arc<RekeyInbox>,
+    /// The session's path addresses (a rotation must come from one of them).
+    addrs: PathAddrs,
+    /// Where the agent's newest message 1 came from: only there (or from another of its
+    /// path addresses)...
     from: SocketAddr,
     /// ...does a byte-for-byte copy of its header and Noise message (mac2 may differ)...
     request: Vec<u8>,
@@ -186,7 +218,11 @@ pub struct Server {
     counters: Arc<HandshakeCounters>,
     board: Arc<ServerBoard>,
     authorized: control::Authorized,
+    keys: Arc<KeyStats>,
 }
+
+/// Each path's peer address of one session.
+type PathAddrs = Arc<Mutex<HashMap<PathId, SocketAddr>>>;
 
 impl Server {
     /// Bind the listening socket and load the replay guard's state file (checking that it
@@ -236,6 +272,7 @@ impl Server {
             counters,
             board,
             authorized,
+            keys: Arc::default(),
         })
     }
 
@@ -262,6 +299,12 @@ impl Server {
         }
     }
 
+    /// Packet protection counters of all sessions (key epochs, packets that failed to
+    /// open, sessions whose keys expired).
+    pub fn key_stats(&self) -> Arc<KeyStats> {
+        self.keys.clone()
+    }
+
     /// Serve until the task is dropped.
     pub async fn run(mut self) -> std::io::Result<()> {
         let (tcp_tx, mut tcp_rx) = mpsc::channel::<(BytesMut, SocketAddr)>(4096);
@@ -280,7 +323,12 @@ impl Server {
             guard: self.guard.clone(),
             state_tx,
             checker,
+            authorized: AuthorizedKeys::new(
+                self.cfg.authorized.clone(),
+                self.cfg.authorized_file.clone(),
+            ),
             limiter: RateLimiter::new(self.cfg.handshake_rate, self.cfg.handshake_burst),
+            hints: HintGate::new(),
             load: LoadMeter::new(self.cfg.load_threshold),
             log: DropLog::new(),
             server: &self,
@@ -320,6 +368,7 @@ impl Server {
                     let now = std::time::Instant::now();
                     l.log.flush(now);
                     l.limiter.gc(now);
+                    l.hints.gc(now);
                     self.counters.log_lines.store(l.log.lines(), Ordering::Relaxed);
                     continue;
                 }
@@ -338,7 +387,9 @@ struct Listener<'a> {
     guard: ReplayGuard,
     state_tx: watch::Sender<ReplayGuard>,
     checker: CookieChecker,
+    authorized: AuthorizedKeys,
     limiter: RateLimiter,
+    hints: HintGate,
     load: LoadMeter,
     log: DropLog,
     server: &'a Server,
@@ -366,16 +417,29 @@ impl Listener<'_> {
                         data: BytesMut::from(pkt),
                     });
                 }
-                None => self.log.count(Dropped::UnknownSession, Some(from), || {
-                    format!("session {:016x}", h.session_id)
-                }),
+                None => {
+                    self.log.count(Dropped::UnknownSession, Some(from), || {
+                        format!("session {:016x}", h.session_id)
+                    });
+                    // Perhaps a session of ours before a restart: tell the agent, so that it
+                    // shakes hands again now rather than after a silence (it only takes
+                    // this as a hint). Never more bytes than the packet had.
+                    let now = std::time::Instant::now();
+                    if pkt.len() >= h.header_len + braid_crypto::TAG_LEN
+                        && self.hints.allow(from.ip(), now)
+                    {
+                        let hint = braid_crypto::session_unknown_hint(&h);
+                        let _ = self.server.socket.try_send_to(&hint, from);
+                        HandshakeCounters::bump(&self.server.counters.hints);
+                    }
+                }
             },
-            PacketType::Cookie => self.log.count(Dropped::NotBraid, Some(from), || {
-                "a cookie reply sent to the server".into()
-            }),
-            PacketType::Handshake => {
-                self.handshake(pkt, from, h.session_id, h.path_id, done, expire)
+            PacketType::Cookie | PacketType::SessionUnknown | PacketType::SessionLimit => {
+                self.log.count(Dropped::NotBraid, Some(from), || {
+                    "a server-to-client packet sent to the server".into()
+                })
             }
+            PacketType::Handshake => self.handshake(pkt, from, &h, done, expire),
         }
     }
 
@@ -383,11 +447,11 @@ impl Listener<'_> {
         &mut self,
         pkt: &[u8],
         from: SocketAddr,
-        sid: u64,
-        path: PathId,
+        h: &braid_crypto::HeaderInfo,
         done: &mpsc::UnboundedSender<u64>,
         expire: &mpsc::UnboundedSender<u64>,
     ) {
+        let (sid, path) = (h.session_id, h.path_id);
         let s = self.server;
         let c = &s.counters;
         if !self.checker.check_mac1(pkt) {
@@ -402,11 +466,17 @@ impl Listener<'_> {
         self.load.record(now);
         let body = &pkt[..pkt.len() - braid_crypto::cookie::MAC_LEN];
         if let Some(e) = self.sessions.get(&sid) {
-            // Our reply was lost and the agent sent its message 1 again: the same reply,
-            // to the same address only, within its address's budget.
-            if e.from == from && e.request == body && self.limiter.allow(from.ip(), now) {
-                let _ = s.out.send_to(&e.reply, from);
-                HandshakeCounters::bump(&c.replies);
+            let known =
+                e.from == from || e.addrs.lock().is_ok_and(|m| m.values().any(|a| *a == from));
+            if known && e.request == body {
+                // Our reply was lost and the agent sent its message 1 again: the same
+                // reply, to one of its addresses only, within its address's budget.
+                if self.limiter.allow(from.ip(), now) {
+                    let _ = s.out.send_to(&e.reply, from);
+                    HandshakeCounters::bump(&c.replies);
+                }
+            } else if known {
+                self.rotate(pkt, body, from, sid, now, now_ms);
             } else {
                 self.log.count(Dropped::ExistingSession, Some(from), || {
                     format!("session {sid:016x}")
@@ -437,16 +507,30 @@ impl Listener<'_> {
             return;
         }
         if self.sessions.len() >= s.cfg.max_sessions {
+            // A clear refusal (12 bytes, paid from the address's budget, after the cookie
+            // under load), so that the agent can say why instead of timing out.
+            let _ = s
+                .socket
+                .try_send_to(&braid_crypto::session_limit_refusal(h), from);
+            HandshakeCounters::bump(&c.full);
             self.log.count(Dropped::SessionLimit, Some(from), || {
                 format!("limit {}", s.cfg.max_sessions)
             });
             return;
         }
-        // The list SIGHUP reloads (`ServerControl::reload_authorized`).
-        let authorized = s.authorized.read().map(|a| a.clone()).unwrap_or_default();
+        // A key must be in both lists: the one SIGHUP reloads
+        // (`ServerControl::reload_authorized`) and the file's, re-read when it changes.
+        let reloaded = s.authorized.read().map(|a| a.clone()).unwrap_or_default();
+        let allowed: Vec<PublicKey> = self
+            .authorized
+            .get(now)
+            .iter()
+            .filter(|k| reloaded.contains(k))
+            .cloned()
+            .collect();
         match ServerHandshake::respond_with_address(
             &s.cfg.key,
-            &authorized,
+            &allowed,
             &mut self.guard,
             pkt,
             now_ms,
@@ -459,7 +543,7 @@ impl Listener<'_> {
                 self.state_tx.send_replace(self.guard.clone());
                 let _ = s.out.send_to(&reply, from);
                 HandshakeCounters::bump(&c.replies);
-                let tx = s.spawn_session(
+                let (tx, addrs, inbox) = s.spawn_session(
                     sid,
                     path,
                     from,
@@ -471,6 +555,9 @@ impl Listener<'_> {
                     sid,
                     Entry {
                         tx,
+                        client,
+                        inbox,
+                        addrs,
                         from,
                         request: body.to_vec(),
                         reply,
@@ -482,6 +569,75 @@ impl Listener<'_> {
                 self.log.count(Dropped::Refused, Some(from), || refusal(&e));
             }
         }
+    }
+}
+
+impl Listener<'_> {
+    /// A new handshake for live session `sid` from one of its addresses: a key rotation.
+    /// It pays like a first handshake (the address's budget, a cookie under load, the
+    /// replay guard) and must come from the agent key that opened the session, still in
+    /// the authorized file; then the new keys go to the session task and message 2 goes
+    /// back. A refused rotation changes nothing: the session keeps its keys until they
+    /// expire.
+    fn rotate(
+        &mut self,
+        pkt: &[u8],
+        body: &[u8],
+        from: SocketAddr,
+        sid: u64,
+        now: std::time::Instant,
+        now_ms: u64,
+    ) {
+        let s = self.server;
+        let c = &s.counters;
+        if !self.limiter.allow(from.ip(), now) {
+            HandshakeCounters::bump(&c.rate_limited);
+            self.log.count(Dropped::RateLimited, Some(from), || {
+                format!("a key rotation of session {sid:016x}")
+            });
+            return;
+        }
+        if self.load.under_load(now) && !self.checker.check_mac2(pkt, from, now_ms) {
+            if let Ok(r) = self.checker.cookie_reply(pkt, from, now_ms) {
+                let _ = s.socket.try_send_to(&r, from);
+                HandshakeCounters::bump(&c.cookies);
+            }
+            self.log
+                .count(Dropped::CookieDemanded, Some(from), String::new);
+            return;
+        }
+        let Some(e) = self.sessions.get_mut(&sid) else {
+            return;
+        };
+        let refused = match ServerHandshake::respond(
+            &s.cfg.key,
+            self.authorized.get(now),
+            &mut self.guard,
+            pkt,
+            now_ms,
+            MAX_SKEW_MS,
+        ) {
+            Ok((client, keys, reply)) if client == e.client => {
+                debug!(%from, session = format_args!("{sid:016x}"), "session keys rotated");
+                self.state_tx.send_replace(self.guard.clone());
+                e.inbox.put(keys);
+                let _ = s.socket.try_send_to(&reply, from);
+                HandshakeCounters::bump(&c.replies);
+                HandshakeCounters::bump(&c.rotations);
+                e.from = from;
+                e.request = body.to_vec();
+                e.reply = reply;
+                return;
+            }
+            Ok((client, _, _)) => format!(
+                "session {sid:016x} belongs to another agent key than {}",
+                client.to_base64()
+            ),
+            Err(e) => format!("session {sid:016x}: {e}"),
+        };
+        HandshakeCounters::bump(&c.rotations_refused);
+        self.log
+            .count(Dropped::RotationRefused, Some(from), || refused);
     }
 }
 
@@ -519,7 +675,8 @@ impl Server {
         (client, keys): (PublicKey, braid_crypto::SessionKeys),
         done: mpsc::UnboundedSender<u64>,
         expire: mpsc::UnboundedSender<u64>,
-    ) -> mpsc::Sender<Incoming> {
+    ) -> (mpsc::Sender<Incoming>, PathAddrs, Arc<RekeyInbox>) {
+        let inbox = Arc::new(RekeyInbox::default());
         let mut tcfg = self.cfg.transport.clone();
         // The seed of the session's challenge tokens: unguessable, like everything else.
         tcfg.seed = braid_crypto::random::random_u64().unwrap_or(tcfg.seed ^ id);
@@ -548,7 +705,7 @@ impl Server {
                 let _ = expire.send(id);
             }
         });
-        let addrs: Arc<Mutex<HashMap<PathId, SocketAddr>>> = Arc::new(Mutex::new(HashMap::new()));
+        let addrs: PathAddrs = Arc::new(Mutex::new(HashMap::new()));
         addrs.lock().map(|mut m| m.insert(first_path, from)).ok();
         let hook_addrs = addrs.clone();
         let tcp = self.out.tcp.clone();
@@ -587,11 +744,11 @@ impl Server {
         );
         let sender = SharedSocketSender {
             out: self.out.clone(),
-            addrs,
+            addrs: addrs.clone(),
         };
         let task = SessionTask {
             session,
-            protection: Aead::new(keys),
+            protection: Aead::server(keys, self.cfg.rekey, inbox.clone(), self.keys.clone()),
             sender,
             incoming: in_rx,
             cmd_rx,
@@ -603,6 +760,7 @@ impl Server {
             clock,
         };
         let connect_timeout = self.cfg.connect_timeout;
+        let idle = self.cfg.stream_idle_timeout;
         let max_streams = self.cfg.max_streams as usize;
         tokio::spawn(async move {
             while let Some(h) = acc_rx.recv().await {
@@ -617,7 +775,7 @@ impl Server {
                 }
                 let open = open.clone();
                 tokio::spawn(async move {
-                    relay::serve_stream(h, connect_timeout).await;
+                    relay::serve_stream(h, connect_timeout, idle).await;
                     open.fetch_sub(1, std::sync::atomic::Ordering::Relaxed);
                 });
             }
@@ -631,7 +789,7 @@ impl Server {
             board.remove(id);
             let _ = done.send(id);
         });
-        in_tx
+        (in_tx, addrs, inbox)
     }
 }
 
@@ -639,7 +797,7 @@ impl Server {
 /// peer address.
 struct SharedSocketSender {
     out: Outbound,
-    addrs: Arc<Mutex<HashMap<PathId, SocketAddr>>>,
+    addrs: PathAddrs,
 }
 
 impl PathSender for SharedSocketSender {

@@ -31,7 +31,7 @@ use tracing::{debug, info, warn};
 pub const UDP_RETURN_BYTES: usize = 1 << 20;
 
 /// One proxied connection: read the open request, connect, answer, relay.
-pub(crate) async fn serve_stream(h: StreamHandle, connect_timeout: Duration) {
+pub(crate) async fn serve_stream(h: StreamHandle, connect_timeout: Duration, idle: Duration) {
     let StreamHandle {
         id,
         mut reader,
@@ -62,7 +62,7 @@ pub(crate) async fn serve_stream(h: StreamHandle, connect_timeout: Duration) {
         Ok(tcp) => {
             debug!(stream = id, %target, "connected");
             reply(&writer, ReplyCode::Succeeded).await;
-            crate::splice::splice(tcp, reader, writer, early).await;
+            crate::splice::splice(tcp, reader, writer, early, idle).await;
         }
         Err(code) => {
             info!(stream = id, %target, ?code, "connect failed");

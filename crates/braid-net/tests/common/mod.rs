@@ -172,6 +172,7 @@ pub async fn rig() -> Rig {
         http: Some("127.0.0.1:0".parse().unwrap()),
         socks_auth: AuthPolicy::NoAuth,
         http_limits: HttpLimits::default(),
+        proxy_limits: Default::default(),
         open_timeout: Duration::from_secs(15),
         session_wait: Duration::from_secs(10),
         state_file: None,
@@ -184,6 +185,7 @@ pub async fn rig() -> Rig {
             ..braid_core::Config::default()
         },
         tun: None,
+        rekey: Default::default(),
     };
     let mut agent = Agent::start(acfg).await.unwrap();
     assert!(

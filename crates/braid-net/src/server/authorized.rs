@@ -1,0 +1,111 @@
+//! The agent keys the server accepts, re-read from the authorized file when it changes.
+//!
+//! Owns: the current list and when to look at the file again (its modification time, at
+//! most once a second, checked when a handshake needs the list). Must not touch: the
+//! handshake (braid-crypto checks a key against the list) and sessions (a session whose key
+//! was removed ends when its keys are due for rotation: the rotation is refused).
+//!
+//! A file that cannot be read or parsed keeps the previous list, with a warning that names
+//! the file and the error (a half-written file must not lock every agent out).
+
+use braid_crypto::PublicKey;
+use std::path::PathBuf;
+use std::time::{Duration, Instant, SystemTime};
+use tracing::{info, warn};
+
+/// How often the file's modification time is looked at, at most.
+pub const RECHECK: Duration = Duration::from_secs(1);
+
+/// The authorized keys, and the file they come from (if any).
+#[derive(Debug)]
+pub struct AuthorizedKeys {
+    keys: Vec<PublicKey>,
+    file: Option<PathBuf>,
+    modified: Option<SystemTime>,
+    checked: Option<Instant>,
+}
+
+impl AuthorizedKeys {
+    /// `keys`, re-read from `file` whenever its modification time changes.
+    pub fn new(keys: Vec<PublicKey>, file: Option<PathBuf>) -> Self {
+        let modified = file
+            .as_ref()
+            .and_then(|f| std::fs::metadata(f).and_then(|m| m.modified()).ok());
+        AuthorizedKeys {
+            keys,
+            file,
+            modified,
+            checked: None,
+        }
+    }
+
+    /// The current list, after re-reading the file if it changed (at most once per
+    /// [`RECHECK`]).
+    pub fn get(&mut self, now: Instant) -> &[PublicKey] {
+        self.refresh(now);
+        &self.keys
+    }
+
+    fn refresh(&mut self, now: Instant) {
+        let Some(file) = &self.file else { return };
+        if self
+            .checked
+            .is_some_and(|t| now.duration_since(t) < RECHECK)
+        {
+            return;
+        }
+        self.checked = Some(now);
+        let modified = std::fs::metadata(file).and_then(|m| m.modified()).ok();
+        if modified == self.modified {
+            return;
+        }
+        self.modified = modified;
+        match braid_crypto::read_authorized(file) {
+            Ok(keys) => {
+                info!(file = %file.display(), keys = keys.len(), "authorized keys re-read");
+                self.keys = keys;
+            }
+            Err(e) => warn!("{e}; keeping the {} keys read before", self.keys.len()),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use braid_crypto::StaticKeypair;
+
+    #[test]
+    fn a_changed_file_is_read_again_and_a_broken_one_keeps_the_list() {
+        let dir = std::env::temp_dir().join(format!("braid-auth-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let f = dir.join("authorized");
+        let (a, b) = (
+            StaticKeypair::generate().unwrap().public(),
+            StaticKeypair::generate().unwrap().public(),
+        );
+        std::fs::write(&f, format!("{}\n{}\n", a.to_base64(), b.to_base64())).unwrap();
+        let mut k = AuthorizedKeys::new(vec![a, b], Some(f.clone()));
+        let t0 = Instant::now();
+        assert_eq!(k.get(t0).len(), 2);
+        std::fs::write(&f, format!("# b removed\n{}\n", a.to_base64())).unwrap();
+        let later = std::time::SystemTime::now() + Duration::from_secs(5);
+        std::fs::File::options()
+            .write(true)
+            .open(&f)
+            .unwrap()
+            .set_modified(later)
+            .unwrap();
+        assert_eq!(k.get(t0).len(), 2, "not looked at again within a second");
+        assert_eq!(k.get(t0 + RECHECK).to_vec(), vec![a]);
+        std::fs::write(&f, "not a key\n").unwrap();
+        std::fs::File::options()
+            .write(true)
+            .open(&f)
+            .unwrap()
+            .set_modified(later + Duration::from_secs(5))
+            .unwrap();
+        assert_eq!(k.get(t0 + RECHECK * 2).to_vec(), vec![a], "kept");
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+}

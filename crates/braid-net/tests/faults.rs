@@ -1,0 +1,101 @@
+//! Faults, each test named after its fault, over real UDP sockets on loopback (through link
+//! emulators where the fault is on a path).
+
+mod common;
+
+use braid_crypto::{parse_header, ClientHandshake, PacketType, StaticKeypair};
+use braid_net::agent::{Agent, AgentConfig, AgentPath};
+use braid_net::server::{Server, ServerConfig};
+use braid_net::udp::PathBind;
+use common::{body, curl, http_server, sha, socks_args};
+use std::net::SocketAddr;
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+use std::time::Duration;
+
+fn log() {
+    let _ = tracing_subscriber::fmt()
+        .with_env_filter(tracing_subscriber::EnvFilter::from_env("BRAID_TEST_LOG"))
+        .with_test_writer()
+        .try_init();
+}
+
+fn loopback_agent(server: SocketAddr, server_pub: braid_crypto::PublicKey) -> AgentConfig {
+    AgentConfig {
+        socks: Some("127.0.0.1:0".parse().unwrap()),
+        ..AgentConfig::new(
+            server,
+            server_pub,
+            Arc::new(StaticKeypair::generate().unwrap()),
+            vec![AgentPath::new(
+                "lo",
+                PathBind::Address("127.0.0.1".parse().unwrap()),
+            )],
+        )
+    }
+}
+
+/// A server at its session limit (1 here) tells a new agent so (a 12-byte refusal naming
+/// its handshake, instead of silence), and the session it has keeps working.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn server_at_its_session_limit_refuses_new_agents_and_keeps_its_sessions() {
+    log();
+    let server_key = StaticKeypair::generate().unwrap();
+    let server_pub = server_key.public();
+    let a = loopback_agent("127.0.0.1:1".parse().unwrap(), server_pub);
+    let b = loopback_agent("127.0.0.1:1".parse().unwrap(), server_pub);
+    let intruder = StaticKeypair::generate().unwrap();
+    let mut cfg = ServerConfig::new(
+        "127.0.0.1:0".parse().unwrap(),
+        server_key,
+        vec![a.key.public(), b.key.public(), intruder.public()],
+    );
+    cfg.max_sessions = 1;
+    let server = Server::bind(cfg).await.unwrap();
+    let addr = server.local_addr().unwrap();
+    let counters = server.counters();
+    let _task = tokio::spawn(server.run());
+    let mut agent_a = Agent::start(AgentConfig {
+        servers: vec![addr],
+        ..a
+    })
+    .await
+    .unwrap();
+    assert!(agent_a.wait_established(Duration::from_secs(5)).await);
+    let data = Arc::new(body(300_000));
+    let web = http_server(data.clone()).await;
+    let url = vec![format!("http://{web}/file")];
+    let socks_a = agent_a.socks.unwrap().to_string();
+
+    // A second agent gets no session, and the server says why.
+    let mut agent_b = Agent::start(AgentConfig {
+        servers: vec![addr],
+        ..b
+    })
+    .await
+    .unwrap();
+    assert!(!agent_b.wait_established(Duration::from_secs(2)).await);
+    assert!(counters.full.load(Ordering::Relaxed) >= 1, "refusals sent");
+    // What the refusal looks like: a handshake of a third authorized key.
+    let sock = tokio::net::UdpSocket::bind("127.0.0.1:0").await.unwrap();
+    let ms = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_millis() as u64;
+    let (_, msg1) = ClientHandshake::new(&intruder, &server_pub, 77, 3, ms).unwrap();
+    sock.send_to(&msg1, addr).await.unwrap();
+    let mut buf = [0u8; 256];
+    let (n, _) = tokio::time::timeout(Duration::from_secs(2), sock.recv_from(&mut buf))
+        .await
+        .expect("a refusal, not silence")
+        .unwrap();
+    let h = parse_header(&buf[..n]).unwrap();
+    assert_eq!(
+        (h.ptype, h.session_id, h.path_id, n),
+        (PacketType::SessionLimit, 77, 3, 12)
+    );
+    // The existing session works all along.
+    let got = curl(socks_args(socks_a, 10, url)).await;
+    assert_eq!(sha(&got), sha(&data));
+    assert!(!agent_b.wait_established(Duration::from_millis(100)).await);
+}
