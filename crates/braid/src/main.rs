@@ -56,7 +56,7 @@ enum Command {
     /// Make a key pair for a server or an agent.
     Keygen(net::KeygenArgs),
     /// Run the server proxy: accepts agents, talks plain TCP to legacy servers.
-    Server(net::ServerArgs),
+    Server(Box<net::ServerArgs>),
     /// Run the agent on the multi-homed device: SOCKS5 and HTTP CONNECT over every path.
     Agent(Box<net::AgentArgs>),
     /// Show what a running agent or server does: paths, sessions, streams (its control
@@ -91,7 +91,7 @@ fn main() -> ExitCode {
         Command::Report { db, out } => report_cmd::run(db, out).map(|()| true),
         Command::Demo { json } => demo::run(json),
         Command::Keygen(a) => net::keygen(a).map(|()| true),
-        Command::Server(a) => net::server(a).map(|()| true),
+        Command::Server(a) => net::server(*a).map(|()| true),
         Command::Agent(a) => net::agent(*a).map(|()| true),
         Command::Status(a) => status_cmd::run(a).map(|()| true),
         Command::CheckConfig { file, role } => {

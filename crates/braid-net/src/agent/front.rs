@@ -209,7 +209,16 @@ async fn socks_conn(mut tcp: TcpStream, shared: &Shared) -> Result<(), String> {
                     .board
                     .open("socks5", peer_of(&tcp), target.to_string(), None);
                 let c = conn.counters();
-                crate::splice::splice_counted(tcp, reader, writer, early, limits.idle_timeout, &c.up, &c.down).await;
+                crate::splice::splice_counted(
+                    tcp,
+                    reader,
+                    writer,
+                    early,
+                    limits.idle_timeout,
+                    &c.up,
+                    &c.down,
+                )
+                .await;
                 Ok(())
             }
             Err(code) => {
