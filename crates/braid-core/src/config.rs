@@ -39,8 +39,16 @@ pub struct Config {
     pub send_buffer: u64,
     /// Largest DATAGRAM payload accepted from the peer (0 disables datagrams).
     pub max_datagram_payload: usize,
-    /// Received datagrams kept for the application before the oldest is dropped.
+    /// Received datagrams kept for the application before the oldest is dropped; also the
+    /// most datagrams queued for sending.
     pub datagram_queue: usize,
+    /// How datagrams use the paths (session/dgram.rs). The client's choice holds for both
+    /// directions.
+    pub datagram_mode: crate::session::DatagramMode,
+    /// A datagram waiting this long to be sent beyond its planned wait (the wait that keeps
+    /// arrivals in order over paths of different delay) is dropped: a flow above capacity
+    /// loses its excess instead of building a standing queue.
+    pub datagram_max_wait: Duration,
     /// The session ends when no packet arrived on any path for this long.
     pub idle_timeout: Duration,
     /// A path that sent nothing for this long sends a PING (keeps paths and NAT bindings up).
@@ -110,6 +118,8 @@ impl Default for Config {
             send_buffer: 1 << 20,
             max_datagram_payload: 1400,
             datagram_queue: 1024,
+            datagram_mode: crate::session::DatagramMode::Spread,
+            datagram_max_wait: Duration::from_millis(25),
             idle_timeout: Duration::from_secs(30),
             keepalive: Duration::from_secs(25),
             max_pto: Duration::from_secs(2),

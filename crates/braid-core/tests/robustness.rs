@@ -109,6 +109,7 @@ enum F {
         rate_kbps: u64,
     },
     Datagram(Vec<u8>),
+    DatagramSeq(u64, Vec<u8>),
 }
 
 /// Disjoint, non-adjacent ranges, highest first, as an ACK frame carries them.
@@ -204,6 +205,7 @@ fn frame() -> impl Strategy<Value = F> {
             }
         }),
         bytes().prop_map(F::Datagram),
+        (any::<u64>().prop_map(|s| s >> 2), bytes()).prop_map(|(s, d)| F::DatagramSeq(s, d)),
     ]
 }
 
@@ -253,6 +255,7 @@ fn emit_frame(w: &mut Writer<'_>, f: &F) -> Option<()> {
             rate_kbps,
         } => emit::path_cost(w, *path, *seq, *power_mw, *rate_kbps),
         F::Datagram(d) => emit::datagram(w, d),
+        F::DatagramSeq(s, d) => emit::datagram_seq(w, *s, d),
     }
 }
 
@@ -334,6 +337,7 @@ fn expected(f: &F) -> Vec<Frame<'_>> {
             rate_kbps: *rate_kbps,
         }],
         F::Datagram(d) => vec![Frame::Datagram(d)],
+        F::DatagramSeq(s, d) => vec![Frame::DatagramSeq { seq: *s, data: d }],
     }
 }
 

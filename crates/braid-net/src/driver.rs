@@ -314,7 +314,7 @@ impl<P: PacketProtection, S: PathSender> SessionTask<P, S> {
                 }
             }
             Cmd::Datagram(d) => {
-                if let Err(e) = s.send_datagram(d) {
+                if let Err(e) = s.send_datagram(self.clock.now(), d) {
                     debug!("datagram dropped: {e}");
                 }
             }

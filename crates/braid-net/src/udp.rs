@@ -109,6 +109,43 @@ pub fn bind_path(bind: &PathBind, server: SocketAddr) -> io::Result<UdpSocket> {
     }
 }
 
+/// A socket for one proxied UDP flow: IPv6 and IPv4 both (one flow may send to either
+/// family, and the application chose the destination), or IPv4 alone where the host has no
+/// IPv6.
+pub fn flow_socket() -> io::Result<UdpSocket> {
+    let dual = || -> io::Result<std::net::UdpSocket> {
+        let s = Socket::new(Domain::IPV6, Type::DGRAM, Some(Protocol::UDP))?;
+        s.set_only_v6(false)?;
+        s.set_nonblocking(true)?;
+        s.bind(&SocketAddr::from((Ipv6Addr::UNSPECIFIED, 0)).into())?;
+        Ok(s.into())
+    };
+    let std = match dual() {
+        Ok(s) => s,
+        Err(_) => {
+            let s = std::net::UdpSocket::bind((Ipv4Addr::UNSPECIFIED, 0))?;
+            s.set_nonblocking(true)?;
+            s
+        }
+    };
+    UdpSocket::from_std(std)
+}
+
+/// `to` as `sock` can send to it: an IPv4 address becomes IPv4-mapped on an IPv6 socket.
+fn reachable_as(sock: &UdpSocket, to: SocketAddr) -> SocketAddr {
+    match (sock.local_addr(), to) {
+        (Ok(SocketAddr::V6(_)), SocketAddr::V4(v4)) => {
+            SocketAddr::new(v4.ip().to_ipv6_mapped().into(), v4.port())
+        }
+        _ => to,
+    }
+}
+
+/// Where a datagram came from, IPv4-mapped addresses of a dual-stack socket as IPv4.
+pub fn canonical(from: SocketAddr) -> SocketAddr {
+    SocketAddr::new(from.ip().to_canonical(), from.port())
+}
+
 /// Send a proxied datagram, resolving a name first. Failures are dropped (UDP semantics).
 pub async fn send_datagram(sock: &UdpSocket, dest: &TargetAddr, payload: &[u8]) {
     let to = match dest {
@@ -119,6 +156,39 @@ pub async fn send_datagram(sock: &UdpSocket, dest: &TargetAddr, payload: &[u8]) 
             .and_then(|mut a| a.next()),
     };
     if let Some(to) = to {
-        let _ = sock.send_to(payload, to).await;
+        let _ = sock.send_to(payload, reachable_as(sock, to)).await;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A TUN-mode flow to an IPv6 destination got nothing back: the server's flow socket was
+    /// IPv4-only. One flow socket reaches both families, and replies name IPv4 senders as
+    /// IPv4 (what the agent matches against).
+    #[tokio::test]
+    async fn udp_flow_to_ipv6_destination_is_relayed() {
+        let mut peers = vec![UdpSocket::bind("127.0.0.1:0").await.unwrap()];
+        if let Ok(v6) = UdpSocket::bind("[::1]:0").await {
+            peers.push(v6);
+        } else {
+            eprintln!("no IPv6 loopback here: checking IPv4 only");
+        }
+        let flow = flow_socket().unwrap();
+        for peer in &peers {
+            let at = peer.local_addr().unwrap();
+            send_datagram(&flow, &TargetAddr::Ip(at), b"hello").await;
+            let mut buf = [0u8; 16];
+            let wait = std::time::Duration::from_secs(2);
+            let got = tokio::time::timeout(wait, peer.recv_from(&mut buf)).await;
+            let (n, from) = got.expect("the datagram reaches {at}").unwrap();
+            assert_eq!(&buf[..n], b"hello");
+            peer.send_to(b"back", from).await.unwrap();
+            let got = tokio::time::timeout(wait, flow.recv_from(&mut buf)).await;
+            let (n, from) = got.expect("the reply arrives").unwrap();
+            assert_eq!(&buf[..n], b"back");
+            assert_eq!(canonical(from), at, "the reply names its sender as it is");
+        }
     }
 }

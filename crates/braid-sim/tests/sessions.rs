@@ -444,7 +444,9 @@ fn datagrams_arrive_intact_or_not_at_all() {
                     let n = *self.sent;
                     let mut d = n.to_be_bytes().to_vec();
                     d.resize(100 + (n as usize * 13) % 1100, n as u8);
-                    w.client.send_datagram(Bytes::from(d)).unwrap();
+                    w.client
+                        .send_datagram(Instant(now), Bytes::from(d))
+                        .unwrap();
                     *self.sent += 1;
                 }
             }
@@ -489,7 +491,7 @@ fn datagrams_arrive_intact_or_not_at_all() {
     // Too large for one packet: refused with a clear error.
     let err = w
         .client
-        .send_datagram(Bytes::from(vec![0u8; 5000]))
+        .send_datagram(Instant(w.now()), Bytes::from(vec![0u8; 5000]))
         .unwrap_err();
     assert!(err.to_string().contains("exceeds the limit"));
     let _: PathId = 0;

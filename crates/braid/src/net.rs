@@ -136,6 +136,11 @@ pub struct AgentArgs {
     /// throughput) [default: 0.5].
     #[arg(long)]
     pub alpha: Option<f64>,
+    /// How UDP (datagrams) uses the paths, both directions: spread (default: over the paths
+    /// by delay and capacity, arrivals in order) or redundant (each datagram on the two
+    /// fastest paths, duplicates dropped: for calls and games on a lossy link).
+    #[arg(long, value_name = "MODE")]
+    pub udp: Option<String>,
     /// File that keeps the bytes counted against path caps across restarts
     /// [default: braid-agent-caps.state in the working directory, when a path has a cap].
     #[arg(long, value_name = "FILE")]
@@ -511,6 +516,13 @@ pub(crate) fn agent_settings(a: AgentArgs) -> Result<AgentSettings> {
             bail!("--alpha only applies to --scheduler operetta");
         }
         transport.alpha = alpha;
+    }
+    if let Some(u) = a.udp.or(f.udp) {
+        transport.datagram_mode = braid_core::session::DatagramMode::ALL
+            .iter()
+            .find(|(n, _)| *n == u)
+            .map(|(_, m)| *m)
+            .ok_or_else(|| anyhow::anyhow!("--udp {u:?}: expected spread or redundant"))?;
     }
     let state_file = a.state_file.or(f.state_file).or_else(|| {
         paths

@@ -10,6 +10,7 @@
 //! calls (streams, datagrams, paths). Outputs: [`Session::poll_transmit`],
 //! [`Session::poll_timeout`], [`Session::poll_event`].
 
+mod dgram;
 mod recv;
 mod send;
 mod superagg;
@@ -25,6 +26,8 @@ use crate::wire::{HelloParams, PathState};
 use bytes::Bytes;
 use std::collections::{BTreeMap, BTreeSet, VecDeque};
 use timers::TimerTable;
+
+pub use dgram::DatagramMode;
 
 /// Which end of the session this is.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -122,6 +125,8 @@ pub struct SessionStats {
     pub retransmitted_bytes: u64,
     /// Datagrams dropped because the queue was full or the payload too big.
     pub datagrams_dropped: u64,
+    /// Second copies of redundant datagrams, dropped on arrival.
+    pub datagram_copies: u64,
     /// Packets that could not be parsed and were dropped.
     pub malformed_packets: u64,
 }
@@ -204,7 +209,8 @@ pub struct Session {
     local_max_data: u64,
     received_data: u64,
     consumed_data: u64,
-    datagrams_out: VecDeque<Bytes>,
+    datagrams_out: dgram::Outbox,
+    datagrams_seen: dgram::Dedup,
     datagrams_in: VecDeque<Bytes>,
     pending: Pending,
     events: VecDeque<Event>,
@@ -256,7 +262,8 @@ impl Session {
             local_max_data: cfg.session_window,
             received_data: 0,
             consumed_data: 0,
-            datagrams_out: VecDeque::new(),
+            datagrams_out: dgram::Outbox::new(cfg.datagram_queue),
+            datagrams_seen: dgram::Dedup::default(),
             datagrams_in: VecDeque::new(),
             pending: Pending::default(),
             events: VecDeque::new(),
@@ -707,13 +714,16 @@ impl Session {
     // ---- datagrams ----------------------------------------------------------------------
 
     /// Queue an unreliable datagram. It is dropped (and counted) if the peer does not accept
-    /// datagrams of this size; the oldest queued datagram is dropped when the queue is full.
-    pub fn send_datagram(&mut self, data: Bytes) -> Result<(), DatagramError> {
+    /// datagrams of this size; the oldest queued datagram is dropped when the queue is full,
+    /// and one that waits too long is dropped when the session next sends (see
+    /// [`DatagramMode`] and `Config::datagram_max_wait`).
+    pub fn send_datagram(&mut self, now: Instant, data: Bytes) -> Result<(), DatagramError> {
         let max = self.peer_params.map_or(0, |p| p.max_datagram) as usize;
+        // Header, frame type, sequence number and length at their largest.
         let fits = self
             .cfg
             .max_datagram_size
-            .saturating_sub(self.cfg.tag_len + 19 + 1 + 8);
+            .saturating_sub(self.cfg.tag_len + 19 + 1 + 8 + 8);
         if data.len() > max.min(fits) {
             self.stats.datagrams_dropped += 1;
             return Err(DatagramError::TooLarge {
@@ -721,11 +731,9 @@ impl Session {
                 max: max.min(fits),
             });
         }
-        if self.datagrams_out.len() >= self.cfg.datagram_queue {
-            self.datagrams_out.pop_front();
+        if self.datagrams_out.push(now, data) {
             self.stats.datagrams_dropped += 1;
         }
-        self.datagrams_out.push_back(data);
         Ok(())
     }
 

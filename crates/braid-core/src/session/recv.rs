@@ -260,21 +260,30 @@ impl Session {
                     }
                 }
             }
-            Frame::Datagram(d) => {
-                if d.len() > self.cfg.max_datagram_payload {
-                    self.stats.datagrams_dropped += 1;
-                    return;
+            Frame::DatagramSeq { seq, data } => {
+                if self.datagrams_seen.first(seq) {
+                    self.on_datagram(packet, data);
+                } else {
+                    self.stats.datagram_copies += 1;
                 }
-                if self.datagrams_in.len() >= self.cfg.datagram_queue {
-                    self.datagrams_in.pop_front();
-                    self.stats.datagrams_dropped += 1;
-                }
-                if self.datagrams_in.is_empty() {
-                    self.events.push_back(Event::DatagramReceived);
-                }
-                self.datagrams_in.push_back(packet.slice_ref(d));
             }
+            Frame::Datagram(d) => self.on_datagram(packet, d),
         }
+    }
+
+    fn on_datagram(&mut self, packet: &Bytes, d: &[u8]) {
+        if d.len() > self.cfg.max_datagram_payload {
+            self.stats.datagrams_dropped += 1;
+            return;
+        }
+        if self.datagrams_in.len() >= self.cfg.datagram_queue {
+            self.datagrams_in.pop_front();
+            self.stats.datagrams_dropped += 1;
+        }
+        if self.datagrams_in.is_empty() {
+            self.events.push_back(Event::DatagramReceived);
+        }
+        self.datagrams_in.push_back(packet.slice_ref(d));
     }
 
     /// The client chooses the congestion controller and scheduler for both directions (the
@@ -295,6 +304,11 @@ impl Session {
         self.cfg.ack_offload = params.features & f::ACK_OFFLOAD != 0;
         self.cfg.blackout_freeze = params.features & f::BLACKOUT_FREEZE != 0;
         self.cfg.loss_recovery = params.features & f::LOSS_RECOVERY != 0;
+        self.cfg.datagram_mode = if params.features & f::DATAGRAM_REDUNDANT != 0 {
+            crate::session::DatagramMode::Redundant
+        } else {
+            crate::session::DatagramMode::Spread
+        };
         self.cfg.alpha = params.alpha_milli.min(1000) as f64 / 1000.0;
         if let Some((_, k)) = crate::sched::SchedulerKind::ALL.get(params.scheduler as usize) {
             if *k != self.cfg.scheduler {

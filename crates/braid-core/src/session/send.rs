@@ -12,6 +12,7 @@ use crate::wire::frame::emit;
 use crate::wire::{HelloParams, PacketHeader, PacketType, Writer};
 use smallvec::SmallVec;
 
+mod datagrams;
 mod redundant;
 
 /// Packets carrying a PATH_CHALLENGE are padded to this size (or the datagram size).
@@ -182,11 +183,17 @@ impl Session {
         if self.has_data() {
             self.refresh_infos(now);
             let ctx = self.sched_context();
-            if let Some(pid) = self.sched.select(now, &self.scratch_infos, &ctx) {
+            let picked = self.sched.select(now, &self.scratch_infos, &ctx);
+            if let Some(pid) = picked {
                 if let Some(t) = self.send_data(now, pid, buf) {
                     self.note_original_sent(pid);
                     return Some(t);
                 }
+            }
+            // Datagrams have their own plan of paths (`dgram`): one the scheduler did not
+            // pick may be due to carry one now.
+            if let Some(t) = self.send_datagrams_elsewhere(now, picked, buf) {
+                return Some(t);
             }
         } else {
             // Nothing to send: what any path delivers now says nothing about its capacity
@@ -314,6 +321,9 @@ impl Session {
         }
         if self.cfg.loss_recovery {
             bits |= f::LOSS_RECOVERY;
+        }
+        if self.cfg.datagram_mode == super::DatagramMode::Redundant {
+            bits |= f::DATAGRAM_REDUNDANT;
         }
         bits
     }
@@ -448,17 +458,16 @@ impl Session {
         self.finish(now, carrier, pkt)
     }
 
-    fn send_data(&mut self, now: Instant, pid: PathId, buf: &mut [u8]) -> Option<Transmit> {
+    pub(super) fn send_data(
+        &mut self,
+        now: Instant,
+        pid: PathId,
+        buf: &mut [u8],
+    ) -> Option<Transmit> {
         let mut pkt = self.begin(pid, buf)?;
         self.write_ack(now, pid, &mut pkt);
         self.write_control(&mut pkt);
-        while let Some(d) = self.datagrams_out.front() {
-            if emit::datagram(&mut pkt.w, d).is_none() {
-                break;
-            }
-            self.datagrams_out.pop_front();
-            pkt.ack_eliciting = true;
-        }
+        self.write_datagrams(now, pid, &mut pkt);
         self.write_streams(pid, &mut pkt);
         if !pkt.ack_eliciting && pkt.frames.is_empty() {
             return None;

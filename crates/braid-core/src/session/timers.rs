@@ -22,6 +22,8 @@ pub enum Timer {
     Blackout(PathId),
     /// A CLOSE frame is waiting to be sent.
     Close,
+    /// A datagram held back so that arrivals keep their order becomes due.
+    Datagram,
 }
 
 /// All armed timers and the earliest of them.
@@ -100,6 +102,11 @@ impl Session {
             }
             if (p.probes_due > 0 && self.amplification_ok(p.id, 64)) || self.validation_ready(p) {
                 self.timers.arm(Timer::Loss(p.id), now);
+            }
+        }
+        if has_data {
+            if let Some(at) = self.datagram_due().filter(|&at| at > now) {
+                self.timers.arm(Timer::Datagram, at);
             }
         }
         for (pid, at) in self.blackout_deadlines() {

@@ -29,6 +29,8 @@ pub mod ty {
     pub const PATH_BLACKOUT: u64 = 0x20;
     pub const PATH_COST: u64 = 0x1f;
     pub const DATAGRAM: u64 = 0x30;
+    /// DATAGRAM with a sequence number (redundant datagrams: the receiver drops copies).
+    pub const DATAGRAM_SEQ: u64 = 0x31;
 }
 
 /// How a peer wants a path used.
@@ -93,6 +95,8 @@ pub mod features {
     pub const BLACKOUT_FREEZE: u64 = 2;
     /// Random-loss recovery: isolated losses are resent on another path without a cut.
     pub const LOSS_RECOVERY: u64 = 4;
+    /// Redundant datagrams: each on the two fastest paths, numbered (DATAGRAM_SEQ).
+    pub const DATAGRAM_REDUNDANT: u64 = 8;
 }
 
 /// An ACK frame: the packets received on `path`, as descending ranges.
@@ -209,6 +213,8 @@ pub enum Frame<'a> {
     },
     /// An unreliable datagram.
     Datagram(&'a [u8]),
+    /// An unreliable datagram with its sequence number: a second copy is dropped.
+    DatagramSeq { seq: u64, data: &'a [u8] },
 }
 
 impl Frame<'_> {
@@ -364,6 +370,10 @@ fn parse_one<'a>(r: &mut Reader<'a>) -> Result<Frame<'a>, WireError> {
             rate_kbps: r.varint()?,
         },
         ty::DATAGRAM => Frame::Datagram(r.len_prefixed()?),
+        ty::DATAGRAM_SEQ => Frame::DatagramSeq {
+            seq: r.varint()?,
+            data: r.len_prefixed()?,
+        },
         other => return Err(WireError::UnknownFrame(other)),
     })
 }
@@ -598,6 +608,16 @@ pub mod emit {
             w.bytes(data)
         })
     }
+
+    /// DATAGRAM_SEQ.
+    pub fn datagram_seq(w: &mut Writer<'_>, seq: u64, data: &[u8]) -> Option<()> {
+        atomic(w, |w| {
+            w.varint(ty::DATAGRAM_SEQ)?;
+            w.varint(seq)?;
+            w.varint(data.len() as u64)?;
+            w.bytes(data)
+        })
+    }
 }
 
 #[cfg(test)]
@@ -692,12 +712,13 @@ mod tests {
         emit::path_abandon(&mut w, 6).unwrap();
         emit::path_blackout(&mut w, 2, 77).unwrap();
         emit::datagram(&mut w, b"dg").unwrap();
+        emit::datagram_seq(&mut w, 300, b"sq").unwrap();
         emit::path_cost(&mut w, 2, 3, 634, 1000).unwrap();
         emit::padding(&mut w, 3).unwrap();
         let n = w.pos();
         let frames: Vec<_> = FrameIter::new(&buf[..n]).map(|f| f.unwrap()).collect();
         assert_eq!(
-            &frames[..17],
+            &frames[..18],
             &[
                 Frame::Ping,
                 Frame::ResetStream {
@@ -739,6 +760,10 @@ mod tests {
                     largest: 77
                 },
                 Frame::Datagram(b"dg"),
+                Frame::DatagramSeq {
+                    seq: 300,
+                    data: b"sq"
+                },
                 Frame::PathCost {
                     path: 2,
                     seq: 3,
@@ -747,7 +772,7 @@ mod tests {
                 },
             ]
         );
-        assert!(frames[17..].iter().all(|f| *f == Frame::Padding));
+        assert!(frames[18..].iter().all(|f| *f == Frame::Padding));
     }
 
     #[test]

@@ -198,10 +198,7 @@ pub async fn udp_flows(
                     refused_flows += 1;
                     continue;
                 }
-                let Ok(s) = UdpSocket::bind("0.0.0.0:0")
-                    .await
-                    .or(UdpSocket::bind("[::]:0").await)
-                else {
+                let Ok(s) = crate::udp::flow_socket() else {
                     continue;
                 };
                 let s = Arc::new(s);
@@ -239,7 +236,14 @@ async fn udp_return(
     let mut buf = vec![0u8; 65536];
     while let Ok((n, from)) = sock.recv_from(&mut buf).await {
         let mut out = Vec::with_capacity(n + 32);
-        if datagram::emit(flow, &TargetAddr::Ip(from), &buf[..n], &mut out).is_err() {
+        if datagram::emit(
+            flow,
+            &TargetAddr::Ip(crate::udp::canonical(from)),
+            &buf[..n],
+            &mut out,
+        )
+        .is_err()
+        {
             continue;
         }
         let Some(d) = budget.admit(out) else {
