@@ -40,6 +40,7 @@ fn agent_cfg(
         state_file: None,
         transport: braid_core::Config::default(),
         tun: None,
+        redirect: None,
         rekey: Default::default(),
     }
 }

@@ -239,3 +239,51 @@ fn udp_redundant_hides_a_lossy_link() {
         losses[1] * 100.0
     );
 }
+
+/// `--redirect`: no TUN device; nftables in the agent's namespace redirects a LAN host's TCP
+/// to the agent, which carries each connection to its original destination.
+#[test]
+fn redirect_carries_a_lan_host_without_a_tun_device() {
+    let _g = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    if skip("redirect_carries_a_lan_host_without_a_tun_device") {
+        return;
+    }
+    if braid_testbed::cmd::which("nft").is_none() {
+        println!("skipping redirect_carries_a_lan_host_without_a_tun_device: nft is not installed");
+        return;
+    }
+    let _lock = RunLock::acquire(Path::new(LOCK_FILE)).expect("run lock");
+    let mut rig = Rig::new("td", two_links(), true);
+    let c = rig.topo.client.clone();
+    braid_testbed::cmd::sysctl_ns(&c, "net.ipv4.ip_forward", "1").expect("forwarding");
+    // The rule docs/deployment.md gives, for a LAN behind the agent's machine.
+    let rules = "table ip braid_redirect {\n\
+                 chain prerouting {\n\
+                 type nat hook prerouting priority dstnat; policy accept;\n\
+                 iifname \"lan0\" meta l4proto tcp redirect to :7070\n\
+                 }\n}\n";
+    let file = rig.path("redirect.nft");
+    std::fs::write(&file, rules).expect("rules file");
+    braid_testbed::cmd::exec_ns(&c, "nft", &["-f", &file]).expect("nft rules");
+    rig.launch_agent(&["--redirect", "0.0.0.0:7070"]);
+    let lan = rig.lan.clone().expect("LAN namespace");
+    rig.wait_download(&lan);
+    let e = download(
+        &rig,
+        &lan,
+        &DEST4.to_string(),
+        "--redirect: a LAN host's download",
+    );
+    // Without the redirection the LAN host has no way to the destination at all.
+    braid_testbed::cmd::exec_ns(&c, "nft", &["delete", "table", "ip", "braid_redirect"])
+        .expect("remove rules");
+    let direct = curl(&lan, &format!("http://{DEST4}:{HTTP_PORT}/1000"), 3);
+    assert!(
+        direct.is_err(),
+        "the destination is reachable only through the agent"
+    );
+    assert!(
+        e >= 0.9,
+        "--redirect: {e:.3} of the links' sum (want >= 0.9)"
+    );
+}

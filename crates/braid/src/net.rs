@@ -113,6 +113,10 @@ pub struct AgentArgs {
     /// says otherwise; braid's own packets stay off it.
     #[arg(long, value_name = "NAME")]
     pub tun: Option<String>,
+    /// Accept TCP connections that nftables redirected to this address (`redirect to
+    /// :PORT`; rules in docs/deployment.md) and carry each to its original destination.
+    #[arg(long, value_name = "ADDR:PORT")]
+    pub redirect: Option<SocketAddr>,
     /// With --tun: carry only this prefix (repeat for several), like 10.0.0.0/8.
     #[arg(long = "tun-route", value_name = "CIDR")]
     #[serde(default, rename = "tun_route")]
@@ -449,8 +453,12 @@ pub(crate) fn agent_settings(a: AgentArgs) -> Result<AgentSettings> {
     let socks = a.socks.or(f.socks);
     let http = a.http.or(f.http);
     let tun = a.tun.or(f.tun);
-    if socks.is_none() && http.is_none() && tun.is_none() {
-        bail!("give at least one way in for applications: --socks ADDR:PORT, --http ADDR:PORT or --tun NAME");
+    let redirect = a.redirect.or(f.redirect);
+    if socks.is_none() && http.is_none() && tun.is_none() && redirect.is_none() {
+        bail!(
+            "give at least one way in for applications: --socks ADDR:PORT, --http ADDR:PORT, \
+             --tun NAME or --redirect ADDR:PORT"
+        );
     }
     let cidrs = |flag: &str, v: Vec<String>| -> Result<Vec<braid_tun::routing::Cidr>> {
         v.iter()
@@ -548,6 +556,7 @@ pub(crate) fn agent_settings(a: AgentArgs) -> Result<AgentSettings> {
         state_file,
         transport,
         tun,
+        redirect,
         rekey: Default::default(),
     };
     Ok(AgentSettings {

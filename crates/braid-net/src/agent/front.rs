@@ -28,6 +28,8 @@ pub(super) enum Front {
     Socks,
     /// HTTP CONNECT.
     Http,
+    /// Connections nftables redirected (`redirect`).
+    Redirect,
 }
 
 pub(super) async fn accept_loop(l: TcpListener, shared: Shared, front: Front) {
@@ -73,6 +75,7 @@ pub(super) async fn accept_loop(l: TcpListener, shared: Shared, front: Front) {
             let r = match front {
                 Front::Socks => socks_conn(tcp, &shared).await,
                 Front::Http => http_conn(tcp, &shared).await,
+                Front::Redirect => super::redirect::conn(tcp, &shared).await,
             };
             if let Err(e) = r {
                 info!(%peer, "proxy connection ended: {e}");

@@ -17,6 +17,7 @@
 mod front;
 mod handshake;
 mod links;
+mod redirect;
 mod report;
 mod run;
 mod tun;
@@ -79,6 +80,8 @@ pub struct AgentConfig {
     pub transport: Config,
     /// TUN mode: a device carrying every application (needs CAP_NET_ADMIN).
     pub tun: Option<TunSettings>,
+    /// Accept TCP connections nftables redirected here (`redirect`).
+    pub redirect: Option<SocketAddr>,
     /// When the session keys are rotated (docs/protocol.md section 16a).
     pub rekey: RekeyPolicy,
 }
@@ -106,6 +109,7 @@ impl AgentConfig {
             state_file: None,
             transport: agent_transport(),
             tun: None,
+            redirect: None,
             rekey: RekeyPolicy::default(),
         }
     }
@@ -312,6 +316,20 @@ impl Agent {
                 l,
                 shared.clone(),
                 Front::Http,
+            )));
+        }
+        if let Some(addr) = cfg.redirect {
+            let l = TcpListener::bind(addr).await.map_err(|e| {
+                std::io::Error::new(
+                    e.kind(),
+                    format!("cannot listen for redirected connections on {addr}: {e}"),
+                )
+            })?;
+            info!(listen = %l.local_addr()?, "accepting connections redirected by nftables");
+            tasks.push(tokio::spawn(front::accept_loop(
+                l,
+                shared.clone(),
+                Front::Redirect,
             )));
         }
         if let Some(t) = &cfg.tun {

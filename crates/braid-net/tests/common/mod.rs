@@ -185,6 +185,7 @@ pub async fn rig() -> Rig {
             ..braid_core::Config::default()
         },
         tun: None,
+        redirect: None,
         rekey: Default::default(),
     };
     let mut agent = Agent::start(acfg).await.unwrap();

@@ -189,6 +189,15 @@ impl Rig {
     /// Starts `braid agent --tun` with `extra` arguments and waits until a small download
     /// through the tunnel works.
     pub fn start_agent(&mut self, extra: &[&str]) {
+        let mut args = vec!["--tun", TUN];
+        args.extend_from_slice(extra);
+        self.launch_agent(&args);
+        let c = self.topo.client.clone();
+        self.wait_download(&c);
+    }
+
+    /// Starts `braid agent` with its paths, keys and control socket, and `extra`.
+    pub fn launch_agent(&mut self, extra: &[&str]) {
         let mut args: Vec<String> = [
             "agent",
             "--server",
@@ -197,8 +206,6 @@ impl Rig {
             &self.path("server.pub"),
             "--key",
             &self.path("agent.key"),
-            "--tun",
-            TUN,
             "--control",
             &self.path("agent.sock"),
             "--log-level",
@@ -218,10 +225,14 @@ impl Rig {
             "braid agent",
         );
         self.agent = Some(a);
+    }
+
+    /// Waits until a small download from namespace `ns` works (20 s at most).
+    pub fn wait_download(&mut self, ns: &str) {
         let deadline = Instant::now() + Duration::from_secs(20);
         let url = format!("http://{DEST4}:{HTTP_PORT}/1000");
         loop {
-            if let Ok(d) = curl(&self.topo.client, &url, 3) {
+            if let Ok(d) = curl(ns, &url, 3) {
                 if d.bytes == 1000 {
                     break;
                 }
@@ -233,7 +244,7 @@ impl Rig {
             }
             assert!(
                 Instant::now() < deadline,
-                "no download through the tunnel within 20 s; agent log:\n{}\nserver log:\n{}",
+                "no download through the agent within 20 s; agent log:\n{}\nserver log:\n{}",
                 self.agent_log(),
                 std::fs::read_to_string(self.dir.path().join("server.log")).unwrap_or_default()
             );
