@@ -19,6 +19,13 @@ use crate::wire::{emit_addr, parse_addr, take, ParseError};
 /// Header bytes before the address.
 pub const FLOW_ID_LEN: usize = 4;
 
+/// A destination name that means "the server's own DNS resolver": a datagram to
+/// `resolver.braid.invalid:53` is a DNS query the server passes to its resolver (from
+/// `--resolver`, else the first `nameserver` of its /etc/resolv.conf), so names are resolved
+/// where the traffic leaves, not through a local link. `.invalid` never resolves anywhere
+/// else (RFC 6761).
+pub const SERVER_RESOLVER: &str = "resolver.braid.invalid";
+
 /// A parsed proxied datagram, borrowing name and payload from the input.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct ProxyDatagram<'a> {

@@ -112,6 +112,14 @@ fn tun_carries_tcp_udp_and_ipv6_without_a_proxy_setting_and_leaves_nothing() {
     let dest6 = SocketAddr::new(DEST6.into(), UDP_PORT);
     let (ok4, bad4) = udp_queries(&c, dest4, 1000, 20);
     let (ok6, bad6) = udp_queries(&c, dest6, 200, 10);
+    // DNS: a query to a resolver on a local link (the main table reaches 10.1.1.0/24 over
+    // path 0 directly) still enters the tunnel and is answered by the server's resolver,
+    // as from the resolver asked.
+    let local_resolver = SocketAddr::new([10, 1, 1, 53].into(), 53);
+    let (okd, badd) = udp_queries(&c, local_resolver, 100, 10);
+    println!(
+        "DNS to a local-link resolver: {okd} of 100 answered by the server's resolver ({badd} wrong)"
+    );
     println!(
         "UDP queries: IPv4 {ok4} of 1000 answered ({bad4} wrong), IPv6 {ok6} of 200 ({bad6} wrong)"
     );
@@ -149,10 +157,13 @@ fn tun_carries_tcp_udp_and_ipv6_without_a_proxy_setting_and_leaves_nothing() {
     rig.signal_agent(libc::SIGKILL);
     rig.start_agent(&[]);
     let rules = braid_testbed::cmd::ip_ns(&c, &["-4", "rule", "show"]).unwrap_or_default();
-    let ours = rules.lines().filter(|l| l.starts_with("3100")).count();
+    let ours = rules
+        .lines()
+        .filter(|l| l.starts_with("3100") || l.starts_with("30999:"))
+        .count();
     assert_eq!(
-        ours, 2,
-        "a restart after SIGKILL installs braid's two rules once:\n{rules}"
+        ours, 3,
+        "a restart after SIGKILL installs braid's three rules once:\n{rules}"
     );
     rig.signal_agent(libc::SIGTERM);
     let left = rig.leftovers();
@@ -182,6 +193,11 @@ fn tun_carries_tcp_udp_and_ipv6_without_a_proxy_setting_and_leaves_nothing() {
         (ok6, bad6),
         (200, 0),
         "every IPv6 query answered, and right"
+    );
+    assert_eq!(
+        (okd, badd),
+        (100, 0),
+        "DNS resolved at the server side, no leak"
     );
     assert_eq!(st.corrupted, 0, "no corrupted datagram");
     assert!(

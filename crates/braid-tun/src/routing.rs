@@ -3,13 +3,16 @@
 //! own (excluded prefixes are `throw` routes there); one rule sends every packet that does
 //! not carry braid's firewall mark to that table, and one before it lets the main table's
 //! specific routes (the local networks) win over the tunnel's default. braid's path sockets
-//! carry the mark (SO_MARK), so they never loop into the tunnel.
+//! carry the mark (SO_MARK), so they never loop into the tunnel. With `dns`, a rule before
+//! both sends every unmarked DNS query (UDP to port 53) to the table, so a resolver on a
+//! local network is not asked around the tunnel (the agent has the server resolve it).
 //!
 //! `Routing` removes what it installed when dropped, and `install` first removes what a
-//! killed agent left (rules at braid's two preferences, routes in braid's table), so a
+//! killed agent left (rules at braid's three preferences, routes in braid's table), so a
 //! restart never stacks rules.
 //!
-//! Owns: the rules at `priority` and `priority + 1` and the routes of `table`. Must not
+//! Owns: the rules at `priority - 1` (DNS), `priority` and `priority + 1` and the routes of
+//! `table`. Must not
 //! touch: any other rule or table, the device itself.
 
 use crate::netlink::{Mode, Netlink};
@@ -86,9 +89,15 @@ pub struct RoutingConfig {
     pub include: Vec<Cidr>,
     /// Prefixes left out (they go where they would without braid).
     pub exclude: Vec<Cidr>,
+    /// Send every DNS query over UDP (port 53) into the tunnel too, also to a resolver on a
+    /// local network that the main table would reach directly: the agent has the server
+    /// resolve it, so no name leaks through a local link.
+    pub dns: bool,
 }
 
-/// braid's table and mark (0xb1d), and rule preferences below the main table's (32766).
+/// braid's table and mark (0xb1d), and rule preferences below the main table's (32766): the
+/// DNS rule at `PRIORITY - 1`, the main table's specific routes at `PRIORITY`, the tunnel at
+/// `PRIORITY + 1`.
 pub const TABLE: u32 = 0xb1d;
 pub const FWMARK: u32 = 0xb1d;
 pub const PRIORITY: u32 = 31_000;
@@ -101,6 +110,7 @@ impl Default for RoutingConfig {
             priority: PRIORITY,
             include: Cidr::defaults(),
             exclude: Vec::new(),
+            dns: true,
         }
     }
 }
@@ -147,6 +157,30 @@ fn route(cfg: &RoutingConfig, c: &Cidr, oif: Option<u32>) -> RouteMessage {
     }
     m.attributes.push(RouteAttribute::Table(cfg.table));
     m
+}
+
+/// Unmarked UDP to port 53 goes to braid's table, before the main table's local routes.
+fn dns_rule(cfg: &RoutingConfig, v4: bool) -> RuleMessage {
+    use netlink_packet_route::rule::RulePortRange;
+    use netlink_packet_route::IpProtocol;
+    let mut dns = RuleMessage::default();
+    dns.header.family = family(v4);
+    dns.header.table = 252;
+    dns.header.action = RuleAction::ToTable;
+    dns.attributes
+        .push(RuleAttribute::Priority(cfg.priority - 1));
+    // Mark 0 under braid's mask: braid's own sockets (a server on port 53) never match.
+    dns.attributes.push(RuleAttribute::FwMark(0));
+    dns.attributes.push(RuleAttribute::FwMask(cfg.fwmark));
+    dns.attributes
+        .push(RuleAttribute::IpProtocol(IpProtocol::Udp));
+    dns.attributes
+        .push(RuleAttribute::DestinationPortRange(RulePortRange {
+            start: 53,
+            end: 53,
+        }));
+    dns.attributes.push(RuleAttribute::Table(cfg.table));
+    dns
 }
 
 fn rules(cfg: &RoutingConfig, v4: bool) -> [RuleMessage; 2] {
@@ -205,6 +239,13 @@ impl Routing {
                 nl.request(RouteNetlinkMessage::NewRule(rule), Mode::Create)
                     .map_err(err("a policy rule".into()))?;
             }
+            if cfg.dns {
+                nl.request(
+                    RouteNetlinkMessage::NewRule(dns_rule(&cfg, v4)),
+                    Mode::Create,
+                )
+                .map_err(err("the policy rule for DNS".into()))?;
+            }
         }
         Ok(r)
     }
@@ -227,7 +268,7 @@ impl Drop for Routing {
     }
 }
 
-/// Deletes every rule at braid's two preferences and every route in braid's table.
+/// Deletes every rule at braid's three preferences and every route in braid's table.
 pub fn remove_from(nl: &mut Netlink, cfg: &RoutingConfig) -> io::Result<()> {
     // Rules first: with them gone nothing is sent into the table while its routes go.
     let (rules, routes) = ours(nl, cfg)?;
@@ -261,7 +302,7 @@ fn ours(
             let RouteNetlinkMessage::NewRule(rule) = m else {
                 continue;
             };
-            let at = |a: &RuleAttribute| matches!(a, RuleAttribute::Priority(p) if *p == cfg.priority || *p == cfg.priority + 1);
+            let at = |a: &RuleAttribute| matches!(a, RuleAttribute::Priority(p) if (cfg.priority - 1..=cfg.priority + 1).contains(p));
             if rule.attributes.iter().any(at) {
                 rules.push(rule);
             }

@@ -64,6 +64,10 @@ pub struct ServerArgs {
     /// answer and sends every path of its session there (docs/deployment.md).
     #[arg(long, value_name = "ADDR:PORT")]
     pub unicast: Option<String>,
+    /// The DNS resolver agents' queries go to (TUN mode's port-53 traffic and the agent's
+    /// --dns) [default: the first nameserver in /etc/resolv.conf].
+    #[arg(long, value_name = "ADDR:PORT")]
+    pub resolver: Option<SocketAddr>,
     /// Log level: error, warn, info, debug or trace.
     #[arg(long)]
     pub log_level: Option<String>,
@@ -289,6 +293,7 @@ pub(crate) fn server_settings(a: ServerArgs) -> Result<ServerSettings> {
     if let Some(n) = a.max_buffered.or(f.max_buffered) {
         cfg.max_buffered = n;
     }
+    cfg.resolver = a.resolver.or(f.resolver);
     if let Some(u) = a.unicast.or(f.unicast) {
         let addr: SocketAddr = u.parse().with_context(|| {
             format!("--unicast {u:?}: expected this machine's own ADDR:PORT like 198.51.100.7:4433")

@@ -51,6 +51,8 @@ const UP_BYTES: usize = 256 * 1024;
 const FLOW_IDLE: Duration = Duration::from_secs(120);
 /// Datagram flows at once (one per application UDP socket).
 const MAX_FLOWS: usize = 4096;
+/// UDP to this port is a DNS query, resolved by the server's resolver.
+const DNS_PORT: u16 = 53;
 
 /// The device's MTU: the largest IP packet whose UDP payload, with the flow header and an
 /// IPv6 address, still fits one datagram of the session.
@@ -83,6 +85,8 @@ impl Tun {
                 s.routes.clone()
             },
             exclude: s.exclude.clone(),
+            // Only when everything is carried: with --tun-route the user chose what goes in.
+            dns: s.routes.is_empty(),
             ..RoutingConfig::default()
         };
         crate::udp::set_socket_mark(Some(cfg.fwmark));
@@ -151,8 +155,10 @@ pub(super) async fn run(tun: Tun, shared: Shared) {
     let (ctl_tx, mut ctl_rx) = mpsc::unbounded_channel::<ToTun>();
     let (dgram_tx, mut dgram_rx) = mpsc::channel::<Bytes>(1024);
     let mut conns: HashMap<ConnId, Conn> = HashMap::new();
-    let mut flows: HashMap<SocketAddr, Flow> = HashMap::new();
-    let mut flow_apps: HashMap<u32, SocketAddr> = HashMap::new();
+    // Flows by the application's socket; a DNS query's flow also by the resolver it asked
+    // (its answer must come back from that address).
+    let mut flows: HashMap<(SocketAddr, Option<SocketAddr>), Flow> = HashMap::new();
+    let mut flow_apps: HashMap<u32, (SocketAddr, Option<SocketAddr>)> = HashMap::new();
     let mut buf = vec![0u8; 65_536];
     let mut sweep = tokio::time::interval(Duration::from_secs(10));
     loop {
@@ -179,9 +185,12 @@ pub(super) async fn run(tun: Tun, shared: Shared) {
             }
             Some(d) = dgram_rx.recv() => {
                 let Ok(p) = datagram::parse(&d) else { continue };
-                let (Some(app), TargetAddr::Ip(from)) = (flow_apps.get(&p.flow_id), p.addr.to_target_addr()) else { continue };
-                if let Some(f) = flows.get_mut(app) { f.last = std::time::Instant::now(); }
-                if let Err(e) = stack.send_udp(from, *app, p.payload) {
+                let (Some(&key), TargetAddr::Ip(from)) = (flow_apps.get(&p.flow_id), p.addr.to_target_addr()) else { continue };
+                if let Some(f) = flows.get_mut(&key) { f.last = std::time::Instant::now(); }
+                let (app, asked) = key;
+                // A DNS answer from the server's resolver, as from the resolver asked.
+                let from = asked.unwrap_or(from);
+                if let Err(e) = stack.send_udp(from, app, p.payload) {
                     debug!("a datagram for {app} dropped: {e}");
                 }
             }
@@ -240,8 +249,12 @@ pub(super) async fn run(tun: Tun, shared: Shared) {
                     }
                 }
                 Event::UdpDatagram { src, dst, payload } => {
+                    // DNS is resolved at the server side, whichever resolver was asked
+                    // (a local one too: the routing sends every query here).
+                    let dns = dst.port() == DNS_PORT;
+                    let key = (src, dns.then_some(dst));
                     let full = flows.len() >= MAX_FLOWS;
-                    let flow = match flows.get_mut(&src) {
+                    let flow = match flows.get_mut(&key) {
                         Some(f) => {
                             f.last = std::time::Instant::now();
                             f.id
@@ -256,18 +269,23 @@ pub(super) async fn run(tun: Tun, shared: Shared) {
                                 m.insert(id, dgram_tx.clone());
                             }
                             flows.insert(
-                                src,
+                                key,
                                 Flow {
                                     id,
                                     last: std::time::Instant::now(),
                                 },
                             );
-                            flow_apps.insert(id, src);
+                            flow_apps.insert(id, key);
                             id
                         }
                     };
+                    let target = if dns {
+                        TargetAddr::Domain(datagram::SERVER_RESOLVER.into(), DNS_PORT)
+                    } else {
+                        TargetAddr::Ip(dst)
+                    };
                     let mut out = Vec::with_capacity(payload.len() + 32);
-                    if datagram::emit(flow, &TargetAddr::Ip(dst), &payload, &mut out).is_ok() {
+                    if datagram::emit(flow, &target, &payload, &mut out).is_ok() {
                         if let Some(cmd) = shared.session.borrow().clone() {
                             let _ = cmd.send(Cmd::Datagram(Bytes::from(out)));
                         }

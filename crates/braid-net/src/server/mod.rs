@@ -96,6 +96,9 @@ pub struct ServerConfig {
     pub max_buffered: u64,
     /// Most UDP flows per session.
     pub max_udp_flows: usize,
+    /// Where DNS queries to [`braid_proxy::datagram::SERVER_RESOLVER`] go (`None`: the
+    /// first nameserver of /etc/resolv.conf, read as each session starts).
+    pub resolver: Option<SocketAddr>,
     /// How long a TCP connect to a target may take.
     pub connect_timeout: Duration,
     /// A proxied connection that carries nothing either way for this long is closed.
@@ -132,6 +135,7 @@ impl ServerConfig {
             max_streams: 1024,
             max_buffered: 64 << 20,
             max_udp_flows: 256,
+            resolver: None,
             connect_timeout: Duration::from_secs(10),
             stream_idle_timeout: braid_proxy::ProxyLimits::default().idle_timeout,
             handshake_rate: 80,
@@ -780,7 +784,13 @@ impl Server {
                 });
             }
         });
-        tokio::spawn(relay::udp_flows(dg_rx, cmd_tx, self.cfg.max_udp_flows, id));
+        let resolver = self.cfg.resolver.or_else(relay::system_resolver);
+        tokio::spawn(relay::udp_flows(
+            dg_rx,
+            cmd_tx,
+            (self.cfg.max_udp_flows, resolver),
+            id,
+        ));
         let board = self.board.clone();
         tokio::spawn(async move {
             if let Some(e) = task.run().await {

@@ -171,7 +171,7 @@ impl UdpBudget {
 pub async fn udp_flows(
     mut rx: mpsc::Receiver<Bytes>,
     cmd: mpsc::UnboundedSender<Cmd>,
-    max_flows: usize,
+    (max_flows, resolver): (usize, Option<SocketAddr>),
     session: u64,
 ) {
     let budget = UdpBudget::new(UDP_RETURN_BYTES);
@@ -212,7 +212,16 @@ pub async fn udp_flows(
                 s
             }
         };
-        let dest = p.addr.to_target_addr();
+        let mut dest = p.addr.to_target_addr();
+        if matches!(&dest, TargetAddr::Domain(n, _) if n == datagram::SERVER_RESOLVER) {
+            match resolver {
+                Some(r) => dest = TargetAddr::Ip(r),
+                None => {
+                    debug!("a DNS query for the server's resolver dropped: none is configured");
+                    continue;
+                }
+            }
+        }
         send_datagram(&sock, &dest, p.payload).await;
     }
     // Dropping the set aborts the return tasks, which closes the flows' sockets.
@@ -225,6 +234,20 @@ pub async fn udp_flows(
             "UDP datagrams dropped over the session (flow limit, full return queue)"
         );
     }
+}
+
+/// The first `nameserver` of /etc/resolv.conf, port 53.
+pub fn system_resolver() -> Option<SocketAddr> {
+    let text = std::fs::read_to_string("/etc/resolv.conf").ok()?;
+    parse_resolv_conf(&text)
+}
+
+fn parse_resolv_conf(text: &str) -> Option<SocketAddr> {
+    text.lines()
+        .filter_map(|l| l.trim().strip_prefix("nameserver"))
+        .filter_map(|a| a.trim().split('%').next()?.parse::<std::net::IpAddr>().ok())
+        .map(|ip| SocketAddr::new(ip, 53))
+        .next()
 }
 
 async fn udp_return(
@@ -258,6 +281,17 @@ async fn udp_return(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn resolv_conf_first_nameserver() {
+        let t = "# comment\nsearch example.org\nnameserver fe80::1%eth0\nnameserver 9.9.9.9\n";
+        assert_eq!(parse_resolv_conf(t), Some("[fe80::1]:53".parse().unwrap()));
+        assert_eq!(
+            parse_resolv_conf("nameserver 10.0.0.53\n"),
+            Some("10.0.0.53:53".parse().unwrap())
+        );
+        assert_eq!(parse_resolv_conf("options ndots:1\n"), None);
+    }
 
     #[test]
     fn udp_return_budget_drops_when_full_and_frees_on_drop() {

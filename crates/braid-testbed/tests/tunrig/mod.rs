@@ -147,6 +147,9 @@ impl Rig {
             &p("agent.pub"),
             "--control",
             &p("server.sock"),
+            // The server side's resolver: the UDP responder (DNS queries end there).
+            "--resolver",
+            &format!("{DEST4}:{UDP_PORT}"),
             "--log-level",
             "info",
         ]
@@ -283,7 +286,7 @@ impl Rig {
         for fam in ["-4", "-6"] {
             let rules = ip_ns(ns, &[fam, "rule", "show"]).unwrap_or_default();
             for l in rules.lines() {
-                if l.starts_with("31000:") || l.starts_with("31001:") {
+                if l.starts_with("30999:") || l.starts_with("31000:") || l.starts_with("31001:") {
                     left.push(format!("rule {fam} {l}"));
                 }
             }
