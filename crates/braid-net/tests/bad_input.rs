@@ -41,6 +41,7 @@ fn agent_cfg(
         transport: braid_core::Config::default(),
         tun: None,
         rekey: Default::default(),
+        direct: Default::default(),
     }
 }
 

@@ -186,6 +186,7 @@ pub async fn rig() -> Rig {
         },
         tun: None,
         rekey: Default::default(),
+        direct: Default::default(),
     };
     let mut agent = Agent::start(acfg).await.unwrap();
     assert!(
