@@ -22,7 +22,6 @@ fn aggregate_against_the_share_of_connections_with_a_server() {
         ("operetta a=0", ConnPolicy::Operetta { alpha: 0.0 }, 8),
     ] {
         let mut first: Option<f64> = None;
-        let mut first: Option<f64> = None;
         for share in [0.0, 0.25, 0.5, 1.0] {
             let o = run(&MixConfig {
                 workers,

@@ -123,11 +123,11 @@ impl Direct {
             })
             .collect();
         let main = (0..ok.len()).any(|i| ok[i] && !self.backup[i]);
-        for i in 0..ok.len() {
+        for (i, &fine) in ok.iter().enumerate() {
             s.set_path(
                 i,
                 PathInput {
-                    usable: ok[i] && (!self.backup[i] || !main),
+                    usable: fine && (!self.backup[i] || !main),
                     power_w: self.power[i],
                     rate_hint: None,
                 },
