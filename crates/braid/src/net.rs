@@ -607,3 +607,7 @@ pub fn agent(a: AgentArgs) -> Result<()> {
         Ok(())
     })
 }
+
+#[cfg(test)]
+#[path = "net_direct_tests.rs"]
+mod direct_tests;

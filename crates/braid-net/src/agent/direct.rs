@@ -238,7 +238,18 @@ impl Direct {
                     .collect())
             }
             TargetAddr::Domain(name, port) => {
-                dns::resolve_via(&self.binds[i], &self.nameservers, name, *port).await
+                match dns::resolve_via(&self.binds[i], &self.nameservers, name, *port).await {
+                    Ok(a) if !a.is_empty() => Ok(a),
+                    r => {
+                        // The path's resolver failed (a nameserver not reachable through
+                        // this path): the system's resolver, whatever path it uses.
+                        let why = r.map_or_else(|e| e.to_string(), |_| "no address".into());
+                        info!(path = %self.names[i], %name, "resolving through the path failed ({why}); asking the system's resolver");
+                        Ok(tokio::net::lookup_host((name.as_str(), *port))
+                            .await?
+                            .collect())
+                    }
+                }
             }
         }
     }
@@ -261,8 +272,23 @@ impl Direct {
                 break;
             };
             tried.push(path);
+            // Resolution failures are the name's (or the resolver's), not the path's.
+            let addrs = match tokio::time::timeout(self.open_timeout, self.resolve(path, target))
+                .await
+            {
+                Ok(Ok(a)) if !a.is_empty() => a,
+                r => {
+                    self.end(id);
+                    let why = match r {
+                        Ok(Err(e)) => e.to_string(),
+                        Ok(Ok(_)) => "no address".to_string(),
+                        Err(_) => "timed out".to_string(),
+                    };
+                    warn!(path = %self.names[path], %dest, "direct mode: cannot resolve: {why}");
+                    return Err(ReplyCode::HostUnreachable);
+                }
+            };
             let r = tokio::time::timeout(self.open_timeout, async {
-                let addrs = self.resolve(path, target).await?;
                 let mut last = io::Error::new(io::ErrorKind::NotFound, "no address");
                 for a in addrs {
                     match connect_bound(&self.binds[path], a).await {

@@ -37,6 +37,19 @@ pub fn system_nameservers() -> Vec<SocketAddr> {
         .unwrap_or_default()
 }
 
+/// The addresses `hosts` (the text of /etc/hosts) gives `name` (case-insensitive).
+pub fn hosts_lookup(hosts: &str, name: &str) -> Vec<IpAddr> {
+    hosts
+        .lines()
+        .map(|l| l.split('#').next().unwrap_or_default())
+        .filter_map(|l| {
+            let mut w = l.split_whitespace();
+            let ip = w.next()?.parse::<IpAddr>().ok()?;
+            w.any(|n| n.eq_ignore_ascii_case(name)).then_some(ip)
+        })
+        .collect()
+}
+
 /// A query for `name` of type `qtype` with id `id`.
 fn query(id: u16, name: &str, qtype: TYPE) -> io::Result<Vec<u8>> {
     let bad = |e: simple_dns::SimpleDnsError| {
@@ -84,6 +97,16 @@ pub async fn resolve_via(
 ) -> io::Result<Vec<SocketAddr>> {
     if let Ok(ip) = name.parse::<IpAddr>() {
         return Ok(vec![SocketAddr::new(ip, port)]);
+    }
+    // /etc/hosts first, as the system's resolver does (localhost, local names).
+    let local = std::fs::read_to_string("/etc/hosts")
+        .map(|h| hosts_lookup(&h, name))
+        .unwrap_or_default();
+    if !local.is_empty() {
+        return Ok(local
+            .into_iter()
+            .map(|ip| SocketAddr::new(ip, port))
+            .collect());
     }
     if servers.is_empty() {
         return Err(io::Error::new(
@@ -150,6 +173,14 @@ mod tests {
             nameservers(t),
             vec!["10.0.0.53:53".parse().unwrap(), "[::1]:53".parse().unwrap()]
         );
+    }
+
+    #[test]
+    fn reads_hosts() {
+        let h = "127.0.0.1 localhost\n::1 localhost ip6-localhost # c\n# 10.0.0.1 gone\n10.0.0.2 Box box.lan\n";
+        assert_eq!(hosts_lookup(h, "localhost").len(), 2);
+        assert_eq!(hosts_lookup(h, "box"), vec![IpAddr::from([10, 0, 0, 2])]);
+        assert!(hosts_lookup(h, "gone").is_empty());
     }
 
     #[test]
