@@ -395,36 +395,54 @@ impl Relay {
                 crate::splice::splice_counted(app, reader, writer, early, idle, &c.up, &c.down)
                     .await;
             }
-            Relay::Direct(d) => {
-                let direct = d._guard.0.clone();
-                let name = direct.name(d.path).to_string();
-                conn.set_path(name.clone());
-                let counters = conn.shared_counters();
-                direct.watch(d._guard.1, counters.clone());
-                let (ar, aw) = app.into_split();
-                let (rr, rw) = d.stream.into_split();
-                let last = AtomicU64::new(0);
-                let t0 = Instant::now();
-                let both = async {
-                    tokio::join!(
-                        pipe(ar, rw, &counters.up, &last, t0),
-                        pipe(rr, aw, &counters.down, &last, t0)
-                    )
-                };
-                let watchdog = async {
-                    loop {
-                        tokio::time::sleep(idle / 4).await;
-                        let since = t0.elapsed().as_millis() as u64 - last.load(Ordering::Relaxed);
-                        if Duration::from_millis(since) >= idle {
-                            return;
-                        }
-                    }
-                };
-                tokio::select! {
-                    _ = both => {}
-                    _ = watchdog => info!(path = %name, "direct connection idle for {idle:?}: closed"),
+            Relay::Direct(d) => d.run(app, conn, idle).await,
+        }
+    }
+}
+
+impl DirectConn {
+    /// The path's name.
+    pub fn path_name(&self) -> &str {
+        self._guard.0.name(self.path)
+    }
+
+    /// Relay between `app` (any byte stream: a proxied connection, a TUN stack's stream)
+    /// and the destination until both ends close (or nothing moves for `idle`), counting
+    /// bytes on `conn` (which shows the path's name).
+    pub async fn run<S: AsyncRead + AsyncWrite + Send>(
+        self,
+        app: S,
+        conn: &ConnGuard,
+        idle: Duration,
+    ) {
+        let direct = self._guard.0.clone();
+        let name = self.path_name().to_string();
+        conn.set_path(name.clone());
+        let counters = conn.shared_counters();
+        direct.watch(self._guard.1, counters.clone());
+        let (ar, aw) = tokio::io::split(app);
+        let (rr, rw) = self.stream.into_split();
+        let last = AtomicU64::new(0);
+        let t0 = Instant::now();
+        let both = async {
+            tokio::join!(
+                pipe(ar, rw, &counters.up, &last, t0),
+                pipe(rr, aw, &counters.down, &last, t0)
+            )
+        };
+        let watchdog = async {
+            loop {
+                tokio::time::sleep(idle / 4).await;
+                let since =
+                    (t0.elapsed().as_millis() as u64).saturating_sub(last.load(Ordering::Relaxed));
+                if Duration::from_millis(since) >= idle {
+                    return;
                 }
             }
+        };
+        tokio::select! {
+            _ = both => {}
+            _ = watchdog => info!(path = %name, "direct connection idle for {idle:?}: closed"),
         }
     }
 }
