@@ -14,6 +14,7 @@
 pub mod blackout;
 pub mod cc;
 pub mod config;
+pub mod connsched;
 mod loss;
 pub mod pacer;
 pub mod path;

@@ -293,6 +293,9 @@ pub struct StreamReport {
     pub bytes_down: u64,
     /// Seconds since it opened.
     pub age_s: f64,
+    /// `session` (packet level through the server) or, in direct mode, the path's name.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub path: Option<String>,
 }
 
 /// One SOCKS5 UDP association (a datagram flow) of the agent.
@@ -310,6 +313,9 @@ pub struct FlowReport {
     pub bytes_down: u64,
     /// Seconds since it opened.
     pub age_s: f64,
+    /// `session` or, in direct mode, the path's name.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub path: Option<String>,
 }
 
 /// Sums over the paths.
@@ -340,6 +346,11 @@ pub struct AgentStatus {
     pub flows: Vec<FlowReport>,
     /// Sums.
     pub totals: Totals,
+    /// Where new connections go: `session` (through the server, packet level) or `direct`
+    /// (each whole on one path: no server configured or none answers); absent when direct
+    /// mode is off.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub mode: Option<String>,
 }
 
 /// One agent session on the server.

@@ -42,6 +42,7 @@ fn agent_cfg(
         tun: None,
         redirect: None,
         rekey: Default::default(),
+        direct: Default::default(),
     }
 }
 

@@ -4,10 +4,13 @@
 //! - [`scenario`]: the TOML scenario format, [`sweep`]: one file for many scenarios,
 //!   [`units`], [`trace`]: its building blocks,
 //! - [`link`]: the per-path link model, [`energy`]: interface energy,
+//! - [`connmix`]: a flow-level model of direct (connection-level) and server (packet-level)
+//!   connections side by side,
 //! - [`world`]: the event loop joining two sessions through the links,
 //! - [`runner`]: transfers and metrics, [`report`]: results as JSON and tables,
 //! - [`payload`]: deterministic transfer bytes and their hash.
 
+pub mod connmix;
 pub mod energy;
 pub mod link;
 pub mod payload;

@@ -83,7 +83,8 @@ pub struct AgentArgs {
     pub config: Option<PathBuf>,
     /// The server, HOST:PORT. Repeat for several servers (sharing one key): the agent
     /// handshakes with all at once, keeps its session with the first that answers (the
-    /// lowest RTT), and moves to another when its server stops answering.
+    /// lowest RTT), and moves to another when its server stops answering. Without a server
+    /// the agent runs in direct mode: each connection whole on one path.
     #[arg(long = "server", value_name = "HOST:PORT")]
     #[serde(default, rename = "server", deserialize_with = "one_or_many")]
     pub servers: Vec<String>,
@@ -169,6 +170,11 @@ pub struct AgentArgs {
     /// authentication: keep it on localhost or a management network).
     #[arg(long, value_name = "ADDR:PORT")]
     pub metrics: Option<SocketAddr>,
+    /// Direct mode: `fallback` (default: while no server answers, each new connection goes
+    /// straight to its destination, whole on one path) or `off` (connections wait for a
+    /// session, then fail).
+    #[arg(long, value_name = "fallback|off")]
+    pub direct: Option<String>,
     /// Log level: error, warn, info, debug or trace.
     #[arg(long)]
     pub log_level: Option<String>,
@@ -410,9 +416,6 @@ pub(crate) fn agent_settings(a: AgentArgs) -> Result<AgentSettings> {
     } else {
         a.servers
     };
-    if servers.is_empty() {
-        bail!("--server HOST:PORT is required (repeat it for several servers)");
-    }
     let mut addrs = Vec::new();
     for server in &servers {
         let addr = server
@@ -428,14 +431,25 @@ pub(crate) fn agent_settings(a: AgentArgs) -> Result<AgentSettings> {
         }
         addrs.push(addr);
     }
-    let server_pub = a
-        .server_pub
-        .or(f.server_pub)
-        .context("--server-pub FILE is required")?;
-    let key = a
-        .key
-        .or(f.key)
-        .context("--key FILE is required (make one with `braid keygen`)")?;
+    let direct_only = servers.is_empty();
+    let server_pub = a.server_pub.or(f.server_pub);
+    let key = a.key.or(f.key);
+    if !direct_only {
+        if server_pub.is_none() {
+            bail!("--server-pub FILE is required with --server");
+        }
+        if key.is_none() {
+            bail!("--key FILE is required with --server (make one with `braid keygen`)");
+        }
+    }
+    let direct = match a.direct.or(f.direct).as_deref() {
+        None | Some("fallback") => braid_net::agent::DirectMode::Fallback,
+        Some("off") if direct_only => {
+            bail!("--direct off needs a --server: without one, direct mode is all the agent can do")
+        }
+        Some("off") => braid_net::agent::DirectMode::Off,
+        Some(x) => bail!("--direct {x:?}: expected fallback or off"),
+    };
     let paths = if a.paths.is_empty() { f.paths } else { a.paths };
     if paths.is_empty() || paths.len() > 8 {
         bail!(
@@ -546,10 +560,30 @@ pub(crate) fn agent_settings(a: AgentArgs) -> Result<AgentSettings> {
     let session_wait = Duration::from_secs(a.session_wait.or(f.session_wait).unwrap_or(10));
     let log_level = a.log_level.or(f.log_level);
     check_log_level(log_level.as_deref())?;
+    let policy = if transport.scheduler == braid_core::SchedulerKind::Operetta {
+        braid_net::agent::ConnPolicy::Operetta {
+            alpha: transport.alpha,
+        }
+    } else {
+        braid_net::agent::ConnPolicy::Throughput
+    };
+    let base = match (server_pub, key) {
+        (Some(p), Some(k)) => AgentConfig::new(
+            addrs.first().copied().unwrap_or(([127, 0, 0, 1], 0).into()),
+            braid_crypto::read_public_key(&p)?,
+            Arc::new(braid_crypto::read_private_key(&k)?),
+            Vec::new(),
+        ),
+        _ => AgentConfig::direct_only(Vec::new())?,
+    };
     let cfg = AgentConfig {
         servers: addrs,
-        server_pub: braid_crypto::read_public_key(&server_pub)?,
-        key: Arc::new(braid_crypto::read_private_key(&key)?),
+        server_pub: base.server_pub,
+        key: base.key,
+        direct: braid_net::agent::DirectSettings {
+            mode: direct,
+            policy,
+        },
         paths,
         socks,
         http,
@@ -599,3 +633,7 @@ pub fn agent(a: AgentArgs) -> Result<()> {
         Ok(())
     })
 }
+
+#[cfg(test)]
+#[path = "net_direct_tests.rs"]
+mod direct_tests;

@@ -196,6 +196,14 @@ fn render_agent(a: &AgentStatus) -> String {
             let _ = writeln!(out, "agent, up {:.0} s; no session", a.uptime_s);
         }
     }
+    if let Some(m) = &a.mode {
+        let note = if m == "direct" {
+            " (each new connection whole on one path; a connection on a link that dies is lost)"
+        } else {
+            ""
+        };
+        let _ = writeln!(out, "mode: {m}{note}");
+    }
     let _ = writeln!(
         out,
         "total sent {}, received {}{}\n",
@@ -214,7 +222,10 @@ fn render_agent(a: &AgentStatus) -> String {
             rows.push(vec![
                 s.proxy.clone(),
                 s.client.clone(),
-                s.destination.clone(),
+                match &s.path {
+                    Some(p) if p != "session" => format!("{} via {p}", s.destination),
+                    _ => s.destination.clone(),
+                },
                 bytes(s.bytes_up),
                 bytes(s.bytes_down),
                 format!("{:.0}", s.age_s),

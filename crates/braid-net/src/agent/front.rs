@@ -1,6 +1,7 @@
 //! The agent's proxy front ends: SOCKS5 (CONNECT and UDP ASSOCIATE) and HTTP CONNECT.
 //! Each proxied TCP connection becomes one stream of the current session, each UDP
-//! association one datagram flow.
+//! association one datagram flow; in direct mode (no session up) a direct connection or
+//! flow instead (`direct::open_tcp`, `direct_udp`).
 //!
 //! Owns: accepting application connections, opening a stream per connection (waiting a
 //! bounded time for a session when none is up), and relaying. Must not touch: the session's
@@ -203,25 +204,15 @@ async fn socks_conn(mut tcp: TcpStream, shared: &Shared) -> Result<(), String> {
             .map_err(|e| e.to_string())?;
     let bound = tcp.local_addr().map_err(|e| e.to_string())?;
     match req {
-        SocksRequest::Connect(target) => match open(shared, &target).await {
-            Ok((reader, writer, early)) => {
+        SocksRequest::Connect(target) => match super::direct::open_tcp(shared, &target).await {
+            Ok(relay) => {
                 socks5::reply(&mut tcp, ReplyCode::Succeeded, bound)
                     .await
                     .map_err(|e| e.to_string())?;
                 let conn = shared
                     .board
                     .open("socks5", peer_of(&tcp), target.to_string(), None);
-                let c = conn.counters();
-                crate::splice::splice_counted(
-                    tcp,
-                    reader,
-                    writer,
-                    early,
-                    limits.idle_timeout,
-                    &c.up,
-                    &c.down,
-                )
-                .await;
+                relay.run(tcp, &conn, limits.idle_timeout).await;
                 Ok(())
             }
             Err(code) => {
@@ -237,17 +228,17 @@ async fn http_conn(mut tcp: TcpStream, shared: &Shared) -> Result<(), String> {
     let target = braid_proxy::http::accept_connect(&mut tcp, &shared.cfg.http_limits)
         .await
         .map_err(|e| e.to_string())?;
-    match open(shared, &target).await {
-        Ok((reader, writer, early)) => {
+    match super::direct::open_tcp(shared, &target).await {
+        Ok(relay) => {
             braid_proxy::http::respond_ok(&mut tcp)
                 .await
                 .map_err(|e| e.to_string())?;
             let conn = shared
                 .board
                 .open("http", peer_of(&tcp), target.to_string(), None);
-            let c = conn.counters();
-            let idle = shared.cfg.proxy_limits.idle_timeout;
-            crate::splice::splice_counted(tcp, reader, writer, early, idle, &c.up, &c.down).await;
+            relay
+                .run(tcp, &conn, shared.cfg.proxy_limits.idle_timeout)
+                .await;
             Ok(())
         }
         Err(code) => {
@@ -264,6 +255,11 @@ async fn udp_associate(
     shared: &Shared,
     bound: SocketAddr,
 ) -> Result<(), String> {
+    if let Some(d) = &shared.direct {
+        if shared.session.borrow().is_none() {
+            return super::direct_udp::associate(tcp, d, &shared.board, bound).await;
+        }
+    }
     let relay = UdpSocket::bind(SocketAddr::new(bound.ip(), 0))
         .await
         .map_err(|e| e.to_string())?;
@@ -279,6 +275,7 @@ async fn udp_associate(
     let conn = shared
         .board
         .open("socks5", peer_of(&tcp), String::new(), Some(flow));
+    conn.set_path("session".into());
     let mut client: Option<SocketAddr> = None;
     let mut buf = vec![0u8; 65536];
     let mut ctl = [0u8; 64];

@@ -8,12 +8,17 @@
 //! - [`links`]: the paths' transports (a UDP socket, or a TCP connection where UDP is
 //!   blocked) and their receive tasks;
 //! - [`front`]: the proxy front ends;
+//! - [`direct`], [`direct_udp`], [`dns`]: direct mode (no server, or none answers): each
+//!   new connection whole on one path chosen by the connection-level scheduler;
 //! - [`tun`]: TUN mode, every application without a proxy setting;
 //! - [`report`]: the status board (`braid status`), refreshed by the session loop.
 //!
 //! Must not touch: the protocol (the session task and the core), the SOCKS/HTTP wire
 //! details (braid-proxy), or link decisions (`pathmgr`).
 
+mod direct;
+mod direct_udp;
+mod dns;
 mod front;
 mod handshake;
 mod links;
@@ -25,6 +30,9 @@ mod tun;
 pub use tun::{tun_mtu, TunSettings};
 
 pub use report::{Counters, StatusBoard};
+
+pub use braid_core::connsched::ConnPolicy;
+pub use direct::{DirectMode, DirectSettings};
 
 use crate::bridge::Cmd;
 use crate::policy::PathPolicy;
@@ -48,8 +56,8 @@ use tracing::info;
 /// Agent settings.
 #[derive(Debug, Clone)]
 pub struct AgentConfig {
-    /// The servers' UDP addresses (1 or more; they share one key). The agent handshakes
-    /// with all at once and keeps its session with the first that answers.
+    /// The servers' UDP addresses (they share one key). The agent handshakes with all at
+    /// once and keeps its session with the first that answers. None: direct mode only.
     pub servers: Vec<SocketAddr>,
     /// The servers' public key (pinned).
     pub server_pub: PublicKey,
@@ -84,6 +92,8 @@ pub struct AgentConfig {
     pub redirect: Option<SocketAddr>,
     /// When the session keys are rotated (docs/protocol.md section 16a).
     pub rekey: RekeyPolicy,
+    /// Direct mode: connections straight to their destinations when no session is up.
+    pub direct: DirectSettings,
 }
 
 impl AgentConfig {
@@ -111,7 +121,25 @@ impl AgentConfig {
             tun: None,
             redirect: None,
             rekey: RekeyPolicy::default(),
+            direct: DirectSettings::default(),
         }
+    }
+
+    /// Settings for an agent without a server: direct mode only (a throwaway key stands
+    /// in for the server's).
+    pub fn direct_only(paths: Vec<AgentPath>) -> std::io::Result<AgentConfig> {
+        let key = StaticKeypair::generate()
+            .map_err(|e| std::io::Error::other(format!("cannot make a key: {e}")))?;
+        let public = key.public();
+        let mut cfg = AgentConfig::new(
+            SocketAddr::from(([127, 0, 0, 1], 0)),
+            public,
+            Arc::new(key),
+            paths,
+        );
+        cfg.servers.clear();
+        cfg.direct.mode = DirectMode::Fallback;
+        Ok(cfg)
     }
 }
 
@@ -215,6 +243,8 @@ struct Shared {
     next_flow: Arc<AtomicU32>,
     cfg: Arc<AgentConfig>,
     board: Arc<StatusBoard>,
+    /// Direct mode's state (`None`: direct mode off).
+    direct: Option<Arc<direct::Direct>>,
 }
 
 /// Where a configured path stands in the current session.
@@ -256,7 +286,8 @@ impl Agent {
     pub async fn start(mut cfg: AgentConfig) -> std::io::Result<Agent> {
         cfg.paths = expand_auto(std::mem::take(&mut cfg.paths))
             .map_err(|e| std::io::Error::new(std::io::ErrorKind::InvalidInput, e))?;
-        if cfg.servers.is_empty()
+        let direct_on = cfg.direct.mode != DirectMode::Off;
+        if (cfg.servers.is_empty() && !direct_on)
             || cfg
                 .servers
                 .iter()
@@ -265,7 +296,7 @@ impl Agent {
             return Err(std::io::Error::new(
                 std::io::ErrorKind::InvalidInput,
                 format!(
-                    "an agent needs 1 or more servers of one address family, got {:?}",
+                    "an agent needs 1 or more servers of one address family (or direct mode), got {:?}",
                     cfg.servers
                 ),
             ));
@@ -281,14 +312,24 @@ impl Agent {
         let board = StatusBoard::new(&cfg);
         let cfg = Arc::new(cfg);
         let (tx, rx) = watch::channel(None);
+        let mut tasks = Vec::new();
+        let direct = direct_on.then(|| direct::Direct::new(&cfg));
+        if let Some(d) = &direct {
+            tasks.push(tokio::spawn(direct::measure(d.clone())));
+            tasks.push(tokio::spawn(direct::watch_mode(
+                rx.clone(),
+                board.clone(),
+                cfg.servers.len(),
+            )));
+        }
         let shared = Shared {
             session: rx.clone(),
             flows: Arc::new(Mutex::new(HashMap::new())),
             next_flow: Arc::new(AtomicU32::new(1)),
             cfg: cfg.clone(),
             board: board.clone(),
+            direct,
         };
-        let mut tasks = Vec::new();
         let mut socks = None;
         if let Some(addr) = cfg.socks {
             let l = TcpListener::bind(addr).await.map_err(|e| {
@@ -342,15 +383,23 @@ impl Agent {
         let names = cfg.paths.iter().map(|p| p.name.clone()).collect();
         let (status_tx, status) = watch::channel(vec![PathStatus::Down; cfg.paths.len()]);
         let keys = Arc::new(KeyStats::default());
-        tasks.push(tokio::spawn(run::keep_session(
-            cfg,
-            tx,
-            shared,
-            watcher,
-            ledger,
-            status_tx,
-            keys.clone(),
-        )));
+        if cfg.servers.is_empty() {
+            // Direct mode only: no session, ever (the slot's sender lives with the agent).
+            tasks.push(tokio::spawn(async move {
+                let _keep = (tx, status_tx, watcher, ledger, shared);
+                std::future::pending::<()>().await
+            }));
+        } else {
+            tasks.push(tokio::spawn(run::keep_session(
+                cfg,
+                tx,
+                shared,
+                watcher,
+                ledger,
+                status_tx,
+                keys.clone(),
+            )));
+        }
         Ok(Agent {
             socks,
             http,

@@ -55,6 +55,7 @@ struct Conn {
     flow: Option<u32>,
     opened: Instant,
     counters: Arc<Counters>,
+    path: Mutex<Option<String>>,
 }
 
 /// Removes its connection from the table when dropped.
@@ -68,6 +69,18 @@ impl ConnGuard {
     /// The connection's counters.
     pub fn counters(&self) -> &Counters {
         &self.conn.counters
+    }
+
+    /// The connection's counters, shared (direct mode's scheduler reads them).
+    pub fn shared_counters(&self) -> Arc<Counters> {
+        self.conn.counters.clone()
+    }
+
+    /// Where the connection goes: `session` or a path's name (direct mode).
+    pub fn set_path(&self, p: String) {
+        if let Ok(mut x) = self.conn.path.lock() {
+            *x = Some(p);
+        }
     }
 
     /// A flow's latest destination.
@@ -101,6 +114,8 @@ pub struct StatusBoard {
     meters: Mutex<Vec<PathMeter>>,
     conns: Mutex<BTreeMap<u64, Arc<Conn>>>,
     next: AtomicU64,
+    /// `session` or `direct` (direct mode on), see [`StatusBoard::set_mode`].
+    mode: Mutex<Option<String>>,
 }
 
 fn interface(b: &PathBind) -> Option<String> {
@@ -140,6 +155,7 @@ impl StatusBoard {
             down_at: Mutex::new(vec![None; cfg.paths.len()]),
             conns: Mutex::new(BTreeMap::new()),
             next: AtomicU64::new(1),
+            mode: Mutex::new(None),
         })
     }
 
@@ -148,6 +164,7 @@ impl StatusBoard {
         let now = Instant::now();
         let mut s = self.latest.lock().map(|s| s.clone()).unwrap_or_default();
         s.uptime_s = now.duration_since(self.started).as_secs_f64();
+        s.mode = self.mode.lock().ok().and_then(|m| m.clone());
         if let Ok(d) = self.down_at.lock() {
             for (p, at) in s.paths.iter_mut().zip(d.iter()) {
                 if at.is_some_and(|t| now >= t) && p.state == Some(ShownState::Frozen) {
@@ -171,6 +188,7 @@ impl StatusBoard {
             );
             let destination = c.destination.lock().map(|d| d.clone()).unwrap_or_default();
             let age_s = now.duration_since(c.opened).as_secs_f64();
+            let path = c.path.lock().ok().and_then(|p| p.clone());
             match c.flow {
                 Some(flow) => s.flows.push(FlowReport {
                     flow,
@@ -179,6 +197,7 @@ impl StatusBoard {
                     bytes_up: up,
                     bytes_down: down,
                     age_s,
+                    path,
                 }),
                 None => s.streams.push(StreamReport {
                     proxy: c.proxy.to_string(),
@@ -187,6 +206,7 @@ impl StatusBoard {
                     bytes_up: up,
                     bytes_down: down,
                     age_s,
+                    path,
                 }),
             }
         }
@@ -209,6 +229,7 @@ impl StatusBoard {
             flow,
             opened: Instant::now(),
             counters: Arc::default(),
+            path: Mutex::new(None),
         });
         if let Ok(mut t) = self.conns.lock() {
             t.insert(key, conn.clone());
@@ -217,6 +238,13 @@ impl StatusBoard {
             board: self.clone(),
             key,
             conn,
+        }
+    }
+
+    /// Where new connections go now (`session` or `direct`).
+    pub(super) fn set_mode(&self, mode: &str) {
+        if let Ok(mut m) = self.mode.lock() {
+            *m = Some(mode.to_string());
         }
     }
 
@@ -322,6 +350,7 @@ impl StatusBoard {
                 streams: Vec::new(),
                 flows: Vec::new(),
                 totals,
+                mode: None,
             };
         }
     }

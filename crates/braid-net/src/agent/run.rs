@@ -125,12 +125,18 @@ pub(super) async fn keep_session(
             None => {
                 r.wait_for_a_path().await;
                 let avail = r.avail();
-                match handshake::handshake(&r.cfg, &avail, 6).await {
+                // With direct mode on, connections do not wait for this: probe often, so
+                // that a server that appears is used within a few seconds (rounds 0.5, 1
+                // and 2 s apart, then at most 1 s of pause).
+                let probing = r.cfg.direct.mode != super::DirectMode::Off;
+                let rounds = if probing { 3 } else { 6 };
+                match handshake::handshake(&r.cfg, &avail, rounds).await {
                     Ok(est) => est,
                     Err(e) => {
                         warn!("cannot establish a session: {e}; retrying in {backoff:?} (or when a path appears)");
                         r.pause(backoff).await;
-                        backoff = (backoff * 2).min(Duration::from_secs(10));
+                        let most = if probing { 1 } else { 10 };
+                        backoff = (backoff * 2).min(Duration::from_secs(most));
                         continue;
                     }
                 }

@@ -187,6 +187,7 @@ pub async fn rig() -> Rig {
         tun: None,
         redirect: None,
         rekey: Default::default(),
+        direct: Default::default(),
     };
     let mut agent = Agent::start(acfg).await.unwrap();
     assert!(

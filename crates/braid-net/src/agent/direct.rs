@@ -1,0 +1,518 @@
+//! Direct mode: no braid server (none configured, or none answering). Each new proxied
+//! connection goes whole, straight to its destination, over one path chosen by the
+//! connection-level scheduler (`braid_core::connsched`): a TCP socket bound to the path's
+//! interface or address, names resolved through that path. A UDP association likewise gets
+//! one path for its life. Mode detection: while the session slot holds a session, new
+//! connections use it (packet level); otherwise they go direct. The switch affects new
+//! connections only.
+//!
+//! [`open_tcp`] is the one entry point the front ends call (session stream or direct
+//! connection); [`Relay::run`] relays either. A connection on a path that dies is lost: in
+//! this mode nothing can move it (docs/deployment.md).
+//!
+//! Owns: the scheduler's state and its 250 ms measurement tick, binding and connecting
+//! direct sockets, direct relaying, the mode shown in logs and status. Must not touch: the
+//! session (`run`), the SOCKS/HTTP wire (braid-proxy, `front`), the status board's layout.
+
+use super::dns;
+use super::report::{ConnGuard, Counters, StatusBoard};
+use super::{AgentConfig, SessionSlot, Shared};
+use crate::bridge::{StreamReader, StreamWriter};
+use crate::udp::PathBind;
+use braid_core::connsched::{ConnId, ConnPolicy, ConnSched, PathInput};
+use braid_proxy::target::ReplyCode;
+use braid_proxy::TargetAddr;
+use bytes::Bytes;
+use std::collections::HashMap;
+use std::io;
+use std::net::SocketAddr;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
+use tokio::net::{TcpSocket, TcpStream};
+use tokio::time::Instant;
+use tracing::{info, warn};
+
+/// When the agent uses direct mode.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum DirectMode {
+    /// Never: with no session a connection waits for one (`session_wait`), then fails.
+    #[default]
+    Off,
+    /// When no session is up (no server configured, or none answers).
+    Fallback,
+}
+
+/// Direct-mode settings of the agent.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct DirectSettings {
+    /// When.
+    pub mode: DirectMode,
+    /// How paths are chosen for connections.
+    pub policy: ConnPolicy,
+}
+
+impl Default for DirectSettings {
+    fn default() -> Self {
+        DirectSettings {
+            mode: DirectMode::Off,
+            policy: ConnPolicy::Throughput,
+        }
+    }
+}
+
+/// How often the scheduler reads the direct connections' byte counters.
+const TICK: Duration = Duration::from_millis(250);
+/// A path whose socket could not be bound or connected is not chosen for this long.
+const FAILED_FOR: Duration = Duration::from_secs(5);
+
+/// The direct-mode state shared by the front ends.
+pub(super) struct Direct {
+    sched: Mutex<ConnSched>,
+    live: Mutex<HashMap<ConnId, Arc<Counters>>>,
+    names: Vec<String>,
+    binds: Vec<PathBind>,
+    backup: Vec<bool>,
+    power: Vec<Option<f64>>,
+    failed_until: Mutex<Vec<Option<Instant>>>,
+    epoch: Instant,
+    nameservers: Vec<SocketAddr>,
+    open_timeout: Duration,
+}
+
+impl Direct {
+    pub(super) fn new(cfg: &AgentConfig) -> Arc<Direct> {
+        for p in &cfg.paths {
+            if p.bind == PathBind::Auto {
+                warn!(path = %p.name, "direct mode does not use `auto` paths yet: name the interface to use it without a server");
+            }
+        }
+        let n = cfg.paths.len();
+        Arc::new(Direct {
+            sched: Mutex::new(ConnSched::new(n, cfg.direct.policy)),
+            live: Mutex::new(HashMap::new()),
+            names: cfg.paths.iter().map(|p| p.name.clone()).collect(),
+            binds: cfg.paths.iter().map(|p| p.bind.clone()).collect(),
+            backup: cfg.paths.iter().map(|p| p.policy.backup).collect(),
+            power: cfg.paths.iter().map(|p| p.policy.power_w).collect(),
+            failed_until: Mutex::new(vec![None; n]),
+            epoch: Instant::now(),
+            nameservers: dns::system_nameservers(),
+            open_timeout: cfg.open_timeout,
+        })
+    }
+
+    fn now(&self) -> braid_core::Instant {
+        braid_core::Instant::from_duration(self.epoch.elapsed())
+    }
+
+    /// Tell the scheduler which paths may take a connection now: not `auto`, not failed
+    /// lately, and backups only when no other path may.
+    fn refresh(&self, s: &mut ConnSched) {
+        let now = Instant::now();
+        let failed = self
+            .failed_until
+            .lock()
+            .map(|f| f.clone())
+            .unwrap_or_default();
+        let ok: Vec<bool> = (0..self.binds.len())
+            .map(|i| {
+                self.binds[i] != PathBind::Auto
+                    && failed.get(i).copied().flatten().is_none_or(|t| now >= t)
+            })
+            .collect();
+        let main = (0..ok.len()).any(|i| ok[i] && !self.backup[i]);
+        for (i, &fine) in ok.iter().enumerate() {
+            s.set_path(
+                i,
+                PathInput {
+                    usable: fine && (!self.backup[i] || !main),
+                    power_w: self.power[i],
+                    rate_hint: None,
+                },
+            );
+        }
+    }
+
+    fn fail(&self, path: usize) {
+        if let Ok(mut f) = self.failed_until.lock() {
+            if let Some(x) = f.get_mut(path) {
+                *x = Some(Instant::now() + FAILED_FOR);
+            }
+        }
+    }
+
+    /// Read every direct connection's counters into the scheduler.
+    fn measure(&self) {
+        let live: Vec<(ConnId, u64)> = self
+            .live
+            .lock()
+            .map(|l| {
+                l.iter()
+                    .map(|(id, c)| {
+                        (
+                            *id,
+                            c.up.load(Ordering::Relaxed) + c.down.load(Ordering::Relaxed),
+                        )
+                    })
+                    .collect()
+            })
+            .unwrap_or_default();
+        let now = self.now();
+        if let Ok(mut s) = self.sched.lock() {
+            for (id, bytes) in live {
+                s.progress(now, id, bytes);
+            }
+            s.tick(now);
+        }
+    }
+
+    /// Choose a path for a connection to `dest`, excluding `not`.
+    fn choose(&self, dest: &str, not: &[usize]) -> Option<(ConnId, usize)> {
+        let mut s = self.sched.lock().ok()?;
+        self.refresh(&mut s);
+        for &i in not {
+            s.set_path(i, PathInput::default());
+        }
+        s.choose(self.now(), dest).ok()
+    }
+
+    fn end(&self, id: ConnId) {
+        if let Ok(mut l) = self.live.lock() {
+            l.remove(&id);
+        }
+        if let Ok(mut s) = self.sched.lock() {
+            s.close(self.now(), id);
+        }
+    }
+
+    /// Path `i`'s name.
+    pub(super) fn name(&self, i: usize) -> &str {
+        &self.names[i]
+    }
+
+    /// Count connection `id`'s bytes (from the status board's counters) for the scheduler.
+    pub(super) fn watch(&self, id: ConnId, counters: Arc<Counters>) {
+        if let Ok(mut l) = self.live.lock() {
+            l.insert(id, counters);
+        }
+    }
+
+    /// Forget connection `id` when the returned guard is dropped.
+    pub(super) fn guard(self: &Arc<Self>, id: ConnId) -> DirectGuard {
+        DirectGuard(self.clone(), id)
+    }
+
+    /// A path and an IPv4 UDP socket bound to it for a new UDP association.
+    pub(super) fn udp_path(self: &Arc<Self>) -> Option<(usize, ConnId, tokio::net::UdpSocket)> {
+        let mut tried = Vec::new();
+        for _ in 0..2 {
+            let (id, path) = self.choose("udp", &tried)?;
+            tried.push(path);
+            let any: SocketAddr = (std::net::Ipv4Addr::UNSPECIFIED, 0).into();
+            match crate::udp::bind_path(&self.binds[path], any) {
+                Ok(s) => return Some((path, id, s)),
+                Err(e) => {
+                    warn!(path = %self.names[path], "direct mode: cannot bind a UDP socket: {e}");
+                    self.end(id);
+                    self.fail(path);
+                }
+            }
+        }
+        None
+    }
+
+    /// Resolve `target` through path `i`.
+    pub(super) async fn resolve(
+        &self,
+        i: usize,
+        target: &TargetAddr,
+    ) -> io::Result<Vec<SocketAddr>> {
+        match target {
+            TargetAddr::Ip(a) => Ok(vec![*a]),
+            TargetAddr::Domain(name, port) if self.nameservers.is_empty() => {
+                // No nameserver to ask through the path: the system resolver.
+                Ok(tokio::net::lookup_host((name.as_str(), *port))
+                    .await?
+                    .collect())
+            }
+            TargetAddr::Domain(name, port) => {
+                match dns::resolve_via(&self.binds[i], &self.nameservers, name, *port).await {
+                    Ok(a) if !a.is_empty() => Ok(a),
+                    r => {
+                        // The path's resolver failed (a nameserver not reachable through
+                        // this path): the system's resolver, whatever path it uses.
+                        let why = r.map_or_else(|e| e.to_string(), |_| "no address".into());
+                        info!(path = %self.names[i], %name, "resolving through the path failed ({why}); asking the system's resolver");
+                        Ok(tokio::net::lookup_host((name.as_str(), *port))
+                            .await?
+                            .collect())
+                    }
+                }
+            }
+        }
+    }
+
+    /// Open a TCP connection to `target` over a path the scheduler chooses; a path that
+    /// cannot be bound or does not reach the destination is tried no more for a while and
+    /// the connection tried once on another.
+    pub(super) async fn connect(
+        self: &Arc<Self>,
+        target: &TargetAddr,
+    ) -> Result<DirectConn, ReplyCode> {
+        let dest = target.to_string();
+        let mut tried = Vec::new();
+        let mut code = ReplyCode::NetworkUnreachable;
+        for _ in 0..2 {
+            let Some((id, path)) = self.choose(&dest, &tried) else {
+                if tried.is_empty() {
+                    warn!("direct mode: no path can take a connection to {dest} now");
+                }
+                break;
+            };
+            tried.push(path);
+            // Resolution failures are the name's (or the resolver's), not the path's.
+            let addrs = match tokio::time::timeout(self.open_timeout, self.resolve(path, target))
+                .await
+            {
+                Ok(Ok(a)) if !a.is_empty() => a,
+                r => {
+                    self.end(id);
+                    let why = match r {
+                        Ok(Err(e)) => e.to_string(),
+                        Ok(Ok(_)) => "no address".to_string(),
+                        Err(_) => "timed out".to_string(),
+                    };
+                    warn!(path = %self.names[path], %dest, "direct mode: cannot resolve: {why}");
+                    return Err(ReplyCode::HostUnreachable);
+                }
+            };
+            let r = tokio::time::timeout(self.open_timeout, async {
+                let mut last = io::Error::new(io::ErrorKind::NotFound, "no address");
+                for a in addrs {
+                    match connect_bound(&self.binds[path], a).await {
+                        Ok(s) => return Ok(s),
+                        Err(e) => last = e,
+                    }
+                }
+                Err(last)
+            })
+            .await
+            .unwrap_or_else(|_| Err(io::Error::new(io::ErrorKind::TimedOut, "timed out")));
+            match r {
+                Ok(stream) => {
+                    info!(path = %self.names[path], %dest, "direct connection opened");
+                    return Ok(DirectConn {
+                        stream,
+                        path,
+                        _guard: self.guard(id),
+                    });
+                }
+                Err(e) => {
+                    self.end(id);
+                    code = ReplyCode::from_io_error(&e);
+                    // Refused or reset: the destination answered, the path works.
+                    let path_fault = !matches!(
+                        e.kind(),
+                        io::ErrorKind::ConnectionRefused | io::ErrorKind::ConnectionReset
+                    );
+                    warn!(path = %self.names[path], %dest, "direct connection failed: {e}");
+                    if !path_fault {
+                        break;
+                    }
+                    self.fail(path);
+                }
+            }
+        }
+        Err(code)
+    }
+}
+
+/// Connect to `to` from a socket bound like path `bind` (the TUN mode's mark on it too).
+pub(super) async fn connect_bound(bind: &PathBind, to: SocketAddr) -> io::Result<TcpStream> {
+    let s = if to.is_ipv4() {
+        TcpSocket::new_v4()?
+    } else {
+        TcpSocket::new_v6()?
+    };
+    if let Some(mark) = crate::udp::socket_mark() {
+        socket2::SockRef::from(&s).set_mark(mark)?;
+    }
+    match bind {
+        PathBind::Interface(dev) => s.bind_device(Some(dev.as_bytes())).map_err(|e| {
+            io::Error::new(
+                e.kind(),
+                format!("cannot bind a TCP socket to interface {dev:?}: {e} (needs root or CAP_NET_RAW)"),
+            )
+        })?,
+        PathBind::Address(ip) => s.bind(SocketAddr::new(*ip, 0))?,
+        PathBind::Auto => {
+            return Err(io::Error::new(
+                io::ErrorKind::InvalidInput,
+                "an auto path has no interface of its own in direct mode",
+            ))
+        }
+    }
+    let stream = s.connect(to).await?;
+    let _ = stream.set_nodelay(true);
+    Ok(stream)
+}
+
+/// Makes the scheduler forget a direct connection or flow when dropped.
+pub(super) struct DirectGuard(Arc<Direct>, ConnId);
+
+impl Drop for DirectGuard {
+    fn drop(&mut self) {
+        self.0.end(self.1);
+    }
+}
+
+/// A direct connection; the scheduler forgets it when dropped.
+pub(crate) struct DirectConn {
+    stream: TcpStream,
+    path: usize,
+    _guard: DirectGuard,
+}
+
+/// What [`open_tcp`] opened: a stream of the session, or a direct connection.
+pub(crate) enum Relay {
+    /// A stream of the session, with any bytes that came after the server's answer.
+    Session(StreamReader, StreamWriter, Bytes),
+    /// A direct connection on one path.
+    Direct(DirectConn),
+}
+
+impl Relay {
+    /// Relay between the application's connection and this until both ends close (or
+    /// nothing moves for `idle`), counting bytes on `conn` (shown as `session` or the
+    /// path's name in `braid status`).
+    pub async fn run(self, app: TcpStream, conn: &ConnGuard, idle: Duration) {
+        match self {
+            Relay::Session(reader, writer, early) => {
+                conn.set_path("session".into());
+                let c = conn.counters();
+                crate::splice::splice_counted(app, reader, writer, early, idle, &c.up, &c.down)
+                    .await;
+            }
+            Relay::Direct(d) => d.run(app, conn, idle).await,
+        }
+    }
+}
+
+impl DirectConn {
+    /// The path's name.
+    pub fn path_name(&self) -> &str {
+        self._guard.0.name(self.path)
+    }
+
+    /// Relay between `app` (any byte stream: a proxied connection, a TUN stack's stream)
+    /// and the destination until both ends close (or nothing moves for `idle`), counting
+    /// bytes on `conn` (which shows the path's name).
+    pub async fn run<S: AsyncRead + AsyncWrite + Send>(
+        self,
+        app: S,
+        conn: &ConnGuard,
+        idle: Duration,
+    ) {
+        let direct = self._guard.0.clone();
+        let name = self.path_name().to_string();
+        conn.set_path(name.clone());
+        let counters = conn.shared_counters();
+        direct.watch(self._guard.1, counters.clone());
+        let (ar, aw) = tokio::io::split(app);
+        let (rr, rw) = self.stream.into_split();
+        let last = AtomicU64::new(0);
+        let t0 = Instant::now();
+        let both = async {
+            tokio::join!(
+                pipe(ar, rw, &counters.up, &last, t0),
+                pipe(rr, aw, &counters.down, &last, t0)
+            )
+        };
+        let watchdog = async {
+            loop {
+                tokio::time::sleep(idle / 4).await;
+                let since =
+                    (t0.elapsed().as_millis() as u64).saturating_sub(last.load(Ordering::Relaxed));
+                if Duration::from_millis(since) >= idle {
+                    return;
+                }
+            }
+        };
+        tokio::select! {
+            _ = both => {}
+            _ = watchdog => info!(path = %name, "direct connection idle for {idle:?}: closed"),
+        }
+    }
+}
+
+/// Copy `r` to `w` until `r` ends (then half-close `w`), counting bytes.
+async fn pipe<R: AsyncRead + Unpin, W: AsyncWrite + Unpin>(
+    mut r: R,
+    mut w: W,
+    count: &AtomicU64,
+    last: &AtomicU64,
+    t0: Instant,
+) -> io::Result<()> {
+    let mut buf = vec![0u8; 64 << 10];
+    loop {
+        let n = r.read(&mut buf).await?;
+        if n == 0 {
+            return w.shutdown().await;
+        }
+        w.write_all(&buf[..n]).await?;
+        count.fetch_add(n as u64, Ordering::Relaxed);
+        last.store(t0.elapsed().as_millis() as u64, Ordering::Relaxed);
+    }
+}
+
+/// The one function the front ends (and TUN mode) call for a new TCP connection: a stream
+/// of the current session when one is up (or direct mode is off: then it waits for one),
+/// otherwise a direct connection.
+pub(crate) async fn open_tcp(shared: &Shared, target: &TargetAddr) -> Result<Relay, ReplyCode> {
+    if let Some(d) = &shared.direct {
+        if shared.session.borrow().is_none() {
+            return d.connect(target).await.map(Relay::Direct);
+        }
+    }
+    super::front::open(shared, target)
+        .await
+        .map(|(r, w, early)| Relay::Session(r, w, early))
+}
+
+/// The scheduler's measurement tick, for as long as the agent runs.
+pub(super) async fn measure(d: Arc<Direct>) {
+    let mut t = tokio::time::interval(TICK);
+    t.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    loop {
+        t.tick().await;
+        d.measure();
+    }
+}
+
+/// Log and show the mode (session or direct) whenever it changes.
+pub(super) async fn watch_mode(mut session: SessionSlot, board: Arc<StatusBoard>, servers: usize) {
+    let mut shown = None;
+    loop {
+        let up = session.borrow().is_some();
+        if shown != Some(up) {
+            shown = Some(up);
+            if up {
+                info!("mode: session (packet level through the server) for new connections");
+                board.set_mode("session");
+            } else {
+                if servers == 0 {
+                    info!("mode: direct (no server configured): each new connection goes whole on one path");
+                } else {
+                    info!("mode: direct (no server answers; still trying): each new connection goes whole on one path");
+                }
+                board.set_mode("direct");
+            }
+        }
+        if session.changed().await.is_err() {
+            // No session task (no server configured): direct for good.
+            std::future::pending::<()>().await;
+        }
+    }
+}
