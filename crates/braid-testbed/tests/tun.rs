@@ -303,3 +303,54 @@ fn redirect_carries_a_lan_host_without_a_tun_device() {
         "--redirect: {e:.3} of the links' sum (want >= 0.9)"
     );
 }
+
+/// One TCP connection through TUN mode next to the same through SOCKS5, on fast links (two
+/// emulated 2.5 Gbit/s links, 1 ms): Gbit/s and CPU seconds per GB of agent and server.
+/// A benchmark, not a pass/fail test: it runs when `BRAID_TUN_BENCH` is set
+/// (`BRAID_TUN_BENCH=1 cargo test --profile ci -p braid-testbed --test tun tun_against_socks
+/// -- --nocapture`); docs/results.md has its figures.
+#[test]
+fn tun_against_socks_throughput() {
+    if std::env::var_os("BRAID_TUN_BENCH").is_none() {
+        println!("skipping tun_against_socks_throughput: a benchmark (set BRAID_TUN_BENCH=1)");
+        return;
+    }
+    let _g = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    if skip("tun_against_socks_throughput") {
+        return;
+    }
+    let _lock = RunLock::acquire(Path::new(LOCK_FILE)).expect("run lock");
+    let fast = || Link {
+        mbit: 2500.0,
+        delay_ms: 1,
+        loss: 0.0,
+    };
+    let mut rig = Rig::new("tb", vec![fast(), fast()], false);
+    rig.start_agent(&["--socks", "127.0.0.1:1080"]);
+    let c = rig.topo.client.clone();
+    let n: u64 = (env_num("BRAID_TUN_MB", 1000.0) * 1e6) as u64;
+    let url = format!("http://{DEST4}:{HTTP_PORT}/{n}");
+    for (what, socks) in [
+        ("TUN", false),
+        ("SOCKS5", true),
+        ("TUN", false),
+        ("SOCKS5", true),
+    ] {
+        let (a0, s0) = rig.cpu_secs();
+        let d = if socks {
+            curl_socks(&c, "127.0.0.1:1080", &url, 300)
+        } else {
+            curl(&c, &url, 300)
+        }
+        .unwrap_or_else(|e| panic!("{what}: {e}"));
+        let (a1, s1) = rig.cpu_secs();
+        assert_eq!(d.sha, body_sha(n), "{what}: every byte");
+        let gb = n as f64 / 1e9;
+        println!(
+            "{what}: {:.2} Gbit/s; CPU per GB: agent {:.2} s, server {:.2} s",
+            d.bps() / 1e9,
+            (a1 - a0) / gb,
+            (s1 - s0) / gb
+        );
+    }
+}

@@ -257,6 +257,25 @@ impl Rig {
         std::thread::sleep(Duration::from_millis(600));
     }
 
+    /// CPU seconds (user + system) the agent and the server have used so far.
+    pub fn cpu_secs(&self) -> (f64, f64) {
+        let of = |h: Option<&Helper>| {
+            h.and_then(|h| h.pid())
+                .and_then(|pid| std::fs::read_to_string(format!("/proc/{pid}/stat")).ok())
+                .and_then(|s| {
+                    // Fields after the command name (which may hold spaces): utime is the
+                    // 14th field of the line, stime the 15th.
+                    let rest = s.rsplit_once(')')?.1.to_string();
+                    let f: Vec<&str> = rest.split_whitespace().collect();
+                    let ticks = f.get(11)?.parse::<f64>().ok()? + f.get(12)?.parse::<f64>().ok()?;
+                    // SAFETY: sysconf has no preconditions.
+                    Some(ticks / unsafe { libc::sysconf(libc::_SC_CLK_TCK) } as f64)
+                })
+                .unwrap_or(0.0)
+        };
+        (of(self.agent.as_ref()), of(Some(&self.server)))
+    }
+
     pub fn agent_log(&self) -> String {
         std::fs::read_to_string(self.dir.path().join("agent.log")).unwrap_or_default()
     }
@@ -513,8 +532,18 @@ impl Download {
 }
 
 pub fn curl(ns: &str, url: &str, max_secs: u64) -> Result<Download, String> {
+    curl_with(ns, &["--noproxy", "*"], url, max_secs)
+}
+
+/// The same download through a SOCKS5 proxy.
+pub fn curl_socks(ns: &str, proxy: &str, url: &str, max_secs: u64) -> Result<Download, String> {
+    curl_with(ns, &["--socks5", proxy], url, max_secs)
+}
+
+fn curl_with(ns: &str, opts: &[&str], url: &str, max_secs: u64) -> Result<Download, String> {
     let mut c = Command::new("ip")
-        .args(["netns", "exec", ns, "curl", "-sS", "-g", "--noproxy", "*"])
+        .args(["netns", "exec", ns, "curl", "-sS", "-g"])
+        .args(opts)
         .args(["--max-time", &max_secs.to_string(), url])
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
