@@ -354,3 +354,36 @@ fn tun_against_socks_throughput() {
         );
     }
 }
+
+/// TUN mode with no server (direct mode, issue 15): each connection the stack terminates goes
+/// straight to its destination on one path (here the destination is reachable over both).
+#[test]
+fn tun_without_a_server_connects_directly() {
+    let _g = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    if skip("tun_without_a_server_connects_directly") {
+        return;
+    }
+    let _lock = RunLock::acquire(Path::new(LOCK_FILE)).expect("run lock");
+    let mut rig = Rig::new("tx", two_links(), false);
+    rig.serverless = true;
+    rig.start_agent(&[]);
+    let c = rig.topo.client.clone();
+    let n = 20_000_000u64;
+    for i in 0..2 {
+        let d = curl(&c, &format!("http://{DEST4}:{HTTP_PORT}/{n}"), 60)
+            .unwrap_or_else(|e| panic!("direct download {i}: {e}\n{}", rig.agent_log()));
+        assert_eq!(d.sha, body_sha(n), "direct download {i}: every byte");
+        println!(
+            "TUN, direct mode: 20 MB in {:.2} s = {:.1} Mbit/s",
+            d.secs,
+            d.bps() / 1e6
+        );
+    }
+    assert!(
+        rig.agent_log().contains("mode: direct"),
+        "the agent says it is in direct mode:\n{}",
+        rig.agent_log()
+    );
+    rig.signal_agent(libc::SIGTERM);
+    assert!(rig.leftovers().is_empty());
+}

@@ -398,6 +398,19 @@ impl Relay {
             Relay::Direct(d) => d.run(app, conn, idle).await,
         }
     }
+
+    /// [`Relay::run`] for an application side that is a byte stream other than a socket
+    /// (TUN mode's connections); only a direct connection is relayed this way.
+    pub async fn run_stream<S: AsyncRead + AsyncWrite + Send>(
+        self,
+        app: S,
+        conn: &ConnGuard,
+        idle: Duration,
+    ) {
+        if let Relay::Direct(d) = self {
+            d.run(app, conn, idle).await;
+        }
+    }
 }
 
 impl DirectConn {

@@ -5,10 +5,9 @@
 //! (SO_ORIGINAL_DST). docs/deployment.md has the rules.
 //!
 //! Owns: reading the original destination and refusing connections that were not
-//! redirected. Must not touch: accepting (`front::accept_loop`), opening streams
-//! (`front::open`), relaying (`splice`).
+//! redirected. Must not touch: accepting (`front::accept_loop`), opening streams or direct
+//! connections (`direct::open_tcp`), relaying.
 
-use super::front;
 use super::Shared;
 use braid_proxy::TargetAddr;
 use std::io;
@@ -81,23 +80,14 @@ pub(super) async fn conn(tcp: TcpStream, shared: &Shared) -> Result<(), String> 
         ));
     }
     let limits = shared.cfg.proxy_limits;
-    match front::open(shared, &TargetAddr::Ip(dst)).await {
-        Ok((reader, writer, early)) => {
+    // Through the session, or directly on a path when none is up (direct mode).
+    match super::direct::open_tcp(shared, &TargetAddr::Ip(dst)).await {
+        Ok(relay) => {
             let peer = tcp
                 .peer_addr()
                 .map_or_else(|_| "?".into(), |a| a.to_string());
             let conn = shared.board.open("redirect", peer, dst.to_string(), None);
-            let c = conn.counters();
-            crate::splice::splice_counted(
-                tcp,
-                reader,
-                writer,
-                early,
-                limits.idle_timeout,
-                &c.up,
-                &c.down,
-            )
-            .await;
+            relay.run(tcp, &conn, limits.idle_timeout).await;
             Ok(())
         }
         Err(code) => {

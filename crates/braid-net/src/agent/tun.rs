@@ -11,7 +11,7 @@
 //! Owns: the TUN device, its routing, the stack and the connection and flow tables. Must
 //! not touch: the session's lifecycle (`run`), the stream-open exchange (`front::open`).
 
-use super::front;
+use super::direct::{self, Relay};
 use super::Shared;
 use crate::bridge::{Cmd, StreamMsg};
 use crate::splice::TCP_FAILED;
@@ -392,8 +392,21 @@ async fn conn_task(
     ctl: mpsc::UnboundedSender<ToTun>,
     credit: Arc<Semaphore>,
 ) {
-    let (mut reader, writer, early) = match front::open(&shared, &TargetAddr::Ip(dst)).await {
-        Ok(x) => x,
+    // A stream of the session, or in direct mode (no session up) a connection on a path.
+    let (mut reader, writer, early) = match direct::open_tcp(&shared, &TargetAddr::Ip(dst)).await {
+        Ok(Relay::Session(r, w, early)) => (r, w, early),
+        Ok(relay @ Relay::Direct(_)) => {
+            let conn = shared
+                .board
+                .open("tun", String::new(), dst.to_string(), None);
+            let (app, relay_end) = tokio::io::duplex(CREDIT);
+            let idle = shared.cfg.proxy_limits.idle_timeout;
+            tokio::join!(
+                pump(app, id, (up, up_queued), &ctl, &credit),
+                relay.run_stream(relay_end, &conn, idle)
+            );
+            return;
+        }
         Err(code) => {
             info!(%dst, "TUN: cannot open a stream: {code}; the connection is reset");
             let _ = ctl.send(ToTun::Reset(id));
@@ -424,23 +437,7 @@ async fn conn_task(
         writer.reset(TCP_FAILED);
     };
     let to_app = async {
-        let give = |mut b: Bytes| {
-            let credit = credit.clone();
-            let ctl = ctl.clone();
-            async move {
-                while !b.is_empty() {
-                    let chunk = b.split_to(b.len().min(CREDIT));
-                    let Ok(p) = credit.acquire_many(chunk.len() as u32).await else {
-                        return false;
-                    };
-                    p.forget();
-                    if ctl.send(ToTun::Data(id, chunk)).is_err() {
-                        return false;
-                    }
-                }
-                true
-            }
-        };
+        let give = |b: Bytes| give_app(id, b, &ctl, &credit);
         if !early.is_empty() && !give(early).await {
             return;
         }
@@ -463,4 +460,79 @@ async fn conn_task(
         }
     };
     tokio::join!(to_stream, to_app);
+}
+
+/// Hands `credit`-limited chunks of `b` to the TUN task for connection `id`; false when the
+/// connection is gone.
+async fn give_app(
+    id: ConnId,
+    mut b: Bytes,
+    ctl: &mpsc::UnboundedSender<ToTun>,
+    credit: &Semaphore,
+) -> bool {
+    while !b.is_empty() {
+        let chunk = b.split_to(b.len().min(CREDIT));
+        let Ok(p) = credit.acquire_many(chunk.len() as u32).await else {
+            return false;
+        };
+        p.forget();
+        if ctl.send(ToTun::Data(id, chunk)).is_err() {
+            return false;
+        }
+    }
+    true
+}
+
+/// Direct mode: relays between the application's connection in the stack and `app`, one
+/// end of an in-memory pipe whose other end the direct connection relays.
+async fn pump(
+    app: tokio::io::DuplexStream,
+    id: ConnId,
+    (mut up, up_queued): (mpsc::UnboundedReceiver<Up>, Arc<AtomicUsize>),
+    ctl: &mpsc::UnboundedSender<ToTun>,
+    credit: &Semaphore,
+) {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let (mut rd, mut wr) = tokio::io::split(app);
+    let to_dest = async {
+        while let Some(m) = up.recv().await {
+            match m {
+                Up::Data(b) => {
+                    let n = b.len();
+                    if wr.write_all(&b).await.is_err() {
+                        break;
+                    }
+                    let before = up_queued.fetch_sub(n, Ordering::AcqRel);
+                    if before >= UP_BYTES && before - n < UP_BYTES {
+                        let _ = ctl.send(ToTun::Drained(id));
+                    }
+                }
+                Up::Fin => break,
+                Up::Reset => break,
+            }
+        }
+        // FIN, reset or gone: the direct connection's sending side ends.
+        let _ = wr.shutdown().await;
+    };
+    let to_app = async {
+        let mut buf = vec![0u8; 64 * 1024];
+        loop {
+            match rd.read(&mut buf).await {
+                Ok(0) => {
+                    let _ = ctl.send(ToTun::Fin(id));
+                    return;
+                }
+                Ok(n) => {
+                    if !give_app(id, Bytes::copy_from_slice(&buf[..n]), ctl, credit).await {
+                        return;
+                    }
+                }
+                Err(_) => {
+                    let _ = ctl.send(ToTun::Reset(id));
+                    return;
+                }
+            }
+        }
+    };
+    tokio::join!(to_dest, to_app);
 }

@@ -45,6 +45,8 @@ pub struct Rig {
     server: Helper,
     pub agent: Option<Helper>,
     pub lan: Option<String>,
+    /// Start agents without a server (direct mode).
+    pub serverless: bool,
     stop: Arc<AtomicBool>,
     pub links: Vec<Link>,
 }
@@ -175,6 +177,7 @@ impl Rig {
             server,
             agent: None,
             lan,
+            serverless: false,
             stop,
             links,
         }
@@ -203,12 +206,6 @@ impl Rig {
     pub fn launch_agent(&mut self, extra: &[&str]) {
         let mut args: Vec<String> = [
             "agent",
-            "--server",
-            &format!("10.0.0.1:{BRAID_PORT}"),
-            "--server-pub",
-            &self.path("server.pub"),
-            "--key",
-            &self.path("agent.key"),
             "--control",
             &self.path("agent.sock"),
             "--log-level",
@@ -217,6 +214,16 @@ impl Rig {
         .iter()
         .map(|s| s.to_string())
         .collect();
+        if !self.serverless {
+            args.extend([
+                "--server".to_string(),
+                format!("10.0.0.1:{BRAID_PORT}"),
+                "--server-pub".to_string(),
+                self.path("server.pub"),
+                "--key".to_string(),
+                self.path("agent.key"),
+            ]);
+        }
         for (i, p) in self.topo.paths.iter().enumerate() {
             args.push("--path".into());
             args.push(format!("l{i}={}", p.client_ip));
