@@ -313,9 +313,9 @@ impl StatusBoard {
                 .copied();
             let mut sum = PathStats::default();
             mine.iter().for_each(|c| add_counters(&mut sum, &c.stats));
-            let mut life = counts[slot].0.clone();
+            let mut life = counts[slot].0;
             add_counters(&mut life, &sum);
-            counts[slot].1 = sum.clone();
+            counts[slot].1 = sum;
             meters[slot].update(now, life.bytes_sent + life.bytes_received, self.power[slot]);
             set_counters(p, &life);
             if let Some(c) = live {
