@@ -392,9 +392,10 @@ pub struct ServerLimits {
     pub sessions: Limit,
     /// Streams per session (`--max-streams`); `used` = the busiest session's.
     pub streams_per_session: Limit,
-    /// Bytes buffered per session (`--max-buffered`); `used` is not measured (0).
+    /// Bytes buffered per session (`--max-buffered`); `used` is not measured yet (0: the
+    /// core has no accessor for a session's received-but-unread bytes).
     pub buffered_bytes_per_session: Limit,
-    /// UDP flows per session; `used` is not measured (0).
+    /// UDP flows per session; `used` = the busiest session's open flows.
     pub udp_flows_per_session: Limit,
 }
 

@@ -732,6 +732,7 @@ impl Server {
             true
         });
         let open = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+        let udp_flows = Arc::new(std::sync::atomic::AtomicUsize::new(0));
         self.board.insert(
             id,
             report::Live {
@@ -739,6 +740,7 @@ impl Server {
                 started: std::time::Instant::now(),
                 cmd: cmd_tx.clone(),
                 open_streams: open.clone(),
+                udp_flows: udp_flows.clone(),
                 addrs: addrs.clone(),
             },
         );
@@ -780,7 +782,8 @@ impl Server {
                 });
             }
         });
-        tokio::spawn(relay::udp_flows(dg_rx, cmd_tx, self.cfg.max_udp_flows, id));
+        let max_flows = self.cfg.max_udp_flows;
+        tokio::spawn(relay::udp_flows(dg_rx, cmd_tx, max_flows, id, udp_flows));
         let board = self.board.clone();
         tokio::spawn(async move {
             if let Some(e) = task.run().await {
