@@ -1,6 +1,7 @@
 //! The live dashboard in a real headless browser (Debian's chromium), during a download
 //! over two emulated paths (the rig of tests/status.rs): after a few seconds the page's DOM
-//! holds one chart series per path, and the series change while the transfer runs.
+//! holds one chart series per path, and the series change while the transfer runs; the
+//! server's page lists the session's paths, the session and the limits.
 //!
 //! Skips with a printed reason when chromium is absent and this is not root (as root,
 //! `scripts/test` installs it; a missing chromium then fails the test).
@@ -66,6 +67,10 @@ async fn the_dashboard_draws_a_live_series_per_path_in_a_headless_browser() {
     let cfg =
         DashboardConfig::new("127.0.0.1:0".parse().unwrap(), Some(TOKEN.into()), false).unwrap();
     let (at, _dash) = serve(cfg, Source::Agent(rig.agent.status())).await.unwrap();
+    let server_cfg = DashboardConfig::new("127.0.0.1:0".parse().unwrap(), None, false).unwrap();
+    let (server_at, _server_dash) = serve(server_cfg, Source::Server(rig.server_board.clone()))
+        .await
+        .unwrap();
     assert!(
         status_line(at, "/").await.contains("401"),
         "no token, no page"
@@ -85,9 +90,10 @@ async fn the_dashboard_draws_a_live_series_per_path_in_a_headless_browser() {
     );
 
     let url = format!("http://{at}/?token={TOKEN}");
+    let server_url = format!("http://{server_at}/");
     let shot = std::env::var_os("BRAID_DASHBOARD_SCREENSHOT");
     let exe = exe.to_string();
-    let (first, second, png) = tokio::task::spawn_blocking(move || {
+    let (first, second, png, server) = tokio::task::spawn_blocking(move || {
         let mut b = Browser::launch(&exe);
         b.open(&url);
         // The page is up when both series have points (the history and a tick arrived).
@@ -109,7 +115,21 @@ async fn the_dashboard_draws_a_live_series_per_path_in_a_headless_browser() {
             std::thread::sleep(Duration::from_secs(27));
             b.screenshot()
         });
-        (first, second, png)
+        // The server's page: its session's two paths, the sessions and limits tables.
+        b.open(&server_url);
+        let t = Instant::now();
+        let server = loop {
+            let dom = b.dom();
+            if chart_series(&dom, "rx").len() >= 2 && dom.contains("UDP flows per session") {
+                break dom;
+            }
+            assert!(
+                t.elapsed() < Duration::from_secs(30),
+                "no server series after 30 s; the DOM:\n{dom}"
+            );
+            std::thread::sleep(Duration::from_millis(250));
+        };
+        (first, second, png, server)
     })
     .await
     .unwrap();
@@ -142,6 +162,16 @@ async fn the_dashboard_draws_a_live_series_per_path_in_a_headless_browser() {
         second.matches("class=\"state state-active\"").count(),
         2,
         "both paths shown active"
+    );
+    let series = chart_series(&server, "rx");
+    let names: Vec<&str> = series.iter().filter_map(|t| attr(t, "data-path")).collect();
+    assert!(
+        names.len() == 2 && names.iter().all(|n| n.ends_with("/0") || n.ends_with("/1")),
+        "the server's series are SESSION/PATH: {names:?}"
+    );
+    assert!(
+        server.contains(&braid_net::server::fingerprint(&rig.agent_key)),
+        "the sessions table names the agent's key"
     );
     if let (Some(png), Some(to)) = (png, std::env::var_os("BRAID_DASHBOARD_SCREENSHOT")) {
         std::fs::write(&to, png).unwrap();

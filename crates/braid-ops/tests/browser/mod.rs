@@ -143,6 +143,7 @@ impl Browser {
 
     /// Open `url` in a new 1280×900 tab and attach to it.
     pub fn open(&mut self, url: &str) {
+        self.session = None;
         let t = self.call("Target.createTarget", json!({"url": url}));
         let target = t["targetId"].as_str().unwrap().to_string();
         let a = self.call(
