@@ -1,7 +1,7 @@
 //! Per-path policy of the agent: `backup`, data caps and interface power, and the ledger
 //! that counts each capped path's bytes across restarts.
 //!
-//! Owns: parsing `NAME=IFACE_OR_IP[,backup][,cap=SIZE/day|month][,power=WATTS]`, the cap
+//! Owns: parsing `NAME=IFACE_OR_IP[,backup][,cap=SIZE/day|month][,power=WATTS][,nj_per_byte=NJ]`, the cap
 //! periods (UTC days and months), the state file, and deciding when a path is over (or at
 //! 80 % of) its cap. Must not touch: sockets or the session (the agent applies the result:
 //! a backup or over-cap path is put on standby).
@@ -40,8 +40,11 @@ pub struct PathPolicy {
     pub backup: bool,
     /// Over this, the path behaves as a backup until the period ends.
     pub cap: Option<Cap>,
-    /// The interface's power when active, watts (for `--scheduler operetta`).
+    /// The interface's power when active, watts (for `--scheduler operetta`, and the
+    /// energy estimate of `braid status`).
     pub power_w: Option<f64>,
+    /// Energy per byte carried (both ways), nanojoules (the energy estimate only).
+    pub nj_per_byte: Option<f64>,
 }
 
 /// Parse a size like `500MB`, `10GB`, `1.5GB`, `2GiB` or `1000` (bytes; SI and binary units).
@@ -107,7 +110,7 @@ pub struct PathSpec {
     pub policy: PathPolicy,
 }
 
-/// Parse `NAME=IFACE_OR_IP[,backup][,cap=SIZE/day|month][,power=WATTS]`.
+/// Parse `NAME=IFACE_OR_IP[,backup][,cap=SIZE/day|month][,power=WATTS][,nj_per_byte=NJ]`.
 pub fn parse_path_spec(s: &str) -> Result<PathSpec, String> {
     let mut parts = s.split(',');
     let first = parts.next().unwrap_or_default();
@@ -135,9 +138,19 @@ pub fn parse_path_spec(s: &str) -> Result<PathSpec, String> {
                     .ok_or_else(|| format!("{s:?}: power={v:?} is not a power in watts like 1.5"))?;
                 policy.power_w = Some(w);
             }
+            Some(("nj_per_byte", v)) => {
+                let e: f64 = v
+                    .parse()
+                    .ok()
+                    .filter(|e: &f64| e.is_finite() && *e >= 0.0 && *e < 1e6)
+                    .ok_or_else(|| {
+                        format!("{s:?}: nj_per_byte={v:?} is not an energy per byte in nanojoules like 50")
+                    })?;
+                policy.nj_per_byte = Some(e);
+            }
             _ => {
                 return Err(format!(
-                    "{s:?}: unknown option {opt:?}; options are backup, cap=SIZE/day|month and power=WATTS"
+                    "{s:?}: unknown option {opt:?}; options are backup, cap=SIZE/day|month, power=WATTS and nj_per_byte=NANOJOULES"
                 ))
             }
         }
@@ -315,6 +328,9 @@ mod tests {
             })
         );
         assert_eq!(p.policy.power_w, Some(2.5));
+        let e = parse_path_spec("lte=wwan0,power=1.2,nj_per_byte=80").unwrap();
+        assert_eq!(e.policy.nj_per_byte, Some(80.0));
+        assert!(parse_path_spec("lte=wwan0,nj_per_byte=-1").is_err());
         let p = parse_path_spec("wifi=192.0.2.55").unwrap();
         assert_eq!(p.policy, PathPolicy::default());
         for (bad, why) in [

@@ -130,6 +130,26 @@ fn ms(d: Duration) -> f64 {
     d.as_secs_f64() * 1000.0
 }
 
+/// A path's power model for the energy estimate (`power=` and `nj_per_byte=` of the path):
+/// `active_w` × the seconds it carried packets + `nj_per_byte` × the bytes it carried.
+#[derive(Debug, Clone, Copy, Default, PartialEq)]
+pub struct PowerModel {
+    /// Watts while active.
+    pub active_w: f64,
+    /// Nanojoules per byte carried, both ways.
+    pub nj_per_byte: f64,
+}
+
+impl PowerModel {
+    /// The model of a path with these options; `None` when neither is set (no estimate).
+    pub fn new(power_w: Option<f64>, nj_per_byte: Option<f64>) -> Option<PowerModel> {
+        (power_w.is_some() || nj_per_byte.is_some()).then(|| PowerModel {
+            active_w: power_w.unwrap_or(0.0),
+            nj_per_byte: nj_per_byte.unwrap_or(0.0),
+        })
+    }
+}
+
 /// What one meter keeps per configured path between snapshots (for the energy estimate).
 #[derive(Debug, Clone, Default)]
 pub struct PathMeter {
@@ -141,30 +161,22 @@ pub struct PathMeter {
 impl PathMeter {
     /// A meter with nothing charged.
     pub fn new() -> PathMeter {
-        PathMeter {
-            last_total: 0,
-            last_update: None,
-            energy_j: 0.0,
-        }
+        PathMeter::default()
     }
 
-    /// Take the path's byte count (both ways, summed over its incarnations in the current
-    /// session) at `now`; `power_w` charges the time since the previous update when the
-    /// path carried anything in it.
-    pub fn update(&mut self, now: Instant, bytes: u64, power_w: Option<f64>) {
-        if let (Some(prev), Some(w)) = (self.last_update, power_w) {
-            if bytes != self.last_total {
-                self.energy_j += w * now.saturating_duration_since(prev).as_secs_f64();
+    /// Take the path's cumulative byte count (both ways, over the agent's life) at `now`;
+    /// `model` charges the time since the previous update when the path carried anything
+    /// in it, and each byte carried since.
+    pub fn update(&mut self, now: Instant, bytes: u64, model: Option<PowerModel>) {
+        if let (Some(prev), Some(m)) = (self.last_update, model) {
+            let moved = bytes.saturating_sub(self.last_total);
+            if moved > 0 {
+                self.energy_j += m.active_w * now.saturating_duration_since(prev).as_secs_f64()
+                    + m.nj_per_byte * 1e-9 * moved as f64;
             }
         }
         self.last_total = bytes;
         self.last_update = Some(now);
-    }
-
-    /// A new session: counters start again from 0 (the energy is kept).
-    pub fn session_started(&mut self) {
-        self.last_total = 0;
-        self.last_update = None;
     }
 
     /// Energy charged so far, joules.
@@ -202,19 +214,20 @@ pub struct PathReport {
     pub delivery_rate_bps: Option<u64>,
     /// Packets declared lost / packets sent, in the current session.
     pub loss_rate: f64,
-    /// UDP payload bytes sent on the path, current session.
+    /// UDP payload bytes sent on the path: since the agent started (agent), in the
+    /// session (server). The same holds for the counters below.
     pub bytes_sent: u64,
-    /// UDP payload bytes received on the path, current session.
+    /// UDP payload bytes received on the path.
     pub bytes_received: u64,
-    /// Packets sent, current session.
+    /// Packets sent.
     pub packets_sent: u64,
-    /// Packets received, current session.
+    /// Packets received.
     pub packets_received: u64,
-    /// Packets declared lost, current session.
+    /// Packets declared lost.
     pub packets_lost: u64,
-    /// Stream bytes sent again (retransmissions), current session.
+    /// Stream bytes sent again (retransmissions).
     pub retransmitted_bytes: u64,
-    /// Blackouts seen on the path (freezes), current session.
+    /// Blackouts seen on the path (freezes).
     pub blackouts: u64,
     /// The path's data cap per period, bytes (agent, `null` without a cap).
     pub cap_bytes: Option<u64>,
@@ -222,14 +235,18 @@ pub struct PathReport {
     pub cap_used_bytes: Option<u64>,
     /// Configured power while active, watts (agent, `power=`).
     pub power_w: Option<f64>,
+    /// Configured energy per byte carried, nanojoules (agent, `nj_per_byte=`).
+    pub nj_per_byte: Option<f64>,
     /// Energy estimate since the agent started: `power_w` × the time the path carried
-    /// packets, at the status tick's resolution (agent, `null` without `power=`).
+    /// packets (at the status tick's resolution) + `nj_per_byte` × the bytes it carried
+    /// (agent, `null` without `power=` or `nj_per_byte=`).
     pub energy_j: Option<f64>,
 }
 
 impl PathReport {
     /// Fill the session-derived fields from the live incarnation `c` and the counters
-    /// `sum` (all incarnations of the path together).
+    /// `sum` (all incarnations of the path together; the agent passes its counts over
+    /// its life, then sets `loss_rate` from the session's).
     pub fn fill_core(&mut self, c: &CorePath, sum: &PathStats) {
         self.id = Some(c.id);
         let sampled = c.stats.packets_received > 0 && !c.info.min_rtt.is_zero();
@@ -321,11 +338,11 @@ pub struct FlowReport {
 /// Sums over the paths.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 pub struct Totals {
-    /// UDP payload bytes sent on all paths, current session(s).
+    /// UDP payload bytes sent on all paths (the paths' counters summed).
     pub bytes_sent: u64,
-    /// UDP payload bytes received on all paths, current session(s).
+    /// UDP payload bytes received on all paths (the paths' counters summed).
     pub bytes_received: u64,
-    /// Energy of all paths with `power=` (agent), joules.
+    /// Energy of all paths with a power model (agent), joules.
     pub energy_j: Option<f64>,
 }
 
@@ -386,9 +403,10 @@ pub struct ServerLimits {
     pub sessions: Limit,
     /// Streams per session (`--max-streams`); `used` = the busiest session's.
     pub streams_per_session: Limit,
-    /// Bytes buffered per session (`--max-buffered`); `used` is not measured (0).
+    /// Bytes buffered per session (`--max-buffered`); `used` is not measured yet (0: the
+    /// core has no accessor for a session's received-but-unread bytes).
     pub buffered_bytes_per_session: Limit,
-    /// UDP flows per session; `used` is not measured (0).
+    /// UDP flows per session; `used` = the busiest session's open flows.
     pub udp_flows_per_session: Limit,
 }
 
@@ -475,12 +493,15 @@ mod tests {
     fn energy_is_charged_only_while_the_path_carries_packets() {
         let t0 = Instant::now();
         let mut m = PathMeter::new();
-        m.update(t0, 0, Some(2.0));
-        m.update(t0 + Duration::from_secs(1), 1000, Some(2.0));
-        assert!((m.energy_j() - 2.0).abs() < 1e-9, "{}", m.energy_j());
+        let model = PowerModel::new(Some(2.0), Some(500.0));
+        m.update(t0, 0, model);
+        m.update(t0 + Duration::from_secs(1), 1_000_000, model);
+        // 2 W for 1 s + 500 nJ × 1 MB.
+        assert!((m.energy_j() - 2.5).abs() < 1e-9, "{}", m.energy_j());
         // Idle for a second: nothing charged.
-        m.update(t0 + Duration::from_secs(2), 1000, Some(2.0));
-        assert!((m.energy_j() - 2.0).abs() < 1e-9);
+        m.update(t0 + Duration::from_secs(2), 1_000_000, model);
+        assert!((m.energy_j() - 2.5).abs() < 1e-9);
+        assert_eq!(PowerModel::new(None, None), None);
     }
 
     #[test]

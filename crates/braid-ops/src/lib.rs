@@ -3,12 +3,15 @@
 //! - [`control`]: the control socket (a Unix socket, mode 0600) that answers `braid status`
 //!   with the stable JSON snapshot of `braid_net::status`, and its client;
 //! - [`metrics`]: the snapshot as Prometheus (OpenMetrics) text;
-//! - [`http`]: `--metrics ADDR:PORT` (axum): `GET /metrics`.
+//! - [`http`]: `--metrics ADDR:PORT` (axum): `GET /metrics`;
+//! - [`dashboard`]: `--dashboard ADDR:PORT` (axum): a live web page with SVG charts fed by
+//!   server-sent events.
 //!
 //! Must not touch: the protocol, sessions, paths (braid-net produces the snapshots; this
 //! crate only serves them).
 
 pub mod control;
+pub mod dashboard;
 pub mod http;
 pub mod metrics;
 

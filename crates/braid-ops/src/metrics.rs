@@ -153,7 +153,7 @@ impl PathFamilies {
         );
         r.register(
             "braid_path_energy_joules",
-            "Energy estimate: configured power x time the path carried packets",
+            "Energy estimate: power= W x time the path carried packets + nj_per_byte= x bytes",
             f.energy.clone(),
         );
         f

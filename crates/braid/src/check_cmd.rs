@@ -33,7 +33,7 @@ pub fn run(file: &Path, role: Option<&str>) -> Result<()> {
         })
         .with_context(|| format!("{}: not a valid server configuration", file.display()))?;
         println!(
-            "{}: a valid server configuration: listen {}, {} authorized key(s) from {}, state {}, at most {} sessions, {} streams per session, {} bytes buffered per session, control {}, metrics {}",
+            "{}: a valid server configuration: listen {}, {} authorized key(s) from {}, state {}, at most {} sessions, {} streams per session, {} bytes buffered per session, control {}, metrics {}, dashboard {}",
             file.display(),
             s.cfg.listen,
             s.cfg.authorized.len(),
@@ -44,6 +44,7 @@ pub fn run(file: &Path, role: Option<&str>) -> Result<()> {
             s.cfg.max_buffered,
             s.control.as_ref().map_or("(default)".into(), |p| p.display().to_string()),
             s.metrics.map_or("off".into(), |m| m.to_string()),
+            dashboard(s.dashboard.as_ref()),
         );
     } else {
         let s = agent_settings(AgentArgs {
@@ -58,7 +59,7 @@ pub fn run(file: &Path, role: Option<&str>) -> Result<()> {
             .map(|p| format!("{} ({:?})", p.name, p.bind))
             .collect();
         println!(
-            "{}: a valid agent configuration: servers {:?}, paths {}, SOCKS5 {}, HTTP {}, scheduler {}, cc {}, control {}, metrics {}",
+            "{}: a valid agent configuration: servers {:?}, paths {}, SOCKS5 {}, HTTP {}, scheduler {}, cc {}, control {}, metrics {}, dashboard {}",
             file.display(),
             s.cfg.servers,
             paths.join(", "),
@@ -68,7 +69,17 @@ pub fn run(file: &Path, role: Option<&str>) -> Result<()> {
             s.cfg.transport.cc,
             s.control.as_ref().map_or("(default)".into(), |p| p.display().to_string()),
             s.metrics.map_or("off".into(), |m| m.to_string()),
+            dashboard(s.dashboard.as_ref()),
         );
     }
     Ok(())
+}
+
+/// How `check-config` describes the dashboard setting.
+fn dashboard(d: Option<&braid_ops::dashboard::DashboardConfig>) -> String {
+    match d {
+        None => "off".into(),
+        Some(d) if d.has_token() => format!("{} (token required)", d.addr),
+        Some(d) => format!("{} (no token)", d.addr),
+    }
 }

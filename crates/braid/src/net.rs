@@ -59,6 +59,18 @@ pub struct ServerArgs {
     /// authentication: keep it on localhost or a management network).
     #[arg(long, value_name = "ADDR:PORT")]
     pub metrics: Option<SocketAddr>,
+    /// Serve a live web dashboard at http://ADDR:PORT/ (off by default). An address other
+    /// than loopback needs --dashboard-token or --dashboard-public.
+    #[arg(long, value_name = "ADDR:PORT")]
+    pub dashboard: Option<SocketAddr>,
+    /// The dashboard asks for this token (?token=TOKEN or Authorization: Bearer TOKEN). Put
+    /// it in the config file (`dashboard_token`) to keep it out of `ps`.
+    #[arg(long, value_name = "TOKEN")]
+    pub dashboard_token: Option<String>,
+    /// Serve the dashboard on a non-loopback address without a token.
+    #[arg(long)]
+    #[serde(default)]
+    pub dashboard_public: bool,
     /// This machine's own unicast address, ADDR:PORT, for several servers behind one DNS
     /// name, anycast address or UDP load balancer: every agent is told it in the handshake
     /// answer and sends every path of its session there (docs/deployment.md).
@@ -175,6 +187,18 @@ pub struct AgentArgs {
     /// session, then fail).
     #[arg(long, value_name = "fallback|off")]
     pub direct: Option<String>,
+    /// Serve a live web dashboard at http://ADDR:PORT/ (off by default). An address other
+    /// than loopback needs --dashboard-token or --dashboard-public.
+    #[arg(long, value_name = "ADDR:PORT")]
+    pub dashboard: Option<SocketAddr>,
+    /// The dashboard asks for this token (?token=TOKEN or Authorization: Bearer TOKEN). Put
+    /// it in the config file (`dashboard_token`) to keep it out of `ps`.
+    #[arg(long, value_name = "TOKEN")]
+    pub dashboard_token: Option<String>,
+    /// Serve the dashboard on a non-loopback address without a token.
+    #[arg(long)]
+    #[serde(default)]
+    pub dashboard_public: bool,
     /// Log level: error, warn, info, debug or trace.
     #[arg(long)]
     pub log_level: Option<String>,
@@ -255,6 +279,7 @@ pub(crate) struct ServerSettings {
     pub authorized: PathBuf,
     pub control: Option<PathBuf>,
     pub metrics: Option<SocketAddr>,
+    pub dashboard: Option<braid_ops::dashboard::DashboardConfig>,
     pub log_level: Option<String>,
 }
 
@@ -317,6 +342,11 @@ pub(crate) fn server_settings(a: ServerArgs) -> Result<ServerSettings> {
         authorized: authorized_path,
         control: a.control.or(f.control),
         metrics: a.metrics.or(f.metrics),
+        dashboard: dashboard_config(
+            a.dashboard.or(f.dashboard),
+            a.dashboard_token.or(f.dashboard_token),
+            a.dashboard_public || f.dashboard_public,
+        )?,
         log_level,
     })
 }
@@ -329,14 +359,19 @@ const SHUTDOWN_WAIT: Duration = Duration::from_secs(2);
 pub fn server(a: ServerArgs) -> Result<()> {
     let st = server_settings(a)?;
     init_logging(st.log_level.as_deref())?;
-    let (control, metrics, auth_path) = (st.control, st.metrics, st.authorized);
+    let (control, metrics, dashboard, auth_path) =
+        (st.control, st.metrics, st.dashboard, st.authorized);
     runtime()?.block_on(async move {
         use tokio::signal::unix::{signal, SignalKind};
         let server = Server::bind(st.cfg).await?;
         let source = braid_ops::Source::Server(server.status());
         let _ctl = control_socket(control, "server", source.clone())?;
         let _metrics = match metrics {
-            Some(m) => Some(braid_ops::http::serve_metrics(m, source).await?),
+            Some(m) => Some(braid_ops::http::serve_metrics(m, source.clone()).await?),
+            None => None,
+        };
+        let _dashboard = match dashboard {
+            Some(d) => Some(braid_ops::dashboard::serve(d, source).await?),
             None => None,
         };
         let ops = server.control();
@@ -365,6 +400,23 @@ pub fn server(a: ServerArgs) -> Result<()> {
         }
         Ok(())
     })
+}
+
+/// `--dashboard`, `--dashboard-token`, `--dashboard-public`, checked.
+fn dashboard_config(
+    addr: Option<SocketAddr>,
+    token: Option<String>,
+    public: bool,
+) -> Result<Option<braid_ops::dashboard::DashboardConfig>> {
+    match addr {
+        Some(a) => Ok(Some(braid_ops::dashboard::DashboardConfig::new(
+            a, token, public,
+        )?)),
+        None if token.is_some() || public => {
+            bail!("--dashboard-token and --dashboard-public need --dashboard ADDR:PORT")
+        }
+        None => Ok(None),
+    }
 }
 
 /// Start the control socket: at `path` (an error if that fails), or at the default place
@@ -405,6 +457,7 @@ pub(crate) struct AgentSettings {
     pub cfg: AgentConfig,
     pub control: Option<PathBuf>,
     pub metrics: Option<SocketAddr>,
+    pub dashboard: Option<braid_ops::dashboard::DashboardConfig>,
     pub log_level: Option<String>,
 }
 
@@ -602,6 +655,11 @@ pub(crate) fn agent_settings(a: AgentArgs) -> Result<AgentSettings> {
         cfg,
         control: a.control.or(f.control),
         metrics: a.metrics.or(f.metrics),
+        dashboard: dashboard_config(
+            a.dashboard.or(f.dashboard),
+            a.dashboard_token.or(f.dashboard_token),
+            a.dashboard_public || f.dashboard_public,
+        )?,
         log_level,
     })
 }
@@ -611,13 +669,17 @@ pub(crate) fn agent_settings(a: AgentArgs) -> Result<AgentSettings> {
 pub fn agent(a: AgentArgs) -> Result<()> {
     let st = agent_settings(a)?;
     init_logging(st.log_level.as_deref())?;
-    let (control, metrics) = (st.control, st.metrics);
+    let (control, metrics, dashboard) = (st.control, st.metrics, st.dashboard);
     runtime()?.block_on(async move {
         let agent = Agent::start(st.cfg).await?;
         let source = braid_ops::Source::Agent(agent.status());
         let _ctl = control_socket(control, "agent", source.clone())?;
         let _metrics = match metrics {
-            Some(m) => Some(braid_ops::http::serve_metrics(m, source).await?),
+            Some(m) => Some(braid_ops::http::serve_metrics(m, source.clone()).await?),
+            None => None,
+        };
+        let _dashboard = match dashboard {
+            Some(d) => Some(braid_ops::dashboard::serve(d, source).await?),
             None => None,
         };
         let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())

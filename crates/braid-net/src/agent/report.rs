@@ -2,15 +2,20 @@
 //! its 200 ms tick (and cleared when a session ends), plus the table of open proxied
 //! connections and UDP associations with their byte counters, which the front ends keep.
 //!
+//! Per-path byte and packet counters are cumulative over the agent's life: each session's
+//! counts are added to those of the sessions before it (the core's counters start from 0 in
+//! every session). The loss rate, RTTs and window are the current session's.
+//!
 //! Owns: building the agent's snapshot from the core's path views, the socket table's
-//! addresses and the policy state handed to it; the per-path meters (silence, energy); the
-//! connection table. Must not touch: the session (it gets views read by the session task),
+//! addresses and the policy state handed to it; the per-path meters (silence, energy) and
+//! counters carried over from ended sessions; the connection table. Must not touch: the session (it gets views read by the session task),
 //! sockets, path decisions, how the snapshot is served (braid-ops).
 
 use super::AgentConfig;
 use crate::status::{
-    add_counters, display_state, AgentStatus, CorePath, FlowReport, PathMeter, PathReport,
-    SessionReport, ShownState, StreamReport, Totals, DOWN_AFTER, STATUS_VERSION,
+    add_counters, display_state, loss_rate, AgentStatus, CorePath, FlowReport, PathMeter,
+    PathReport, PowerModel, SessionReport, ShownState, StreamReport, Totals, DOWN_AFTER,
+    STATUS_VERSION,
 };
 use crate::udp::PathBind;
 use braid_core::path::PathStats;
@@ -106,7 +111,9 @@ impl Drop for ConnGuard {
 pub struct StatusBoard {
     started: Instant,
     base: Vec<PathReport>,
-    power: Vec<Option<f64>>,
+    power: Vec<Option<PowerModel>>,
+    /// Per configured path: (counts of the ended sessions, counts of the current one so far).
+    counts: Mutex<Vec<(PathStats, PathStats)>>,
     latest: Mutex<AgentStatus>,
     /// Per path shown `frozen`: when it turns `down` if nothing arrives (the silence is
     /// judged when a snapshot is read, not only at the publishing tick).
@@ -137,7 +144,8 @@ impl StatusBoard {
                 state: Some(ShownState::Down),
                 cap_bytes: p.policy.cap.map(|c| c.bytes),
                 power_w: p.policy.power_w,
-                energy_j: p.policy.power_w.map(|_| 0.0),
+                nj_per_byte: p.policy.nj_per_byte,
+                energy_j: PowerModel::new(p.policy.power_w, p.policy.nj_per_byte).map(|_| 0.0),
                 ..Default::default()
             })
             .collect();
@@ -148,7 +156,12 @@ impl StatusBoard {
         };
         Arc::new(StatusBoard {
             started: now,
-            power: cfg.paths.iter().map(|p| p.policy.power_w).collect(),
+            power: cfg
+                .paths
+                .iter()
+                .map(|p| PowerModel::new(p.policy.power_w, p.policy.nj_per_byte))
+                .collect(),
+            counts: Mutex::new(vec![Default::default(); cfg.paths.len()]),
             meters: Mutex::new(cfg.paths.iter().map(|_| PathMeter::new()).collect()),
             base,
             latest: Mutex::new(latest),
@@ -248,21 +261,38 @@ impl StatusBoard {
         }
     }
 
-    /// A session started: the meters count from 0 again.
-    pub(super) fn session_started(&self) {
-        if let Ok(mut m) = self.meters.lock() {
-            m.iter_mut().for_each(|m| m.session_started());
+    /// The counts of the session that ended go to the carried ones (once).
+    fn fold_counts(&self) {
+        if let Ok(mut c) = self.counts.lock() {
+            for (carried, current) in c.iter_mut() {
+                add_counters(carried, current);
+                *current = PathStats::default();
+            }
         }
     }
 
-    /// No session: every path down, counters of the ended session gone (energy kept).
+    /// A session started: its counts add to those of the sessions before.
+    pub(super) fn session_started(&self) {
+        self.fold_counts();
+    }
+
+    /// No session: every path down, with its counters and energy so far.
     pub(super) fn session_ended(&self) {
+        self.fold_counts();
         let mut paths = self.base.clone();
         if let Ok(m) = self.meters.lock() {
             for (p, m) in paths.iter_mut().zip(m.iter()) {
-                p.energy_j = p.power_w.map(|_| m.energy_j());
+                p.energy_j = p.energy_j.map(|_| m.energy_j());
             }
         }
+        if let Ok(c) = self.counts.lock() {
+            for (p, (carried, _)) in paths.iter_mut().zip(c.iter()) {
+                set_counters(p, carried);
+            }
+        }
+        let (sent, received) = paths
+            .iter()
+            .fold((0, 0), |(s, r), p| (s + p.bytes_sent, r + p.bytes_received));
         let energy = paths.iter().filter_map(|p| p.energy_j).reduce(|a, b| a + b);
         if let Ok(mut d) = self.down_at.lock() {
             d.iter_mut().for_each(|x| *x = None);
@@ -272,8 +302,9 @@ impl StatusBoard {
                 version: STATUS_VERSION,
                 paths,
                 totals: Totals {
+                    bytes_sent: sent,
+                    bytes_received: received,
                     energy_j: energy,
-                    ..Default::default()
                 },
                 ..Default::default()
             };
@@ -296,6 +327,9 @@ impl StatusBoard {
         let Ok(mut meters) = self.meters.lock() else {
             return;
         };
+        let Ok(mut counts) = self.counts.lock() else {
+            return;
+        };
         for (slot, p) in paths.iter_mut().enumerate() {
             // A path's incarnations: ids `slot` and `slot + 8` (make-before-break).
             let mine: Vec<&CorePath> = core.iter().filter(|c| c.id as usize % 8 == slot).collect();
@@ -307,9 +341,14 @@ impl StatusBoard {
                 .copied();
             let mut sum = PathStats::default();
             mine.iter().for_each(|c| add_counters(&mut sum, &c.stats));
-            meters[slot].update(now, sum.bytes_sent + sum.bytes_received, self.power[slot]);
+            let mut life = counts[slot].0;
+            add_counters(&mut life, &sum);
+            counts[slot].1 = sum;
+            meters[slot].update(now, life.bytes_sent + life.bytes_received, self.power[slot]);
+            set_counters(p, &life);
             if let Some(c) = live {
-                p.fill_core(c, &sum);
+                p.fill_core(c, &life);
+                p.loss_rate = loss_rate(&sum);
                 if let Some((local, remote)) = policy.addrs.get(&c.id) {
                     p.local_address = local.map(|a| a.to_string());
                     p.remote_address = Some(remote.to_string());
@@ -321,7 +360,7 @@ impl StatusBoard {
                 down_at[slot] = Some(now - c.silent + DOWN_AFTER);
             }
             p.cap_used_bytes = policy.cap_used.get(slot).copied().flatten();
-            p.energy_j = p.power_w.map(|_| meters[slot].energy_j());
+            p.energy_j = p.energy_j.map(|_| meters[slot].energy_j());
             totals.bytes_sent += p.bytes_sent;
             totals.bytes_received += p.bytes_received;
             if let Some(e) = p.energy_j {
@@ -329,6 +368,7 @@ impl StatusBoard {
             }
         }
         drop(meters);
+        drop(counts);
         let report = SessionReport {
             id: format!("{:016x}", session.id),
             server: session.server.to_string(),
@@ -353,5 +393,79 @@ impl StatusBoard {
                 mode: None,
             };
         }
+    }
+}
+
+/// Show the counters `c` on `p`.
+fn set_counters(p: &mut PathReport, c: &PathStats) {
+    p.bytes_sent = c.bytes_sent;
+    p.bytes_received = c.bytes_received;
+    p.packets_sent = c.packets_sent;
+    p.packets_received = c.packets_received;
+    p.packets_lost = c.packets_lost;
+    p.retransmitted_bytes = c.retransmitted_bytes;
+    p.blackouts = c.blackouts;
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::agent::AgentPath;
+    use braid_core::{Config, Session};
+
+    fn board() -> (AgentConfig, Arc<StatusBoard>) {
+        let key = Arc::new(braid_crypto::StaticKeypair::generate().unwrap());
+        let mut path = AgentPath::new("a", PathBind::Auto);
+        path.policy.nj_per_byte = Some(1000.0);
+        let cfg = AgentConfig::new(
+            "127.0.0.1:9".parse().unwrap(),
+            key.public(),
+            key,
+            vec![path],
+        );
+        let b = StatusBoard::new(&cfg);
+        (cfg, b)
+    }
+
+    fn publish(cfg: &AgentConfig, b: &StatusBoard, sent: u64, lost: u64) {
+        let s = Session::connect(Config::default(), braid_core::Instant(0), 1, 0);
+        let mut c = crate::status::core_paths(&s, braid_core::Instant(0)).remove(0);
+        c.stats.bytes_sent = sent * 1000;
+        c.stats.packets_sent = sent;
+        c.stats.packets_lost = lost;
+        let policy = PolicyView {
+            over_cap: vec![false],
+            cap_used: vec![None],
+            addrs: HashMap::new(),
+        };
+        let meta = SessionMeta {
+            id: 1,
+            server: cfg.servers[0],
+            since: Instant::now(),
+        };
+        b.publish(cfg, &[c], 0, &policy, &meta);
+    }
+
+    #[test]
+    fn counters_are_cumulative_over_sessions_and_the_loss_rate_is_the_sessions() {
+        let (cfg, b) = board();
+        b.session_started();
+        publish(&cfg, &b, 10, 0);
+        publish(&cfg, &b, 100, 10);
+        b.session_ended();
+        let gone = b.snapshot();
+        assert_eq!(gone.paths[0].packets_sent, 100, "kept while no session");
+        assert_eq!(gone.totals.bytes_sent, 100_000);
+        b.session_started();
+        publish(&cfg, &b, 50, 0);
+        let s = b.snapshot();
+        assert_eq!(s.paths[0].packets_sent, 150);
+        assert_eq!(s.paths[0].bytes_sent, 150_000);
+        assert_eq!(s.paths[0].packets_lost, 10);
+        assert_eq!(s.paths[0].loss_rate, 0.0, "this session lost nothing");
+        assert_eq!(s.totals.bytes_sent, 150_000);
+        // 1000 nJ per byte: 1 mJ per kB over 150 kB, charged as the counters moved.
+        let e = s.paths[0].energy_j.unwrap();
+        assert!((e - 0.14).abs() < 1e-9, "{e}");
     }
 }

@@ -736,6 +736,7 @@ impl Server {
             true
         });
         let open = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+        let udp_flows = Arc::new(std::sync::atomic::AtomicUsize::new(0));
         self.board.insert(
             id,
             report::Live {
@@ -743,6 +744,7 @@ impl Server {
                 started: std::time::Instant::now(),
                 cmd: cmd_tx.clone(),
                 open_streams: open.clone(),
+                udp_flows: udp_flows.clone(),
                 addrs: addrs.clone(),
             },
         );
@@ -785,12 +787,8 @@ impl Server {
             }
         });
         let resolver = self.cfg.resolver.or_else(relay::system_resolver);
-        tokio::spawn(relay::udp_flows(
-            dg_rx,
-            cmd_tx,
-            (self.cfg.max_udp_flows, resolver),
-            id,
-        ));
+        let limits = (self.cfg.max_udp_flows, resolver);
+        tokio::spawn(relay::udp_flows(dg_rx, cmd_tx, limits, id, udp_flows));
         let board = self.board.clone();
         tokio::spawn(async move {
             if let Some(e) = task.run().await {

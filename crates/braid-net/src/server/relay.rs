@@ -173,6 +173,7 @@ pub async fn udp_flows(
     cmd: mpsc::UnboundedSender<Cmd>,
     (max_flows, resolver): (usize, Option<SocketAddr>),
     session: u64,
+    open_flows: Arc<std::sync::atomic::AtomicUsize>,
 ) {
     let budget = UdpBudget::new(UDP_RETURN_BYTES);
     let mut flows: HashMap<u32, Arc<UdpSocket>> = HashMap::new();
@@ -203,6 +204,7 @@ pub async fn udp_flows(
                 };
                 let s = Arc::new(s);
                 flows.insert(p.flow_id, s.clone());
+                open_flows.store(flows.len(), std::sync::atomic::Ordering::Relaxed);
                 returns.spawn(udp_return(
                     s.clone(),
                     p.flow_id,

@@ -37,6 +37,8 @@ pub(super) struct Live {
     pub started: Instant,
     pub cmd: mpsc::UnboundedSender<Cmd>,
     pub open_streams: Arc<AtomicUsize>,
+    /// UDP flows open (the relay's count).
+    pub udp_flows: Arc<AtomicUsize>,
     pub addrs: Arc<Mutex<HashMap<PathId, SocketAddr>>>,
 }
 
@@ -106,6 +108,7 @@ impl ServerBoard {
                             fingerprint(&l.key),
                             now.duration_since(l.started).as_secs_f64(),
                             l.open_streams.load(Ordering::Relaxed) as u64,
+                            l.udp_flows.load(Ordering::Relaxed) as u64,
                             l.cmd.clone(),
                             addrs,
                         )
@@ -115,8 +118,8 @@ impl ServerBoard {
             .unwrap_or_default();
         let mut sessions = Vec::new();
         let mut totals = Totals::default();
-        let mut busiest = 0;
-        for (id, fp, age_s, open_streams, cmd, addrs) in asks {
+        let (mut busiest, mut most_flows) = (0, 0);
+        for (id, fp, age_s, open_streams, flows, cmd, addrs) in asks {
             let core =
                 tokio::time::timeout(Duration::from_secs(1), crate::status::query_core(&cmd))
                     .await
@@ -145,6 +148,7 @@ impl ServerBoard {
             totals.bytes_sent += st.bytes_sent;
             totals.bytes_received += st.bytes_received;
             busiest = busiest.max(open_streams);
+            most_flows = most_flows.max(flows);
             sessions.push(ServerSession {
                 id: format!("{id:016x}"),
                 agent_key_fingerprint: fp,
@@ -157,6 +161,7 @@ impl ServerBoard {
         let mut limits = self.limits.clone();
         limits.sessions.used = sessions.len() as u64;
         limits.streams_per_session.used = busiest;
+        limits.udp_flows_per_session.used = most_flows;
         ServerStatus {
             version: STATUS_VERSION,
             uptime_s: now.duration_since(self.started).as_secs_f64(),
