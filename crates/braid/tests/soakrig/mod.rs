@@ -92,6 +92,11 @@ impl ServerProc {
         self.child.id()
     }
 
+    /// The server's public key file (for `braid agent --server-pub`).
+    pub fn pub_file(&self) -> std::path::PathBuf {
+        self._dir.path().join("s.pub")
+    }
+
     pub fn rss_kb(&self) -> u64 {
         rss_kb(self.pid())
     }
