@@ -156,7 +156,6 @@ async fn an_agent_at_its_descriptor_limit_does_not_spin_and_recovers() {
         t.elapsed().as_millis()
     );
     // The existing connection lived through it.
-    let t = Instant::now();
     echo_round(&mut first, 1000).await.unwrap();
     drop(_child);
     let log = log.join().unwrap();

@@ -50,8 +50,8 @@ async fn server_memory_per_idle_session_and_bounded_at_the_session_limit() {
     );
     // The refused ones.
     let mut refused = Vec::new();
-    for i in n..n + extra {
-        let cfg = agent_cfg(&server, keys[i].clone(), vec![(source(i), None)], false);
+    for (i, key) in keys.iter().enumerate().skip(n) {
+        let cfg = agent_cfg(&server, key.clone(), vec![(source(i), None)], false);
         refused.push(braid_net::agent::Agent::start(cfg).await.unwrap());
     }
     for a in refused.iter_mut() {
