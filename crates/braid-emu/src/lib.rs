@@ -3,14 +3,18 @@
 //! Owns: relaying the datagrams of one path between an agent and a server through the
 //! simulator's link model ([`braid_sim::PathModel`]) in real time — rate or trace, delay,
 //! jitter, loss, duplication, queue, blackouts, half-duplex airtime — plus a manual cut
-//! switch for tests. Must not touch: the packets' contents, or any other path. The kernel on
+//! switch, NAT rebinding and in-flight corruption ([`corrupt`]) for tests. Must not touch:
+//! the packets' contents (except where [`Emulator::set_corrupt`] asks), or any other path. The kernel on
 //! this project's machines has no netem; this is how delay and loss reach real sockets.
 //!
 //! One OS thread per emulated path waits with nanosecond `ppoll` timeouts, so packets leave
 //! within tens of microseconds of the model's time, not at a millisecond timer tick.
 
+pub mod corrupt;
+
 use braid_sim::{Dir, PathModel, PathSpec};
 use bytes::Bytes;
+use corrupt::{CorruptKnob, Corrupter};
 use std::io;
 use std::net::{SocketAddr, UdpSocket};
 use std::os::fd::AsRawFd;
@@ -33,6 +37,8 @@ pub struct EmuStats {
     pub down_in: AtomicU64,
     /// Datagrams delivered to the agent.
     pub down_out: AtomicU64,
+    /// Datagrams delivered (either way) with a byte altered ([`Emulator::set_corrupt`]).
+    pub corrupted: AtomicU64,
 }
 
 /// A running emulated path. Dropping it stops the thread.
@@ -44,6 +50,7 @@ pub struct Emulator {
     pub server_side: SocketAddr,
     cut: Arc<AtomicBool>,
     rebind: Arc<AtomicBool>,
+    corrupt: Arc<CorruptKnob>,
     stop: Arc<AtomicBool>,
     stats: Arc<EmuStats>,
     thread: Option<JoinHandle<()>>,
@@ -72,12 +79,15 @@ impl Emulator {
         let cut = Arc::new(AtomicBool::new(false));
         let rebind = Arc::new(AtomicBool::new(false));
         let stop = Arc::new(AtomicBool::new(false));
+        let corrupt = Arc::new(CorruptKnob::default());
         let stats = Arc::new(EmuStats::default());
         let model = PathModel::new(spec, seed);
         let flags = Flags {
             cut: cut.clone(),
             rebind: rebind.clone(),
             stop: stop.clone(),
+            corrupt: corrupt.clone(),
+            corrupter: Corrupter::new(seed),
         };
         let st = stats.clone();
         let thread = std::thread::Builder::new()
@@ -88,6 +98,7 @@ impl Emulator {
             server_side,
             cut,
             rebind,
+            corrupt,
             stop,
             stats,
             thread: Some(thread),
@@ -103,6 +114,12 @@ impl Emulator {
     /// on the server sees this path's packets come from a new address.
     pub fn rebind(&self) {
         self.rebind.store(true, Ordering::Relaxed);
+    }
+
+    /// Alter one byte of each datagram with probability `p` as it leaves the path (both
+    /// directions), as a faulty link or middlebox would; 0 (the default) turns it off.
+    pub fn set_corrupt(&self, p: f64) {
+        self.corrupt.set(p);
     }
 
     /// Counters.
@@ -124,6 +141,8 @@ struct Flags {
     cut: Arc<AtomicBool>,
     rebind: Arc<AtomicBool>,
     stop: Arc<AtomicBool>,
+    corrupt: Arc<CorruptKnob>,
+    corrupter: Corrupter,
 }
 
 fn relay(
@@ -134,7 +153,13 @@ fn relay(
     flags: Flags,
     stats: Arc<EmuStats>,
 ) {
-    let Flags { cut, rebind, stop } = flags;
+    let Flags {
+        cut,
+        rebind,
+        stop,
+        corrupt,
+        mut corrupter,
+    } = flags;
     let start = Instant::now();
     let mut last_agent: Option<SocketAddr> = None;
     let mut buf = vec![0u8; 65536];
@@ -151,16 +176,27 @@ fn relay(
         }
         let now = start.elapsed().as_nanos() as u64;
         model.advance(now, &mut out);
+        let p_corrupt = corrupt.get();
         for (_, dir, pkt) in out.drain(..) {
+            let mut altered;
+            let pkt: &[u8] = if p_corrupt > 0.0 {
+                altered = pkt.to_vec();
+                if corrupter.maybe_corrupt(p_corrupt, &mut altered) {
+                    stats.corrupted.fetch_add(1, Ordering::Relaxed);
+                }
+                &altered
+            } else {
+                &pkt
+            };
             match dir {
                 Dir::Up => {
-                    if upstream.send_to(&pkt, server).is_ok() {
+                    if upstream.send_to(pkt, server).is_ok() {
                         stats.up_out.fetch_add(1, Ordering::Relaxed);
                     }
                 }
                 Dir::Down => {
                     if let Some(a) = last_agent {
-                        if agent.send_to(&pkt, a).is_ok() {
+                        if agent.send_to(pkt, a).is_ok() {
                             stats.down_out.fetch_add(1, Ordering::Relaxed);
                         }
                     }

@@ -137,3 +137,28 @@ fn a_cut_path_drops_everything_until_restored() {
     let (n, _) = server.recv_from(&mut buf).unwrap();
     assert_eq!(&buf[..n], b"kept");
 }
+
+/// `set_corrupt(1.0)`: every datagram arrives with one byte altered; `set_corrupt(0.0)`:
+/// none is.
+#[test]
+fn corruption_alters_what_crosses_the_path_and_only_when_asked() {
+    let (emu, agent, server) = pair(&spec("rate = \"1Gbit\"\ndelay = \"1ms\""), 3);
+    let sent: Vec<u8> = (0..200u32).map(|i| (i * 7) as u8).collect();
+    let mut buf = [0u8; 400];
+    for (p, altered) in [(1.0, true), (0.0, false)] {
+        emu.set_corrupt(p);
+        for _ in 0..20 {
+            agent.send(&sent).unwrap();
+            let (n, _) = server.recv_from(&mut buf).expect("packet arrives");
+            assert_eq!(n, sent.len());
+            let diff = buf[..n].iter().zip(&sent).filter(|(a, b)| a != b).count();
+            assert_eq!(diff, usize::from(altered), "corrupt = {p}");
+        }
+    }
+    assert_eq!(
+        emu.stats()
+            .corrupted
+            .load(std::sync::atomic::Ordering::Relaxed),
+        20
+    );
+}

@@ -177,6 +177,9 @@ struct Slot {
     live: Option<Live>,
     /// For an auto slot: the interface it took.
     auto: Option<String>,
+    /// Never fall back to TCP (a path through a UDP relay or link emulator: TCP to the
+    /// server would go around it).
+    udp_only: bool,
 }
 
 /// The decisions of the path manager (see the module docs).
@@ -205,6 +208,7 @@ impl PathManager {
                     bind,
                     live: None,
                     auto: None,
+                    udp_only: false,
                 })
                 .collect(),
             links: HashMap::new(),
@@ -499,6 +503,14 @@ impl PathManager {
             .any(|l| l.id == id && l.tcp)
     }
 
+    /// Keep path `slot` on UDP: re-binding never switches it to TCP (a path through a
+    /// relay, which only relays UDP).
+    pub fn set_udp_only(&mut self, slot: usize) {
+        if let Some(s) = self.slots.get_mut(slot) {
+            s.udp_only = true;
+        }
+    }
+
     /// Timers: re-bind paths that never validated; end overdue make-before-breaks.
     pub fn handle_timeout(&mut self, now: Duration) {
         if !self.in_session {
@@ -519,7 +531,7 @@ impl PathManager {
                     id: l.id,
                     reason: "not validated in time; re-binding",
                 });
-                l.tcp = !l.tcp;
+                l.tcp = !l.tcp && !s.udp_only;
                 self.actions.push_back(Action::Add {
                     slot,
                     id: l.id,

@@ -366,3 +366,27 @@ fn auto_paths_take_interfaces_with_a_default_route() {
     assert!(matches!(drain(&mut m)[..], [Action::Add { slot: 1, .. }]));
     assert_eq!(m.auto_interface(1), Some("wwan0"));
 }
+
+/// A relayed path (a UDP relay or link emulator in front of the server) re-binds over UDP
+/// only: TCP to the server would go around the relay. Regression: soak tests with cut
+/// emulated paths ran at loopback speed over a TCP fallback.
+#[test]
+fn a_udp_only_path_never_falls_back_to_tcp() {
+    let mut m = mgr();
+    m.set_udp_only(0);
+    m.handle_event(T0, link(3, "wlan0", true));
+    m.handle_event(T0, addr(3, "192.168.1.5"));
+    started(&mut m);
+    let mut seen = Vec::new();
+    for _ in 0..3 {
+        let now = m.poll_timeout().unwrap();
+        m.handle_timeout(now);
+        for a in drain(&mut m) {
+            if let Action::Add { tcp, .. } = a {
+                seen.push(tcp);
+            }
+        }
+    }
+    assert_eq!(seen, [false, false, false]);
+    assert!(!m.is_tcp(0));
+}

@@ -1,13 +1,17 @@
 //! The agent keys the server accepts, re-read from the authorized file when it changes.
 //!
-//! Owns: the current list and when to look at the file again (its modification time, at
-//! most once a second, checked when a handshake needs the list). Must not touch: the
+//! Owns: when to look at the file again (its modification time, at most once a second,
+//! checked when a handshake needs the list) and putting what it read into the one shared
+//! list ([`control::Authorized`](super::control::Authorized)), which a SIGHUP reload
+//! (`ServerControl::reload_authorized`) replaces too: the last of the two to change it
+//! wins, and every handshake and key rotation reads that list. Must not touch: the
 //! handshake (braid-crypto checks a key against the list) and sessions (a session whose key
 //! was removed ends when its keys are due for rotation: the rotation is refused).
 //!
 //! A file that cannot be read or parsed keeps the previous list, with a warning that names
 //! the file and the error (a half-written file must not lock every agent out).
 
+use super::control::Authorized;
 use braid_crypto::PublicKey;
 use std::path::PathBuf;
 use std::time::{Duration, Instant, SystemTime};
@@ -16,18 +20,19 @@ use tracing::{info, warn};
 /// How often the file's modification time is looked at, at most.
 pub const RECHECK: Duration = Duration::from_secs(1);
 
-/// The authorized keys, and the file they come from (if any).
+/// The authorized keys (shared with the control handle), and the file they come from (if
+/// any).
 #[derive(Debug)]
 pub struct AuthorizedKeys {
-    keys: Vec<PublicKey>,
+    keys: Authorized,
     file: Option<PathBuf>,
     modified: Option<SystemTime>,
     checked: Option<Instant>,
 }
 
 impl AuthorizedKeys {
-    /// `keys`, re-read from `file` whenever its modification time changes.
-    pub fn new(keys: Vec<PublicKey>, file: Option<PathBuf>) -> Self {
+    /// `keys`, replaced by what `file` holds whenever its modification time changes.
+    pub fn new(keys: Authorized, file: Option<PathBuf>) -> Self {
         let modified = file
             .as_ref()
             .and_then(|f| std::fs::metadata(f).and_then(|m| m.modified()).ok());
@@ -41,9 +46,9 @@ impl AuthorizedKeys {
 
     /// The current list, after re-reading the file if it changed (at most once per
     /// [`RECHECK`]).
-    pub fn get(&mut self, now: Instant) -> &[PublicKey] {
+    pub fn get(&mut self, now: Instant) -> Vec<PublicKey> {
         self.refresh(now);
-        &self.keys
+        self.keys.read().map(|k| k.clone()).unwrap_or_default()
     }
 
     fn refresh(&mut self, now: Instant) {
@@ -63,9 +68,14 @@ impl AuthorizedKeys {
         match braid_crypto::read_authorized(file) {
             Ok(keys) => {
                 info!(file = %file.display(), keys = keys.len(), "authorized keys re-read");
-                self.keys = keys;
+                if let Ok(mut k) = self.keys.write() {
+                    *k = keys;
+                }
             }
-            Err(e) => warn!("{e}; keeping the {} keys read before", self.keys.len()),
+            Err(e) => warn!(
+                "{e}; keeping the {} keys read before",
+                self.keys.read().map_or(0, |k| k.len())
+            ),
         }
     }
 }
@@ -85,7 +95,8 @@ mod tests {
             StaticKeypair::generate().unwrap().public(),
         );
         std::fs::write(&f, format!("{}\n{}\n", a.to_base64(), b.to_base64())).unwrap();
-        let mut k = AuthorizedKeys::new(vec![a, b], Some(f.clone()));
+        let shared: Authorized = std::sync::Arc::new(std::sync::RwLock::new(vec![a, b]));
+        let mut k = AuthorizedKeys::new(shared.clone(), Some(f.clone()));
         let t0 = Instant::now();
         assert_eq!(k.get(t0).len(), 2);
         std::fs::write(&f, format!("# b removed\n{}\n", a.to_base64())).unwrap();
@@ -97,7 +108,12 @@ mod tests {
             .set_modified(later)
             .unwrap();
         assert_eq!(k.get(t0).len(), 2, "not looked at again within a second");
-        assert_eq!(k.get(t0 + RECHECK).to_vec(), vec![a]);
+        assert_eq!(k.get(t0 + RECHECK), vec![a]);
+        assert_eq!(*shared.read().unwrap(), vec![a], "one list: the shared one");
+        // A reload (SIGHUP) replaces the same list; the file is not read again until it
+        // changes.
+        *shared.write().unwrap() = vec![b];
+        assert_eq!(k.get(t0 + RECHECK * 2), vec![b]);
         std::fs::write(&f, "not a key\n").unwrap();
         std::fs::File::options()
             .write(true)
@@ -105,7 +121,7 @@ mod tests {
             .unwrap()
             .set_modified(later + Duration::from_secs(5))
             .unwrap();
-        assert_eq!(k.get(t0 + RECHECK * 2).to_vec(), vec![a], "kept");
+        assert_eq!(k.get(t0 + RECHECK * 3), vec![b], "kept");
         let _ = std::fs::remove_dir_all(&dir);
     }
 }

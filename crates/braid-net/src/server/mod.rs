@@ -328,7 +328,7 @@ impl Server {
             state_tx,
             checker,
             authorized: AuthorizedKeys::new(
-                self.cfg.authorized.clone(),
+                self.authorized.clone(),
                 self.cfg.authorized_file.clone(),
             ),
             limiter: RateLimiter::new(self.cfg.handshake_rate, self.cfg.handshake_burst),
@@ -522,16 +522,8 @@ impl Listener<'_> {
             });
             return;
         }
-        // A key must be in both lists: the one SIGHUP reloads
-        // (`ServerControl::reload_authorized`) and the file's, re-read when it changes.
-        let reloaded = s.authorized.read().map(|a| a.clone()).unwrap_or_default();
-        let allowed: Vec<PublicKey> = self
-            .authorized
-            .get(now)
-            .iter()
-            .filter(|k| reloaded.contains(k))
-            .cloned()
-            .collect();
+        // One list: what SIGHUP reloaded or the file re-read last (`authorized`).
+        let allowed: Vec<PublicKey> = self.authorized.get(now);
         match ServerHandshake::respond_with_address(
             &s.cfg.key,
             &allowed,
@@ -615,7 +607,7 @@ impl Listener<'_> {
         };
         let refused = match ServerHandshake::respond(
             &s.cfg.key,
-            self.authorized.get(now),
+            &self.authorized.get(now),
             &mut self.guard,
             pkt,
             now_ms,
