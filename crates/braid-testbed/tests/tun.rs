@@ -207,7 +207,7 @@ fn tun_carries_tcp_udp_and_ipv6_without_a_proxy_setting_and_leaves_nothing() {
 }
 
 /// `--udp redundant`: each datagram on both paths, duplicates dropped, so a flow sees the
-/// better link's loss, not the lossy one's. A 4 Mbit/s "call" for 10 s with 5 % loss (each
+/// better link's loss, not the lossy one's. A 4 Mbit/s "call" for 6 s with 5 % loss (each
 /// way) on the faster link; the same flow without redundancy, for comparison.
 #[test]
 fn udp_redundant_hides_a_lossy_link() {
@@ -221,7 +221,7 @@ fn udp_redundant_hides_a_lossy_link() {
     let mut rig = Rig::new("tr", links, false);
     let c = rig.topo.client.clone();
     let dest = SocketAddr::new(DEST4.into(), UDP_PORT);
-    let secs = env_num("BRAID_TUN_CALL_SECS", 10.0);
+    let secs = env_num("BRAID_TUN_CALL_SECS", 6.0);
     let mut losses = Vec::new();
     for mode in ["spread", "redundant"] {
         rig.start_agent(&["--udp", mode]);
