@@ -364,7 +364,7 @@ pub fn udp_flow(proxy: SocketAddr, count: u64) -> Result<UdpReport> {
                     Err(e) => return Err(e.into()),
                 }
                 // Let the control connection live (the agent ends the flow without it).
-                if sent % 4096 == 0 {
+                if sent.is_multiple_of(4096) {
                     tokio::task::yield_now().await;
                 }
             }
