@@ -216,6 +216,7 @@ fn bench_cmd(a: BenchArgs) -> Result<bool> {
         udp: a.udp.then_some(a.udp_datagrams),
         idle_sessions: a.idle_sessions,
         progress: std::io::IsTerminal::is_terminal(&std::io::stderr()),
+        aead_time: std::time::Duration::from_millis(300),
     };
     let r = bench::run(&o)?;
     if a.json {

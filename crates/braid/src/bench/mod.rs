@@ -14,6 +14,7 @@
 //! [`traffic`]; braid's server and agents: [`rig`]; idle sessions: [`idle`]. Must not
 //! touch: braid itself (only its public API and SOCKS5).
 
+pub mod aead;
 pub mod idle;
 pub mod measure;
 pub mod rig;
@@ -49,6 +50,8 @@ pub struct Options {
     pub idle_sessions: Option<usize>,
     /// A progress line on stderr.
     pub progress: bool,
+    /// How long each cipher figure seals and opens.
+    pub aead_time: Duration,
 }
 
 /// One row of the benchmark.
@@ -103,6 +106,9 @@ pub struct Report {
     /// The UDP flow (`--udp`).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub udp: Option<traffic::UdpReport>,
+    /// The packet ciphers alone, one core (seal and open of 1400-byte packets; the open
+    /// figure includes copying each packet into the buffer).
+    pub aead: Vec<aead::AeadRow>,
     /// Idle sessions' memory (`--idle-sessions`).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub idle: Option<idle::IdleReport>,
@@ -224,6 +230,7 @@ pub fn run(o: &Options) -> Result<Report> {
         goodput_ratio: braid.gbit_per_s / tcp.gbit_per_s,
         cpu_ratio: braid.cpu_s_per_gb / tcp.cpu_s_per_gb,
         rows: vec![tcp, braid, mptcp],
+        aead: aead::measure(o.aead_time)?,
         udp,
         idle,
     })
@@ -261,6 +268,12 @@ pub fn print(r: &Report) {
         "braid / tcp: goodput {:.3}, CPU per GB {:.1}x (encrypted, loopback)",
         r.goodput_ratio, r.cpu_ratio
     );
+    for a in &r.aead {
+        println!(
+            "{}: one core seals {:.2} and opens {:.2} Gbit/s of {}-byte packets: {:.2} CPU s per GB sealed and opened",
+            a.cipher, a.seal_gbit_per_s, a.open_gbit_per_s, a.packet_bytes, a.seal_open_s_per_gb
+        );
+    }
     if let Some(u) = &r.udp {
         println!(
             "udp: {} of {} datagrams of {} bytes delivered in {:.2} s: {:.0} datagrams/s, loss {:.1}%",
