@@ -48,6 +48,14 @@ pub enum Control {
 pub trait PathSender: Send + 'static {
     /// Send one datagram on `path`; errors are logged and the packet counts as lost.
     fn send(&mut self, path: PathId, packet: &[u8]);
+    /// Send datagrams of `segment_size` bytes back to back in `packets` (the last may be
+    /// shorter) on `path`, as one UDP GSO send where the transport can; by default one
+    /// [`Self::send`] each.
+    fn send_batch(&mut self, path: PathId, packets: &[u8], segment_size: usize) {
+        for p in packets.chunks(segment_size.max(1)) {
+            self.send(path, p);
+        }
+    }
 }
 
 /// A datagram received for this session.
@@ -128,7 +136,9 @@ impl<P: PacketProtection, S: PathSender> SessionTask<P, S> {
         let mut bridges: HashMap<StreamId, StreamBridge> = HashMap::new();
         // Streams asked for before the session finished its handshake.
         let mut pending_opens: Vec<OpenReply> = Vec::new();
-        let mut buf = vec![0u8; self.session.config().max_datagram_size];
+        let mds = self.session.config().max_datagram_size;
+        let max_segments = crate::batch::max_segments(mds);
+        let mut buf = vec![0u8; mds * max_segments];
         let mut sleep = Box::pin(tokio::time::sleep_until(tokio::time::Instant::now()));
         loop {
             let now = self.clock.now();
@@ -143,12 +153,12 @@ impl<P: PacketProtection, S: PathSender> SessionTask<P, S> {
                     ),
                 }
             }
-            // Send everything the session has.
-            while let Some(t) = self.session.poll_transmit(now, &mut buf) {
-                let pkt = &mut buf[..t.len];
-                if self.protection.seal(pkt) {
-                    self.sender.send(t.path, pkt);
-                }
+            // Send everything the session has, in batches of one path's datagrams.
+            while let Some(b) = self
+                .session
+                .poll_transmit_batch(now, &mut buf, max_segments)
+            {
+                self.seal_and_send(b, &mut buf);
             }
             // Events.
             let mut closed = false;
@@ -255,6 +265,27 @@ impl<P: PacketProtection, S: PathSender> SessionTask<P, S> {
                     self.session.handle_timeout(self.clock.now());
                 }
             }
+        }
+    }
+
+    /// Seal every datagram of a batch in place and send the batch; a datagram that fails
+    /// to seal is left out (the datagrams around it go as two batches).
+    fn seal_and_send(&mut self, b: braid_core::BatchTransmit, buf: &mut [u8]) {
+        let seg = b.segment_size;
+        let mut start = 0;
+        for i in 0..b.segments {
+            if self.protection.seal(&mut buf[b.segment(i)]) {
+                continue;
+            }
+            if i > start {
+                self.sender
+                    .send_batch(b.path, &buf[start * seg..i * seg], seg);
+            }
+            start = i + 1;
+        }
+        if start < b.segments {
+            self.sender
+                .send_batch(b.path, &buf[start * seg..b.len], seg);
         }
     }
 

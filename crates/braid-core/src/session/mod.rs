@@ -28,6 +28,7 @@ use std::collections::{BTreeMap, BTreeSet, VecDeque};
 use timers::TimerTable;
 
 pub use dgram::DatagramMode;
+pub use send::BatchTransmit;
 
 /// Which end of the session this is.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -233,6 +234,9 @@ pub struct Session {
     /// Path ids whose transport the driver says is reliable (TCP), kept across a path's
     /// incarnations (`set_path_reliable`).
     reliable: BTreeSet<PathId>,
+    /// A packet `poll_transmit_batch` made but could not add to its batch: the next
+    /// `poll_transmit` or `poll_transmit_batch` returns it first.
+    stash: send::Stash,
 }
 
 impl Session {
@@ -278,6 +282,7 @@ impl Session {
             early_costs: BTreeMap::new(),
             redundant_sent: BTreeMap::new(),
             reliable: BTreeSet::new(),
+            stash: send::Stash::default(),
             cfg,
         }
     }
