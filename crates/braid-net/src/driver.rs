@@ -8,6 +8,7 @@
 //! wall-clock time into its `now`.
 
 use crate::bridge::{Cmd, StreamBridge, StreamHandle};
+use braid_core::wire::PacketHeader;
 use braid_core::{Event, Instant, PathId, Session, StreamId};
 use bytes::{Bytes, BytesMut};
 use std::collections::HashMap;
@@ -19,9 +20,10 @@ use tracing::{debug, info, warn};
 pub trait PacketProtection: Send + 'static {
     /// Encrypt `packet` in place (its last `tag_len` bytes are the tag space).
     fn seal(&mut self, packet: &mut [u8]) -> bool;
-    /// Verify and decrypt in place; false: drop the packet (or it was a key-management
-    /// packet the protection consumed).
-    fn open(&mut self, packet: &mut [u8]) -> bool;
+    /// Verify and decrypt in place, returning the header it parsed to do so (the session
+    /// takes it as it is: the header is parsed once per packet); `None`: drop the packet
+    /// (or it was a key-management packet the protection consumed).
+    fn open(&mut self, packet: &mut [u8]) -> Option<Opened>;
     /// Called on every turn of the session loop with the time: what key management needs
     /// done now (nothing by default).
     fn poll_control(&mut self, _now: Instant) -> Option<Control> {
@@ -31,6 +33,15 @@ pub trait PacketProtection: Send + 'static {
     fn poll_timeout(&self) -> Option<Instant> {
         None
     }
+}
+
+/// An authenticated transport packet's header, as packet protection parsed it.
+#[derive(Debug, Clone, Copy)]
+pub struct Opened {
+    /// The header (its type is transport).
+    pub header: PacketHeader,
+    /// Its length: the payload follows.
+    pub header_len: usize,
 }
 
 /// What packet protection asks the session task to do.
@@ -290,20 +301,18 @@ impl<P: PacketProtection, S: PathSender> SessionTask<P, S> {
     }
 
     fn receive(&mut self, mut pkt: Incoming) {
-        if !self.protection.open(&mut pkt.data) {
+        let Some(hdr) = self.protection.open(&mut pkt.data) else {
             debug!(from = %pkt.from, "dropped a packet that failed authentication");
             return;
-        }
-        let now = self.clock.now();
-        let Ok((hdr, _)) = braid_core::wire::PacketHeader::parse(&pkt.data) else {
-            return;
         };
+        let now = self.clock.now();
         if let Some(hook) = self.on_packet.as_mut() {
-            if !hook(&mut self.session, now, hdr.path_id, pkt.from) {
+            if !hook(&mut self.session, now, hdr.header.path_id, pkt.from) {
                 return;
             }
         }
-        self.session.handle_datagram(now, pkt.data.freeze());
+        self.session
+            .handle_packet(now, hdr.header, hdr.header_len, pkt.data.freeze());
     }
 
     fn open(&mut self, reply: OpenReply, bridges: &mut HashMap<StreamId, StreamBridge>) {

@@ -595,6 +595,23 @@ impl Session {
     /// Buffer application data on a stream; returns how many bytes were taken (0 when the
     /// buffer is full: a `StreamWritable` event follows when there is room again).
     pub fn stream_write(&mut self, id: StreamId, data: &[u8]) -> Result<usize, StreamError> {
+        self.stream_append(id, data.len(), |s| s.write(data))
+    }
+
+    /// Buffer application data on a stream without copying it: as [`Self::stream_write`],
+    /// taking the front of `data` (returns how many bytes).
+    pub fn stream_write_bytes(&mut self, id: StreamId, data: Bytes) -> Result<usize, StreamError> {
+        self.stream_append(id, data.len(), |s| s.write_bytes(data))
+    }
+
+    /// Append `len` bytes with `write` (which returns how many it took) to a stream that
+    /// may still send.
+    fn stream_append(
+        &mut self,
+        id: StreamId,
+        len: usize,
+        write: impl FnOnce(&mut SendStream) -> usize,
+    ) -> Result<usize, StreamError> {
         let st = self.streams.get_mut(&id).ok_or(StreamError::Unknown(id))?;
         if let Some(code) = st.send.stopped {
             return Err(StreamError::Stopped { id, code });
@@ -602,8 +619,8 @@ impl Session {
         if st.send.fin || st.send.reset.is_some() {
             return Err(StreamError::Closed(id));
         }
-        let n = st.send.write(data);
-        if n < data.len() {
+        let n = write(&mut st.send);
+        if n < len {
             st.blocked_write = true;
         }
         if n > 0 && !st.queued {

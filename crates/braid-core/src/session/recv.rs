@@ -21,6 +21,16 @@ impl Session {
             self.stats.malformed_packets += 1;
             return;
         };
+        self.handle_packet(now, hdr, hlen, data);
+    }
+
+    /// [`Session::handle_datagram`] for a driver that parsed the header already (to
+    /// authenticate the packet): `hdr` and `hlen` must be what `PacketHeader::parse` gives
+    /// for `data`, so the header is parsed once per packet.
+    pub fn handle_packet(&mut self, now: Instant, hdr: PacketHeader, hlen: usize, data: Bytes) {
+        if self.state == State::Closed || self.state == State::Closing {
+            return;
+        }
         if hdr.ptype != PacketType::Transport
             || hdr.session_id != self.id
             || data.len() < hlen + self.cfg.tag_len

@@ -705,12 +705,14 @@ pub(super) fn write_stream_range(
 ) -> Option<(usize, bool)> {
     let room = pkt.w.remaining();
     let max = room.saturating_sub(emit::stream_header_len(id, r.start, room));
-    let len = ((r.end - r.start) as usize).min(max);
+    // Straight from the send buffer's chunks into the packet (at most two chunks a frame;
+    // the caller writes another frame for the rest).
+    let (a, b) = s.slices(r.start, ((r.end - r.start) as usize).min(max));
+    let len = a.len() + b.len();
     if len == 0 {
         return None;
     }
     let fin = fin_ok && s.fin && r.start + len as u64 == s.write_offset();
-    let (a, b) = s.slices(r.start, len);
     emit::stream2(&mut pkt.w, id, r.start, fin, a, b)?;
     pkt.frames.push(SentFrame::Stream {
         id,
