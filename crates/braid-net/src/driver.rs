@@ -149,6 +149,8 @@ impl<P: PacketProtection, S: PathSender> SessionTask<P, S> {
         let mut pending_opens: Vec<OpenReply> = Vec::new();
         let mds = self.session.config().max_datagram_size;
         let max_segments = crate::batch::max_segments(mds);
+        // Pacers may release a whole batch at once where the rate allows.
+        self.session.set_max_burst(self.clock.now(), max_segments);
         let mut buf = vec![0u8; mds * max_segments];
         let mut sleep = Box::pin(tokio::time::sleep_until(tokio::time::Instant::now()));
         loop {

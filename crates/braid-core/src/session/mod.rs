@@ -237,6 +237,8 @@ pub struct Session {
     /// A packet `poll_transmit_batch` made but could not add to its batch: the next
     /// `poll_transmit` or `poll_transmit_batch` returns it first.
     stash: send::Stash,
+    /// The pacers' burst in packets (`set_max_burst`; 10 unless a driver asks for more).
+    max_burst: u64,
 }
 
 impl Session {
@@ -283,6 +285,7 @@ impl Session {
             redundant_sent: BTreeMap::new(),
             reliable: BTreeSet::new(),
             stash: send::Stash::default(),
+            max_burst: 10,
             cfg,
         }
     }
@@ -353,6 +356,9 @@ impl Session {
 
     fn insert_path(&mut self, now: Instant, id: PathId) -> &mut Path {
         let mut p = Path::new(id, &self.cfg, self.cfg.cc, now);
+        if self.max_burst > 10 {
+            p.set_max_burst(now, self.max_burst);
+        }
         // A re-added path continues the old incarnation's packet numbers, so the peer
         // (which may never have heard that the path was abandoned) does not take its new
         // packets for duplicates.

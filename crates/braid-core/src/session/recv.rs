@@ -114,6 +114,9 @@ impl Session {
         let mut token = [0u8; 8];
         self.rng.fill(&mut token);
         let mut p = Path::new(pid, &self.cfg, self.cfg.cc, now);
+        if self.max_burst > 10 {
+            p.set_max_burst(now, self.max_burst);
+        }
         p.challenge = Some(token);
         p.challenge_due = true;
         p.adopt_early_cost(self.early_costs.remove(&pid));

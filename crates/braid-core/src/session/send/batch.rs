@@ -64,6 +64,17 @@ impl Stash {
 }
 
 impl Session {
+    /// Let each path's pacer release up to `packets` packets at once (10 by default), as
+    /// far as 2 ms at its pacing rate allow: a driver sending batches of `packets`
+    /// datagrams (UDP GSO) calls it once, so that the pacer does not cut every batch at 10.
+    /// Paths added later get it too.
+    pub fn set_max_burst(&mut self, now: Instant, packets: usize) {
+        self.max_burst = packets as u64;
+        for p in self.paths.values_mut() {
+            p.set_max_burst(now, self.max_burst);
+        }
+    }
+
     /// Up to `max_segments` successive datagrams for one path, written into `buf` one after
     /// the other: every one is `segment_size` long except possibly the last, which is
     /// shorter. The datagrams, their bytes and their paths are exactly those successive

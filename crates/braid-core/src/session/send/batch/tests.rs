@@ -32,12 +32,13 @@ fn one_way(path: PathId) -> Duration {
     }
 }
 
-fn run(mode: Mode, bytes: usize) -> Log {
+fn run(mode: Mode, bytes: usize, max_burst: usize) -> Log {
     let cfg = Config::default();
     let mds = cfg.max_datagram_size;
     let mut now = Instant(0);
     let mut client = Session::connect(cfg.clone(), now, SID, 0);
     let mut server = Session::accept(cfg, now, SID);
+    client.set_max_burst(now, max_burst);
     // (arrival, to the server?, bytes)
     let mut wire: VecDeque<(Instant, bool, Vec<u8>)> = VecDeque::new();
     let mut buf = vec![0u8; mds * 16];
@@ -124,9 +125,9 @@ fn run(mode: Mode, bytes: usize) -> Log {
 #[test]
 fn a_batch_is_what_poll_transmit_would_send_across_path_changes() {
     let mds = Config::default().max_datagram_size;
-    let single = run(Mode::Single, 3 << 20);
+    let single = run(Mode::Single, 3 << 20, 10);
     let max = 7;
-    let batched = run(Mode::Batch(max), 3 << 20);
+    let batched = run(Mode::Batch(max), 3 << 20, 10);
     assert_eq!(single.received, 3 << 20);
     assert_eq!(batched.received, 3 << 20);
     assert_eq!(single.sent.len(), batched.sent.len(), "as many datagrams");
@@ -152,4 +153,25 @@ fn a_batch_is_what_poll_transmit_would_send_across_path_changes() {
         .filter(|w| w[0].0 != w[1].0 && w[0].1.len() == mds && w[1].1.len() == mds)
         .count();
     assert!(switches > 0, "no path change between full-size datagrams");
+}
+
+#[test]
+fn a_larger_pacer_burst_lets_batches_grow_past_10_datagrams() {
+    let mds = Config::default().max_datagram_size;
+    let largest = |l: &Log| l.batches.iter().map(|b| b.2).max().unwrap_or(0);
+    let ten = run(Mode::Batch(16), 8 << 20, 10);
+    let more = run(Mode::Batch(16), 8 << 20, 16);
+    assert_eq!(ten.received, 8 << 20);
+    assert_eq!(more.received, 8 << 20);
+    assert!(largest(&ten) <= 10, "the default burst is 10 packets");
+    let full = more
+        .batches
+        .iter()
+        .filter(|b| b.2 > 10 && b.1 == mds)
+        .count();
+    assert!(
+        full > 0,
+        "no batch of more than 10 full datagrams ({})",
+        largest(&more)
+    );
 }
