@@ -145,6 +145,25 @@ impl SendStream {
             .saturating_sub(self.next_new)
     }
 
+    /// Copy the buffered bytes from absolute `offset` into `dst` (all of them must be
+    /// buffered), across as many chunks as they span.
+    pub fn copy_out(&self, offset: u64, dst: &mut [u8]) {
+        let i = self.buf.partition_point(|(at, _)| *at <= offset);
+        let mut done = 0;
+        let mut off = offset;
+        for (at, c) in self.buf.range(i.saturating_sub(1)..) {
+            if done == dst.len() {
+                break;
+            }
+            let from = (off - at) as usize;
+            let n = (c.len() - from).min(dst.len() - done);
+            dst[done..done + n].copy_from_slice(&c[from..from + n]);
+            done += n;
+            off += n as u64;
+        }
+        debug_assert_eq!(done, dst.len(), "copy_out beyond the buffered bytes");
+    }
+
     /// Up to `max` buffered bytes from absolute `offset` (which must be buffered), from
     /// at most two successive chunks of the buffer: fewer than `max` when the data ends or
     /// a third chunk would be needed (the caller sends the rest in another frame).
@@ -449,6 +468,11 @@ mod tests {
                     &data[from as usize..],
                     "{from} {max}"
                 );
+                // What packets get: any number of bytes, across any number of chunks.
+                let mut out = vec![0u8; (5000 - from as usize).min(max)];
+                s.copy_out(from, &mut out);
+                let want = &data[from as usize..from as usize + out.len()];
+                assert_eq!(out, want, "copy_out {from} {max}");
             }
         }
         // Acknowledged bytes go, in the middle of a chunk too; the rest stays readable.

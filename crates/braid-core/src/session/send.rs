@@ -705,15 +705,15 @@ pub(super) fn write_stream_range(
 ) -> Option<(usize, bool)> {
     let room = pkt.w.remaining();
     let max = room.saturating_sub(emit::stream_header_len(id, r.start, room));
-    // Straight from the send buffer's chunks into the packet (at most two chunks a frame;
-    // the caller writes another frame for the rest).
-    let (a, b) = s.slices(r.start, ((r.end - r.start) as usize).min(max));
-    let len = a.len() + b.len();
+    let len = ((r.end - r.start) as usize).min(max);
     if len == 0 {
         return None;
     }
     let fin = fin_ok && s.fin && r.start + len as u64 == s.write_offset();
-    emit::stream2(&mut pkt.w, id, r.start, fin, a, b)?;
+    // Straight from the send buffer's chunks into the packet: the one copy.
+    emit::stream_with(&mut pkt.w, id, r.start, fin, len, |dst| {
+        s.copy_out(r.start, dst)
+    })?;
     pkt.frames.push(SentFrame::Stream {
         id,
         off: r.start,
