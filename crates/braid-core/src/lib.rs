@@ -32,8 +32,8 @@ pub use config::Config;
 pub use rng::Rng;
 pub use sched::{PathId, SchedulerKind};
 pub use session::{
-    DatagramError, Event, PathCondition, PathError, Session, SessionError, SessionStats, Side,
-    Transmit,
+    BatchTransmit, DatagramError, Event, PathCondition, PathError, Session, SessionError,
+    SessionStats, Side, Transmit,
 };
 pub use stream::{StreamError, StreamId};
 pub use time::Instant;

@@ -4,10 +4,11 @@
 //! stream-level flow-control counters of one stream. Must not touch: packets, paths or the
 //! connection-level window (the session accounts for those). Stream data is kept as bytes
 //! with absolute offsets; a lost range is resent from the send buffer on whatever path the
-//! scheduler picks.
+//! scheduler picks. The send buffer holds the application's own `Bytes` (no copy on
+//! `write_bytes`): frames are copied from them straight into packets.
 
 use crate::ranges::RangeSet;
-use bytes::Bytes;
+use bytes::{Buf, Bytes};
 use std::collections::{BTreeMap, VecDeque};
 use std::ops::Range;
 
@@ -42,8 +43,11 @@ pub enum StreamError {
 /// State of the sending half.
 #[derive(Debug, Default)]
 pub struct SendStream {
-    buf: VecDeque<u8>,
-    /// Offset of `buf[0]`; everything below is acknowledged.
+    /// The buffered data, in order: each chunk with its absolute offset.
+    buf: VecDeque<(u64, Bytes)>,
+    /// Bytes in `buf`.
+    buffered: u64,
+    /// Offset of the first byte of `buf`; everything below is acknowledged.
     base: u64,
     /// Lowest offset never sent.
     pub next_new: u64,
@@ -78,7 +82,7 @@ impl SendStream {
 
     /// Offset the next application write goes to.
     pub fn write_offset(&self) -> u64 {
-        self.base + self.buf.len() as u64
+        self.base + self.buffered
     }
 
     /// Bytes the application may still write now: `buffer_limit` bytes may wait unsent.
@@ -92,11 +96,30 @@ impl SendStream {
         self.buffer_limit.saturating_sub(unsent)
     }
 
-    /// Append application data; returns how much was taken.
+    /// Append application data (copied); returns how much was taken.
     pub fn write(&mut self, data: &[u8]) -> usize {
         let n = (self.writable() as usize).min(data.len());
-        self.buf.extend(&data[..n]);
+        if n > 0 {
+            self.push(Bytes::copy_from_slice(&data[..n]));
+        }
         n
+    }
+
+    /// Append application data without copying it; returns how much was taken (the
+    /// front of `data`).
+    pub fn write_bytes(&mut self, mut data: Bytes) -> usize {
+        let n = (self.writable() as usize).min(data.len());
+        if n > 0 {
+            data.truncate(n);
+            self.push(data);
+        }
+        n
+    }
+
+    fn push(&mut self, data: Bytes) {
+        let at = self.write_offset();
+        self.buffered += data.len() as u64;
+        self.buf.push_back((at, data));
     }
 
     /// The application finished writing.
@@ -122,18 +145,41 @@ impl SendStream {
             .saturating_sub(self.next_new)
     }
 
-    /// Copy `len` bytes at absolute `offset` (which must be buffered) into two slices.
-    pub fn slices(&self, offset: u64, len: usize) -> (&[u8], &[u8]) {
-        let start = (offset - self.base) as usize;
-        let (a, b) = self.buf.as_slices();
-        if start >= a.len() {
-            let s = start - a.len();
-            (&b[s..s + len], &[])
-        } else if start + len <= a.len() {
-            (&a[start..start + len], &[])
-        } else {
-            (&a[start..], &b[..start + len - a.len()])
+    /// Copy the buffered bytes from absolute `offset` into `dst` (all of them must be
+    /// buffered), across as many chunks as they span.
+    pub fn copy_out(&self, offset: u64, dst: &mut [u8]) {
+        let i = self.buf.partition_point(|(at, _)| *at <= offset);
+        let mut done = 0;
+        let mut off = offset;
+        for (at, c) in self.buf.range(i.saturating_sub(1)..) {
+            if done == dst.len() {
+                break;
+            }
+            let from = (off - at) as usize;
+            let n = (c.len() - from).min(dst.len() - done);
+            dst[done..done + n].copy_from_slice(&c[from..from + n]);
+            done += n;
+            off += n as u64;
         }
+        debug_assert_eq!(done, dst.len(), "copy_out beyond the buffered bytes");
+    }
+
+    /// Up to `max` buffered bytes from absolute `offset` (which must be buffered), from
+    /// at most two successive chunks of the buffer: fewer than `max` when the data ends or
+    /// a third chunk would be needed (the caller sends the rest in another frame).
+    pub fn slices(&self, offset: u64, max: usize) -> (&[u8], &[u8]) {
+        let i = self.buf.partition_point(|(at, _)| *at <= offset);
+        let Some(i) = i.checked_sub(1) else {
+            return (&[], &[]);
+        };
+        let (at, c) = &self.buf[i];
+        let a = c.get((offset - at) as usize..).unwrap_or(&[]);
+        let a = &a[..a.len().min(max)];
+        let b = match self.buf.get(i + 1) {
+            Some((_, d)) if a.len() < max => &d[..d.len().min(max - a.len())],
+            _ => &[][..],
+        };
+        (a, b)
     }
 
     /// The first part of `r` that is still buffered and not acknowledged, if any.
@@ -154,13 +200,30 @@ impl SendStream {
             self.retransmit.remove(r);
             if let Some(first) = self.acked.first() {
                 if first.start <= self.base {
-                    let drop = (first.end - self.base) as usize;
-                    self.buf.drain(..drop.min(self.buf.len()));
-                    self.base = first.end;
+                    self.release_below(first.end);
                     self.acked.pop_first();
                 }
             }
         }
+    }
+
+    /// Drop the buffered bytes below `end` (acknowledged).
+    fn release_below(&mut self, end: u64) {
+        let end = end.min(self.write_offset());
+        while let Some((at, c)) = self.buf.front_mut() {
+            let chunk_end = *at + c.len() as u64;
+            if chunk_end <= end {
+                self.buf.pop_front();
+            } else {
+                if *at < end {
+                    c.advance((end - *at) as usize);
+                    *at = end;
+                }
+                break;
+            }
+        }
+        self.buffered -= end.saturating_sub(self.base);
+        self.base = self.base.max(end);
     }
 
     /// The first part of `r` still unacknowledged (`None` when all of it was, or the
@@ -203,6 +266,7 @@ impl SendStream {
     pub fn discard(&mut self) {
         self.base = self.write_offset();
         self.buf.clear();
+        self.buffered = 0;
         self.retransmit = RangeSet::new();
         self.acked = RangeSet::new();
         self.fin_pending = false;
@@ -369,6 +433,71 @@ mod tests {
         assert!(s.has_pending());
         s.on_acked(300..300, true);
         assert!(s.is_done());
+    }
+
+    /// Every byte of the send buffer read back through `slices`, from any offset, frames
+    /// of at most `max` bytes: what the packets would carry.
+    fn read_back(s: &SendStream, from: u64, max: usize) -> Vec<u8> {
+        let mut out = Vec::new();
+        let mut off = from;
+        while off < s.write_offset() {
+            let (a, b) = s.slices(off, max);
+            assert!(!a.is_empty() && a.len() + b.len() <= max);
+            out.extend_from_slice(a);
+            out.extend_from_slice(b);
+            off += (a.len() + b.len()) as u64;
+        }
+        out
+    }
+
+    #[test]
+    fn send_buffer_of_chunks_gives_back_every_byte_across_chunks_and_acks() {
+        let data: Vec<u8> = (0..5000u32).map(|i| (i * 7 % 251) as u8).collect();
+        let mut s = SendStream::new(1 << 20, 1 << 20);
+        // Chunks of mixed sizes, copied and not.
+        let bytes = Bytes::from(data.clone());
+        assert_eq!(s.write(&data[..1]), 1);
+        assert_eq!(s.write_bytes(bytes.slice(1..700)), 699);
+        assert_eq!(s.write(&data[700..703]), 3);
+        assert_eq!(s.write_bytes(bytes.slice(703..)), 4297);
+        assert_eq!(s.write_offset(), 5000);
+        for max in [1, 2, 5, 1200, 1400, 9999] {
+            for from in [0, 1, 2, 699, 700, 702, 703, 4000, 4999] {
+                assert_eq!(
+                    read_back(&s, from, max),
+                    &data[from as usize..],
+                    "{from} {max}"
+                );
+                // What packets get: any number of bytes, across any number of chunks.
+                let mut out = vec![0u8; (5000 - from as usize).min(max)];
+                s.copy_out(from, &mut out);
+                let want = &data[from as usize..from as usize + out.len()];
+                assert_eq!(out, want, "copy_out {from} {max}");
+            }
+        }
+        // Acknowledged bytes go, in the middle of a chunk too; the rest stays readable.
+        s.next_new = 5000;
+        s.on_acked(0..650, false);
+        assert_eq!(read_back(&s, 650, 1400), &data[650..]);
+        s.on_acked(650..702, false);
+        assert_eq!(read_back(&s, 702, 1400), &data[702..]);
+        assert_eq!(s.write_offset(), 5000);
+        s.finish();
+        s.on_acked(702..5000, true);
+        assert!(s.is_done(), "all acknowledged: the buffer is empty");
+    }
+
+    #[test]
+    fn write_bytes_keeps_the_applications_bytes_without_a_copy() {
+        let mut s = SendStream::new(1 << 20, 100);
+        let data = Bytes::from(vec![9u8; 300]);
+        assert_eq!(
+            s.write_bytes(data.clone()),
+            100,
+            "only what the buffer limit allows"
+        );
+        let (a, _) = s.slices(0, 50);
+        assert_eq!(a.as_ptr(), data.as_ptr(), "the same memory");
     }
 
     #[test]

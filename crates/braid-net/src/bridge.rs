@@ -212,7 +212,8 @@ impl StreamBridge {
     /// Write pending bytes; give their credit back as the stream accepts them.
     pub fn flush(&mut self, s: &mut Session) {
         while let Some(chunk) = self.pending.front_mut() {
-            match s.stream_write(self.id, chunk) {
+            // The chunk itself goes into the stream's buffer: no copy.
+            match s.stream_write_bytes(self.id, chunk.clone()) {
                 Ok(0) => return,
                 Ok(n) => {
                     self.credit.add_permits(n);

@@ -8,6 +8,7 @@
 //! wall-clock time into its `now`.
 
 use crate::bridge::{Cmd, StreamBridge, StreamHandle};
+use braid_core::wire::PacketHeader;
 use braid_core::{Event, Instant, PathId, Session, StreamId};
 use bytes::{Bytes, BytesMut};
 use std::collections::HashMap;
@@ -19,9 +20,10 @@ use tracing::{debug, info, warn};
 pub trait PacketProtection: Send + 'static {
     /// Encrypt `packet` in place (its last `tag_len` bytes are the tag space).
     fn seal(&mut self, packet: &mut [u8]) -> bool;
-    /// Verify and decrypt in place; false: drop the packet (or it was a key-management
-    /// packet the protection consumed).
-    fn open(&mut self, packet: &mut [u8]) -> bool;
+    /// Verify and decrypt in place, returning the header it parsed to do so (the session
+    /// takes it as it is: the header is parsed once per packet); `None`: drop the packet
+    /// (or it was a key-management packet the protection consumed).
+    fn open(&mut self, packet: &mut [u8]) -> Option<Opened>;
     /// Called on every turn of the session loop with the time: what key management needs
     /// done now (nothing by default).
     fn poll_control(&mut self, _now: Instant) -> Option<Control> {
@@ -31,6 +33,15 @@ pub trait PacketProtection: Send + 'static {
     fn poll_timeout(&self) -> Option<Instant> {
         None
     }
+}
+
+/// An authenticated transport packet's header, as packet protection parsed it.
+#[derive(Debug, Clone, Copy)]
+pub struct Opened {
+    /// The header (its type is transport).
+    pub header: PacketHeader,
+    /// Its length: the payload follows.
+    pub header_len: usize,
 }
 
 /// What packet protection asks the session task to do.
@@ -48,6 +59,14 @@ pub enum Control {
 pub trait PathSender: Send + 'static {
     /// Send one datagram on `path`; errors are logged and the packet counts as lost.
     fn send(&mut self, path: PathId, packet: &[u8]);
+    /// Send datagrams of `segment_size` bytes back to back in `packets` (the last may be
+    /// shorter) on `path`, as one UDP GSO send where the transport can; by default one
+    /// [`Self::send`] each.
+    fn send_batch(&mut self, path: PathId, packets: &[u8], segment_size: usize) {
+        for p in packets.chunks(segment_size.max(1)) {
+            self.send(path, p);
+        }
+    }
 }
 
 /// A datagram received for this session.
@@ -128,7 +147,11 @@ impl<P: PacketProtection, S: PathSender> SessionTask<P, S> {
         let mut bridges: HashMap<StreamId, StreamBridge> = HashMap::new();
         // Streams asked for before the session finished its handshake.
         let mut pending_opens: Vec<OpenReply> = Vec::new();
-        let mut buf = vec![0u8; self.session.config().max_datagram_size];
+        let mds = self.session.config().max_datagram_size;
+        let max_segments = crate::batch::max_segments(mds);
+        // Pacers may release a whole batch at once where the rate allows.
+        self.session.set_max_burst(self.clock.now(), max_segments);
+        let mut buf = vec![0u8; mds * max_segments];
         let mut sleep = Box::pin(tokio::time::sleep_until(tokio::time::Instant::now()));
         loop {
             let now = self.clock.now();
@@ -143,12 +166,12 @@ impl<P: PacketProtection, S: PathSender> SessionTask<P, S> {
                     ),
                 }
             }
-            // Send everything the session has.
-            while let Some(t) = self.session.poll_transmit(now, &mut buf) {
-                let pkt = &mut buf[..t.len];
-                if self.protection.seal(pkt) {
-                    self.sender.send(t.path, pkt);
-                }
+            // Send everything the session has, in batches of one path's datagrams.
+            while let Some(b) = self
+                .session
+                .poll_transmit_batch(now, &mut buf, max_segments)
+            {
+                self.seal_and_send(b, &mut buf);
             }
             // Events.
             let mut closed = false;
@@ -258,21 +281,40 @@ impl<P: PacketProtection, S: PathSender> SessionTask<P, S> {
         }
     }
 
+    /// Seal every datagram of a batch in place and send the batch; a datagram that fails
+    /// to seal is left out (the datagrams around it go as two batches).
+    fn seal_and_send(&mut self, b: braid_core::BatchTransmit, buf: &mut [u8]) {
+        let seg = b.segment_size;
+        let mut start = 0;
+        for i in 0..b.segments {
+            if self.protection.seal(&mut buf[b.segment(i)]) {
+                continue;
+            }
+            if i > start {
+                self.sender
+                    .send_batch(b.path, &buf[start * seg..i * seg], seg);
+            }
+            start = i + 1;
+        }
+        if start < b.segments {
+            self.sender
+                .send_batch(b.path, &buf[start * seg..b.len], seg);
+        }
+    }
+
     fn receive(&mut self, mut pkt: Incoming) {
-        if !self.protection.open(&mut pkt.data) {
+        let Some(hdr) = self.protection.open(&mut pkt.data) else {
             debug!(from = %pkt.from, "dropped a packet that failed authentication");
             return;
-        }
-        let now = self.clock.now();
-        let Ok((hdr, _)) = braid_core::wire::PacketHeader::parse(&pkt.data) else {
-            return;
         };
+        let now = self.clock.now();
         if let Some(hook) = self.on_packet.as_mut() {
-            if !hook(&mut self.session, now, hdr.path_id, pkt.from) {
+            if !hook(&mut self.session, now, hdr.header.path_id, pkt.from) {
                 return;
             }
         }
-        self.session.handle_datagram(now, pkt.data.freeze());
+        self.session
+            .handle_packet(now, hdr.header, hdr.header_len, pkt.data.freeze());
     }
 
     fn open(&mut self, reply: OpenReply, bridges: &mut HashMap<StreamId, StreamBridge>) {

@@ -4,6 +4,7 @@
 //! - [`bridge`]: streams between the session task and application-side tasks,
 //! - [`protect`]: the AEAD and replay window on every packet,
 //! - [`udp`]: path sockets bound to interfaces or source addresses,
+//! - [`batch`]: many datagrams per system call (UDP GSO and GRO),
 //! - [`tcp`]: braid packets over TCP, for networks that block UDP,
 //! - [`splice`]: relaying a TCP connection over a stream,
 //! - [`agent`]: `braid agent` (SOCKS5, HTTP CONNECT, UDP ASSOCIATE, live paths),
@@ -14,6 +15,7 @@
 //! - [`status`]: the status snapshots of `braid status` (stable JSON) and their rules.
 
 pub mod agent;
+pub mod batch;
 pub mod bridge;
 pub mod driver;
 pub mod netwatch;

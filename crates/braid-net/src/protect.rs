@@ -10,7 +10,8 @@
 //! ([`RekeyInbox`]). Must not touch: the session, sockets (handshake packets go out
 //! through the driver's [`Control::Send`]) or the server's handshake policy.
 
-use crate::driver::{Control, PacketProtection};
+use crate::driver::{Control, Opened, PacketProtection};
+use braid_core::wire::{PacketHeader, PacketType as CorePacketType};
 use braid_core::{Instant, PathId};
 use braid_crypto::{
     parse_header, Ciphers, ClientHandshake, KeyRing, PacketType, PublicKey, RekeyPolicy,
@@ -255,18 +256,16 @@ impl PacketProtection for Aead {
         self.ring.seal(packet).is_ok()
     }
 
-    fn open(&mut self, packet: &mut [u8]) -> bool {
-        let Ok(h) = parse_header(packet) else {
-            return false;
-        };
+    fn open(&mut self, packet: &mut [u8]) -> Option<Opened> {
+        let h = parse_header(packet).ok()?;
         if h.ptype != PacketType::Transport {
             self.handshake_packet(packet, h.ptype, h.session_id);
-            return false;
+            return None;
         }
         self.check_inbox();
         if self.ring.open(packet, self.now).is_err() {
             self.stats.unopened.fetch_add(1, Ordering::Relaxed);
-            return false;
+            return None;
         }
         self.note_epoch();
         // At most 8 paths are live, but ids are up to 255: bound the map anyway.
@@ -278,10 +277,21 @@ impl PacketProtection for Aead {
             .entry(h.path_id)
             .or_default()
             .check_and_set(h.packet_number);
-        if fresh {
-            self.last_path = h.path_id;
+        if !fresh {
+            return None;
         }
-        fresh
+        self.last_path = h.path_id;
+        // The header as the session reads it (the type byte is transport once opened,
+        // whatever the key phase was).
+        Some(Opened {
+            header: PacketHeader {
+                ptype: CorePacketType::Transport,
+                session_id: h.session_id,
+                path_id: h.path_id,
+                packet_number: h.packet_number,
+            },
+            header_len: h.header_len,
+        })
     }
 
     fn poll_control(&mut self, now: Instant) -> Option<Control> {
@@ -353,7 +363,8 @@ impl PacketProtection for Plain {
     fn seal(&mut self, _: &mut [u8]) -> bool {
         true
     }
-    fn open(&mut self, _: &mut [u8]) -> bool {
-        true
+    fn open(&mut self, packet: &mut [u8]) -> Option<Opened> {
+        let (header, header_len) = PacketHeader::parse(packet).ok()?;
+        Some(Opened { header, header_len })
     }
 }

@@ -23,6 +23,9 @@ use smallvec::SmallVec;
 use std::collections::VecDeque;
 use std::time::Duration;
 
+/// The pacer's burst, in packets, unless the driver asks for more (`Path::set_max_burst`).
+const MIN_MAX_BURST: u64 = 10;
+
 mod detect;
 
 /// Most packets declared lost that are remembered, so a late acknowledgement proves the
@@ -161,6 +164,8 @@ pub struct Path {
     pub(crate) cc: Box<dyn CongestionController>,
     pacer: Pacer,
     mss: u64,
+    /// Most packets the pacer lets out at once when the rate allows (`set_max_burst`).
+    max_burst: u64,
     pub(crate) next_pn: u64,
     sent: VecDeque<Option<SentPacket>>,
     sent_base: u64,
@@ -245,6 +250,7 @@ impl Path {
             cc: cc.build(mss, iw, now),
             pacer: Pacer::new(iw, now),
             mss,
+            max_burst: MIN_MAX_BURST,
             next_pn: 0,
             sent: VecDeque::new(),
             sent_base: 0,
@@ -593,10 +599,24 @@ impl Path {
         true
     }
 
+    /// Let the pacer release up to `packets` packets at once (at least 10, the default),
+    /// as far as 2 ms at the pacing rate allow: a driver that hands the kernel batches of
+    /// datagrams (UDP GSO) sets its batch size, so that a batch is not cut at 10.
+    pub fn set_max_burst(&mut self, now: Instant, packets: u64) {
+        self.max_burst = packets.max(MIN_MAX_BURST);
+        self.refresh_pacer(now);
+    }
+
     fn refresh_pacer(&mut self, now: Instant) {
         let cwnd = self.cc.window();
-        let burst = cwnd.clamp(2 * self.mss, 10 * self.mss);
         let cc_rate = self.cc.pacing_rate(&self.rtt);
+        let mut max_burst = MIN_MAX_BURST * self.mss;
+        if self.max_burst > MIN_MAX_BURST {
+            // 2 ms at the controller's rate, as QUIC stacks burst; never below 10 packets.
+            let two_ms = cc_rate / 500;
+            max_burst = two_ms.clamp(max_burst, self.max_burst * self.mss);
+        }
+        let burst = cwnd.clamp(2 * self.mss, max_burst);
         let rate = match self.rate_cap {
             // The scheduler's cap; the controller's own rate when lower (0: no pacing).
             Some(cap) if cap > 0 => {

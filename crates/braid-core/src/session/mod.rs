@@ -28,6 +28,7 @@ use std::collections::{BTreeMap, BTreeSet, VecDeque};
 use timers::TimerTable;
 
 pub use dgram::DatagramMode;
+pub use send::BatchTransmit;
 
 /// Which end of the session this is.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -233,6 +234,11 @@ pub struct Session {
     /// Path ids whose transport the driver says is reliable (TCP), kept across a path's
     /// incarnations (`set_path_reliable`).
     reliable: BTreeSet<PathId>,
+    /// A packet `poll_transmit_batch` made but could not add to its batch: the next
+    /// `poll_transmit` or `poll_transmit_batch` returns it first.
+    stash: send::Stash,
+    /// The pacers' burst in packets (`set_max_burst`; 10 unless a driver asks for more).
+    max_burst: u64,
 }
 
 impl Session {
@@ -278,6 +284,8 @@ impl Session {
             early_costs: BTreeMap::new(),
             redundant_sent: BTreeMap::new(),
             reliable: BTreeSet::new(),
+            stash: send::Stash::default(),
+            max_burst: 10,
             cfg,
         }
     }
@@ -348,6 +356,9 @@ impl Session {
 
     fn insert_path(&mut self, now: Instant, id: PathId) -> &mut Path {
         let mut p = Path::new(id, &self.cfg, self.cfg.cc, now);
+        if self.max_burst > 10 {
+            p.set_max_burst(now, self.max_burst);
+        }
         // A re-added path continues the old incarnation's packet numbers, so the peer
         // (which may never have heard that the path was abandoned) does not take its new
         // packets for duplicates.
@@ -590,6 +601,23 @@ impl Session {
     /// Buffer application data on a stream; returns how many bytes were taken (0 when the
     /// buffer is full: a `StreamWritable` event follows when there is room again).
     pub fn stream_write(&mut self, id: StreamId, data: &[u8]) -> Result<usize, StreamError> {
+        self.stream_append(id, data.len(), |s| s.write(data))
+    }
+
+    /// Buffer application data on a stream without copying it: as [`Self::stream_write`],
+    /// taking the front of `data` (returns how many bytes).
+    pub fn stream_write_bytes(&mut self, id: StreamId, data: Bytes) -> Result<usize, StreamError> {
+        self.stream_append(id, data.len(), |s| s.write_bytes(data))
+    }
+
+    /// Append `len` bytes with `write` (which returns how many it took) to a stream that
+    /// may still send.
+    fn stream_append(
+        &mut self,
+        id: StreamId,
+        len: usize,
+        write: impl FnOnce(&mut SendStream) -> usize,
+    ) -> Result<usize, StreamError> {
         let st = self.streams.get_mut(&id).ok_or(StreamError::Unknown(id))?;
         if let Some(code) = st.send.stopped {
             return Err(StreamError::Stopped { id, code });
@@ -597,8 +625,8 @@ impl Session {
         if st.send.fin || st.send.reset.is_some() {
             return Err(StreamError::Closed(id));
         }
-        let n = st.send.write(data);
-        if n < data.len() {
+        let n = write(&mut st.send);
+        if n < len {
             st.blocked_write = true;
         }
         if n > 0 && !st.queued {

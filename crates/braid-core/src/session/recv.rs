@@ -21,6 +21,16 @@ impl Session {
             self.stats.malformed_packets += 1;
             return;
         };
+        self.handle_packet(now, hdr, hlen, data);
+    }
+
+    /// [`Session::handle_datagram`] for a driver that parsed the header already (to
+    /// authenticate the packet): `hdr` and `hlen` must be what `PacketHeader::parse` gives
+    /// for `data`, so the header is parsed once per packet.
+    pub fn handle_packet(&mut self, now: Instant, hdr: PacketHeader, hlen: usize, data: Bytes) {
+        if self.state == State::Closed || self.state == State::Closing {
+            return;
+        }
         if hdr.ptype != PacketType::Transport
             || hdr.session_id != self.id
             || data.len() < hlen + self.cfg.tag_len
@@ -104,6 +114,9 @@ impl Session {
         let mut token = [0u8; 8];
         self.rng.fill(&mut token);
         let mut p = Path::new(pid, &self.cfg, self.cfg.cc, now);
+        if self.max_burst > 10 {
+            p.set_max_burst(now, self.max_burst);
+        }
         p.challenge = Some(token);
         p.challenge_due = true;
         p.adopt_early_cost(self.early_costs.remove(&pid));

@@ -12,8 +12,12 @@ use crate::wire::frame::emit;
 use crate::wire::{HelloParams, PacketHeader, PacketType, Writer};
 use smallvec::SmallVec;
 
+mod batch;
 mod datagrams;
 mod redundant;
+
+pub use batch::BatchTransmit;
+pub(super) use batch::Stash;
 
 /// Packets carrying a PATH_CHALLENGE are padded to this size (or the datagram size).
 const CHALLENGE_PADDED: usize = 1200;
@@ -34,6 +38,16 @@ impl Session {
         if buf.len() < self.cfg.max_datagram_size {
             return None;
         }
+        // A packet a batch made but could not take (`poll_transmit_batch`) goes first.
+        if let Some(t) = self.stash.take(buf) {
+            return Some(t);
+        }
+        self.produce(now, buf)
+    }
+
+    /// Make the next datagram (no stash involved); `buf` holds at least
+    /// `max_datagram_size` bytes.
+    fn produce(&mut self, now: Instant, buf: &mut [u8]) -> Option<Transmit> {
         let buf = &mut buf[..self.cfg.max_datagram_size];
         let t = match self.state {
             State::Closed => None,
@@ -696,8 +710,10 @@ pub(super) fn write_stream_range(
         return None;
     }
     let fin = fin_ok && s.fin && r.start + len as u64 == s.write_offset();
-    let (a, b) = s.slices(r.start, len);
-    emit::stream2(&mut pkt.w, id, r.start, fin, a, b)?;
+    // Straight from the send buffer's chunks into the packet: the one copy.
+    emit::stream_with(&mut pkt.w, id, r.start, fin, len, |dst| {
+        s.copy_out(r.start, dst)
+    })?;
     pkt.frames.push(SentFrame::Stream {
         id,
         off: r.start,

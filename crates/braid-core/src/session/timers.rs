@@ -58,6 +58,10 @@ impl TimerTable {
 impl Session {
     /// When [`Session::handle_timeout`] must next be called (`None`: only on new input).
     pub fn poll_timeout(&self) -> Option<Instant> {
+        if self.stash.is_some() {
+            // A datagram left out of a batch waits (`poll_transmit_batch`): due now.
+            return Some(Instant(0));
+        }
         self.timers.next()
     }
 

@@ -493,6 +493,26 @@ pub mod emit {
         })
     }
 
+    /// A STREAM frame of `len` bytes that `fill` writes straight into the packet (from a
+    /// send buffer of several chunks, with no copy in between).
+    pub fn stream_with(
+        w: &mut Writer<'_>,
+        id: u64,
+        offset: u64,
+        fin: bool,
+        len: usize,
+        fill: impl FnOnce(&mut [u8]),
+    ) -> Option<()> {
+        atomic(w, |w| {
+            w.varint(if fin { ty::STREAM_FIN } else { ty::STREAM })?;
+            w.varint(id)?;
+            w.varint(offset)?;
+            w.varint(len as u64)?;
+            fill(w.slot(len)?);
+            Some(())
+        })
+    }
+
     /// MAX_DATA.
     pub fn max_data(w: &mut Writer<'_>, max: u64) -> Option<()> {
         atomic(w, |w| {

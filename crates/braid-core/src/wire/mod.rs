@@ -141,6 +141,14 @@ impl<'a> Writer<'a> {
         self.pos = end;
         Some(())
     }
+    /// The next `n` bytes, for the caller to fill (whatever they held before).
+    pub fn slot(&mut self, n: usize) -> Option<&mut [u8]> {
+        let end = self.pos.checked_add(n)?;
+        let start = self.pos;
+        let s = self.buf.get_mut(start..end)?;
+        self.pos = end;
+        Some(s)
+    }
     /// `n` zero bytes.
     pub fn zeros(&mut self, n: usize) -> Option<()> {
         let end = self.pos.checked_add(n)?;

@@ -8,6 +8,7 @@
 //! lifecycle (`run`).
 
 use super::handshake::Bound;
+use crate::batch;
 use crate::driver::{Incoming, PathSender};
 use crate::tcp::{self, FrameSender};
 use crate::udp::PathBind;
@@ -66,6 +67,24 @@ impl PathSender for PathSockets {
             }
             Some(Route::Tcp(tx)) => {
                 let _ = tx.send(tcp::frame(packet));
+            }
+            None => {}
+        }
+    }
+
+    fn send_batch(&mut self, path: PathId, packets: &[u8], segment_size: usize) {
+        let Ok(t) = self.table.lock() else { return };
+        match t.get(&path) {
+            // Straight to the non-blocking socket (see `send` for why not through tokio).
+            Some(Route::Udp(s, to)) => {
+                if let Err(e) = batch::send(s.as_ref(), *to, packets, segment_size) {
+                    debug!(path, "send failed: {e}");
+                }
+            }
+            Some(Route::Tcp(tx)) => {
+                for p in packets.chunks(segment_size.max(1)) {
+                    let _ = tx.send(tcp::frame(p));
+                }
             }
             None => {}
         }
@@ -202,22 +221,24 @@ impl Links {
     }
 }
 
-/// The receive task of a path's UDP socket.
+/// The receive task of a path's UDP socket: GRO on, several datagrams per receive where
+/// the kernel coalesced them, each handed on without a copy (a slice of the receive
+/// buffer, which is reused once the session let go of every datagram in it).
 fn udp_reader(b: &Bound, in_tx: mpsc::Sender<Incoming>) -> Task {
     let (s, peer) = (b.socket.clone(), b.peer);
     Task(tokio::spawn(async move {
-        let mut buf = vec![0u8; 65536];
-        while let Ok((n, from)) = s.recv_from(&mut buf).await {
-            if from == peer
-                && in_tx
-                    .send(Incoming {
-                        from,
-                        data: BytesMut::from(&buf[..n]),
-                    })
-                    .await
-                    .is_err()
-            {
-                return;
+        batch::enable_gro(s.as_ref());
+        let mut buf = BytesMut::new();
+        while let Ok(r) = batch::recv_async(&s, &mut buf).await {
+            if r.from != peer {
+                buf.clear();
+                continue;
+            }
+            for data in batch::split(&mut buf, r.segment_size) {
+                let from = r.from;
+                if in_tx.send(Incoming { from, data }).await.is_err() {
+                    return;
+                }
             }
         }
     }))

@@ -349,12 +349,17 @@ impl Server {
         let (expire_tx, mut expire_rx) = mpsc::unbounded_channel::<u64>();
         let mut tick = tokio::time::interval(DropLog::PERIOD);
         tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-        let mut buf = vec![0u8; 65536];
+        // GRO: one receive may hold several datagrams of one sender (split below).
+        crate::batch::enable_gro(self.socket.as_ref());
+        let mut buf = BytesMut::new();
         loop {
-            let (n, from) = tokio::select! {
-                r = self.socket.recv_from(&mut buf) => match r {
+            let r = tokio::select! {
+                r = crate::batch::recv_async(&self.socket, &mut buf) => match r {
                     Ok(x) => x,
-                    Err(_) => continue,
+                    Err(_) => {
+                        buf.clear();
+                        continue;
+                    }
                 },
                 Some((pkt, from)) = tcp_rx.recv() => {
                     l.datagram(&pkt, from, &done_tx, &expire_tx);
@@ -385,7 +390,9 @@ impl Server {
                     continue;
                 }
             };
-            l.datagram(&buf[..n], from, &done_tx, &expire_tx);
+            for pkt in crate::batch::split(&mut buf, r.segment_size) {
+                l.datagram(&pkt, r.from, &done_tx, &expire_tx);
+            }
             self.counters
                 .log_lines
                 .store(l.log.lines(), Ordering::Relaxed);
@@ -814,6 +821,19 @@ impl PathSender for SharedSocketSender {
             if let Err(e) = self.out.send_to(packet, to) {
                 debug!(path, "send failed: {e}");
             }
+        }
+    }
+
+    fn send_batch(&mut self, path: PathId, packets: &[u8], segment_size: usize) {
+        let to = self.addrs.lock().ok().and_then(|m| m.get(&path).copied());
+        let Some(to) = to else { return };
+        let r = if self.out.tcp.contains(&to) {
+            (packets.chunks(segment_size.max(1))).try_for_each(|p| self.out.send_to(p, to))
+        } else {
+            crate::batch::send(self.out.udp.as_ref(), to, packets, segment_size)
+        };
+        if let Err(e) = r {
+            debug!(path, "send failed: {e}");
         }
     }
 }

@@ -1,0 +1,241 @@
+//! Batched UDP I/O: many datagrams per system call.
+//!
+//! Send: one `sendmsg` with a `UDP_SEGMENT` control message (UDP GSO, Linux 4.18+) hands the
+//! kernel up to [`MAX_SEGMENTS`] datagrams of one size (the last may be shorter) for one
+//! destination; where the kernel or the device refuses GSO (`EIO`, `EINVAL`, no
+//! `UDP_SEGMENT` option), every datagram goes in a `sendmsg` of its own from then on.
+//! Receive: with `UDP_GRO` on (Linux 5.0+), one `recvmsg` returns several datagrams of one
+//! sender back to back, and a `UDP_GRO` control message says their size; without it, one
+//! datagram per call, as before.
+//!
+//! Owns: the socket options and system calls of batched sends and receives, and splitting
+//! a received buffer into its datagrams. Must not touch: what the datagrams carry, which
+//! socket a path uses (the agent's `links`, the server), or binding sockets (`udp`).
+
+use bytes::BytesMut;
+use socket2::SockAddr;
+use std::io;
+use std::mem::{size_of, MaybeUninit};
+use std::net::SocketAddr;
+use std::os::fd::{AsFd, AsRawFd};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::OnceLock;
+
+/// Most datagrams in one GSO send (the kernel's `UDP_MAX_SEGMENTS` is 64 before 6.9).
+pub const MAX_SEGMENTS: usize = 64;
+/// Most bytes in one GSO send: a UDP payload's limit, less room for IPv6 headers.
+pub const MAX_GSO_BYTES: usize = 65_000;
+/// A receive buffer that holds the largest GRO batch (and any single datagram).
+pub const RECV_BUFFER: usize = 65_536;
+
+/// GSO was refused by the kernel or a device: every datagram goes alone from now on.
+static GSO_REFUSED: AtomicBool = AtomicBool::new(false);
+
+/// Whether this kernel has UDP GSO (probed once on a fresh socket) and nothing refused it.
+pub fn gso_enabled() -> bool {
+    static PROBE: OnceLock<bool> = OnceLock::new();
+    let supported = *PROBE.get_or_init(|| {
+        std::net::UdpSocket::bind("127.0.0.1:0")
+            .or_else(|_| std::net::UdpSocket::bind("[::1]:0"))
+            .is_ok_and(|s| set_int(&s, libc::SOL_UDP, libc::UDP_SEGMENT, 1200).is_ok())
+    });
+    supported && !GSO_REFUSED.load(Ordering::Relaxed)
+}
+
+/// How many datagrams of `segment_size` bytes one [`send`] should be given.
+pub fn max_segments(segment_size: usize) -> usize {
+    if !gso_enabled() {
+        return 1;
+    }
+    (MAX_GSO_BYTES / segment_size.max(1)).clamp(1, MAX_SEGMENTS)
+}
+
+fn set_int(sock: &impl AsRawFd, level: i32, name: i32, v: i32) -> io::Result<()> {
+    // SAFETY: a valid descriptor and a pointer to a live c_int of the size passed.
+    let r = unsafe {
+        libc::setsockopt(
+            sock.as_raw_fd(),
+            level,
+            name,
+            (&v as *const i32).cast(),
+            size_of::<i32>() as libc::socklen_t,
+        )
+    };
+    if r == 0 {
+        Ok(())
+    } else {
+        Err(io::Error::last_os_error())
+    }
+}
+
+/// Turn on UDP GRO for `sock`: its receives may then hold several datagrams, which only
+/// [`recv`] splits. False when the kernel lacks it (receives stay one datagram each).
+pub fn enable_gro(sock: &impl AsRawFd) -> bool {
+    set_int(sock, libc::SOL_UDP, libc::UDP_GRO, 1).is_ok()
+}
+
+/// Control-message space, aligned for `cmsghdr`.
+#[repr(C, align(8))]
+struct Cmsgs([u8; 64]);
+
+/// Send `buf`, datagrams of `segment_size` bytes back to back (the last may be shorter),
+/// to `to` on the non-blocking socket `sock`. The first error ends the send (the rest
+/// count as lost, as UDP may lose them).
+pub fn send(sock: &impl AsFd, to: SocketAddr, buf: &[u8], segment_size: usize) -> io::Result<()> {
+    let fd = sock.as_fd().as_raw_fd();
+    let addr = SockAddr::from(to);
+    let seg = segment_size.max(1);
+    let mut rest = buf;
+    while !rest.is_empty() {
+        let gso = rest.len() > seg && gso_enabled();
+        let take = if gso {
+            rest.len().min(max_segments(seg) * seg)
+        } else {
+            rest.len().min(seg)
+        };
+        let (chunk, tail) = rest.split_at(take);
+        match sendmsg(fd, &addr, chunk, (gso && chunk.len() > seg).then_some(seg)) {
+            Ok(()) => rest = tail,
+            Err(e) if gso && matches!(e.raw_os_error(), Some(libc::EIO | libc::EINVAL)) => {
+                // The device cannot segment (no checksum offload) or the kernel refuses:
+                // send one by one from now on, this chunk included.
+                if !GSO_REFUSED.swap(true, Ordering::Relaxed) {
+                    tracing::info!("UDP GSO refused ({e}): sending one datagram per call");
+                }
+            }
+            Err(e) => return Err(e),
+        }
+    }
+    Ok(())
+}
+
+fn sendmsg(fd: i32, to: &SockAddr, data: &[u8], segment: Option<usize>) -> io::Result<()> {
+    let mut iov = libc::iovec {
+        iov_base: data.as_ptr() as *mut libc::c_void,
+        iov_len: data.len(),
+    };
+    let mut cmsgs = Cmsgs([0; 64]);
+    // SAFETY: msghdr is plain data; every pointer in it points at live locals of the
+    // lengths given, and the control message is written inside `cmsgs` (CMSG_SPACE of a
+    // u16 is far below its 64 bytes).
+    unsafe {
+        let mut msg: libc::msghdr = std::mem::zeroed();
+        msg.msg_name = to.as_ptr() as *mut libc::c_void;
+        msg.msg_namelen = to.len();
+        msg.msg_iov = &mut iov;
+        msg.msg_iovlen = 1;
+        if let Some(seg) = segment {
+            let space = libc::CMSG_SPACE(size_of::<u16>() as u32) as usize;
+            msg.msg_control = cmsgs.0.as_mut_ptr().cast();
+            msg.msg_controllen = space as _;
+            let c = libc::CMSG_FIRSTHDR(&msg);
+            (*c).cmsg_level = libc::SOL_UDP;
+            (*c).cmsg_type = libc::UDP_SEGMENT;
+            (*c).cmsg_len = libc::CMSG_LEN(size_of::<u16>() as u32) as _;
+            std::ptr::write_unaligned(libc::CMSG_DATA(c).cast::<u16>(), seg as u16);
+        }
+        loop {
+            if libc::sendmsg(fd, &msg, 0) >= 0 {
+                return Ok(());
+            }
+            let e = io::Error::last_os_error();
+            if e.kind() != io::ErrorKind::Interrupted {
+                return Err(e);
+            }
+        }
+    }
+}
+
+/// What one [`recv`] got: `len` bytes at the end of the buffer, datagrams of
+/// `segment_size` bytes back to back (the last may be shorter), all from `from`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Received {
+    /// The sender.
+    pub from: SocketAddr,
+    /// Bytes received.
+    pub len: usize,
+    /// The size of each datagram but the last (`len` when there is one datagram).
+    pub segment_size: usize,
+}
+
+/// Receive once (non-blocking: `WouldBlock` when nothing waits) into the spare capacity of
+/// `buf` (at least [`RECV_BUFFER`] bytes are made available); the datagrams are appended to
+/// `buf`. Split them with [`split`].
+pub fn recv(sock: &impl AsFd, buf: &mut BytesMut) -> io::Result<Received> {
+    let fd = sock.as_fd().as_raw_fd();
+    buf.reserve(RECV_BUFFER);
+    let spare: &mut [MaybeUninit<u8>] = buf.spare_capacity_mut();
+    let mut iov = libc::iovec {
+        iov_base: spare.as_mut_ptr().cast(),
+        iov_len: spare.len(),
+    };
+    let mut cmsgs = Cmsgs([0; 64]);
+    let mut segment = None;
+    // SAFETY: the kernel writes at most `iov_len` bytes into the spare capacity, the
+    // address into the storage `try_init` provides (with its length), and control messages
+    // into `cmsgs`, whose headers are then read with the CMSG macros inside the length the
+    // kernel reported.
+    let (n, from) = unsafe {
+        SockAddr::try_init(|storage, len| {
+            let mut msg: libc::msghdr = std::mem::zeroed();
+            msg.msg_name = storage.cast();
+            msg.msg_namelen = *len;
+            msg.msg_iov = &mut iov;
+            msg.msg_iovlen = 1;
+            msg.msg_control = cmsgs.0.as_mut_ptr().cast();
+            msg.msg_controllen = cmsgs.0.len() as _;
+            let n = loop {
+                let n = libc::recvmsg(fd, &mut msg, 0);
+                if n >= 0 {
+                    break n as usize;
+                }
+                let e = io::Error::last_os_error();
+                if e.kind() != io::ErrorKind::Interrupted {
+                    return Err(e);
+                }
+            };
+            *len = msg.msg_namelen;
+            let mut c = libc::CMSG_FIRSTHDR(&msg);
+            while !c.is_null() {
+                if (*c).cmsg_level == libc::SOL_UDP && (*c).cmsg_type == libc::UDP_GRO {
+                    let v = std::ptr::read_unaligned(libc::CMSG_DATA(c).cast::<libc::c_int>());
+                    segment = usize::try_from(v).ok().filter(|&s| s > 0);
+                }
+                c = libc::CMSG_NXTHDR(&msg, c);
+            }
+            Ok(n)
+        })?
+    };
+    // SAFETY: the kernel initialised the first `n` bytes of the spare capacity.
+    unsafe { buf.set_len(buf.len() + n) };
+    let from = from
+        .as_socket()
+        .ok_or_else(|| io::Error::new(io::ErrorKind::InvalidData, "not an IP sender"))?;
+    Ok(Received {
+        from,
+        len: n,
+        segment_size: segment.unwrap_or(n).min(n).max(1),
+    })
+}
+
+/// Take the datagrams of one receive off the front of `buf` (which holds `len` bytes of it
+/// and nothing else), without copying: each is its own `BytesMut` in the same allocation.
+pub fn split(buf: &mut BytesMut, segment_size: usize) -> impl Iterator<Item = BytesMut> + '_ {
+    let seg = segment_size.max(1);
+    std::iter::from_fn(move || {
+        if buf.is_empty() {
+            None
+        } else {
+            Some(buf.split_to(seg.min(buf.len())))
+        }
+    })
+}
+
+/// Wait for and receive the next datagrams on a tokio socket (see [`recv`]).
+pub async fn recv_async(sock: &tokio::net::UdpSocket, buf: &mut BytesMut) -> io::Result<Received> {
+    sock.async_io(tokio::io::Interest::READABLE, || recv(sock, buf))
+        .await
+}
+
+#[cfg(test)]
+mod tests;
