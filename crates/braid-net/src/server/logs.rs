@@ -91,7 +91,6 @@ fn emit(level: tracing::Level, msg: std::fmt::Arguments<'_>) {
 }
 
 /// Counts drops by kind and logs them at a bounded rate.
-#[derive(Debug)]
 pub struct DropLog {
     /// Drops counted since the last line of each kind.
     counts: [u64; KINDS],
@@ -102,6 +101,8 @@ pub struct DropLog {
     /// Lines written (for tests).
     lines: u64,
     last_flush: Option<Instant>,
+    /// Where every line is counted too.
+    sink: Option<std::sync::Arc<super::HandshakeCounters>>,
 }
 
 impl Default for DropLog {
@@ -122,6 +123,21 @@ impl DropLog {
             totals: [0; KINDS],
             lines: 0,
             last_flush: None,
+            sink: None,
+        }
+    }
+
+    /// Also count every line written in `counters.log_lines` (shared by all workers).
+    pub fn counting_into(mut self, counters: std::sync::Arc<super::HandshakeCounters>) -> Self {
+        self.sink = Some(counters);
+        self
+    }
+
+    fn line(&mut self) {
+        self.lines += 1;
+        if let Some(c) = &self.sink {
+            c.log_lines
+                .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         }
     }
 
@@ -140,7 +156,7 @@ impl DropLog {
             return;
         }
         self.seen[i] = true;
-        self.lines += 1;
+        self.line();
         let from = from.map_or(String::new(), |a| format!(" from {a}"));
         emit(
             kind.level(),
@@ -176,7 +192,7 @@ impl DropLog {
             let i = kind.index();
             let n = std::mem::take(&mut self.counts[i]);
             if n > 0 {
-                self.lines += 1;
+                self.line();
                 emit(
                     kind.level(),
                     format_args!("{n} more {} in the last {secs:.0} s", kind.what()),
