@@ -227,6 +227,9 @@ fn unknown_session_hints_are_never_bigger_than_the_packet() {
             Outcome::Send { bytes, .. } => {
                 hints += 1;
                 assert!(bytes.len() <= p.len(), "{} for {}", bytes.len(), p.len());
+                // Only for what could be a sealed packet: a header and a whole tag.
+                let full = parse_header(&p).unwrap().header_len + braid_crypto::TAG_LEN;
+                assert!(p.len() >= full, "a hint for {} bytes", p.len());
                 let h = parse_header(&bytes).unwrap();
                 assert_eq!(
                     (h.ptype, h.session_id),

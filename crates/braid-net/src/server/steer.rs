@@ -49,7 +49,7 @@ impl Steering {
     /// The classic-BPF program computing [`Steering::worker_of`] from a UDP payload (the
     /// session id is bytes 2..10, big-endian). A payload too short to load from returns 0.
     pub fn program(&self) -> Vec<libc::sock_filter> {
-        const LD_W_ABS: u16 = 0x00 | 0x00 | 0x20; // BPF_LD | BPF_W | BPF_ABS
+        const LD_W_ABS: u16 = 0x20; // BPF_LD (0) | BPF_W (0) | BPF_ABS
         const TAX: u16 = 0x07; // BPF_MISC | BPF_TAX
         const XOR_X: u16 = 0x04 | 0xa0 | 0x08; // BPF_ALU | BPF_XOR | BPF_X
         const MUL_K: u16 = 0x04 | 0x20; // BPF_ALU | BPF_MUL | BPF_K
