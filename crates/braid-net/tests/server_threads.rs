@@ -144,3 +144,64 @@ async fn eight_agents_on_two_workers_move_exact_bytes_without_hand_over() {
     assert_eq!(control.shutdown(Duration::from_secs(3)).await, 0);
     assert!(board.sessions().is_empty());
 }
+
+/// The TCP fallback (networks that block UDP) has one listener: its packets go to the
+/// worker that owns their session, and the replies come back down the connection.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn tcp_fallback_packets_reach_the_worker_of_their_session() {
+    use braid_crypto::{parse_header, ClientHandshake, PacketType};
+    use tokio::io::AsyncWriteExt;
+    log();
+    let agent_key = StaticKeypair::generate().unwrap();
+    let mut scfg = ServerConfig::new(
+        "127.0.0.1:0".parse().unwrap(),
+        StaticKeypair::generate().unwrap(),
+        vec![agent_key.public()],
+    );
+    scfg.threads = 2;
+    let server_pub = scfg.key.public();
+    let server = Server::bind(scfg).await.unwrap();
+    let (addr, workers, steering) = (
+        server.local_addr().unwrap(),
+        server.workers(),
+        server.steering(),
+    );
+    let _server = tokio::spawn(server.run());
+    let mut tcp = tokio::net::TcpStream::connect(addr).await.unwrap();
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_millis() as u64;
+    let mut sids = Vec::new();
+    for (w, ts) in [(1usize, now), (0, now + 1)] {
+        let sid = (1u64..)
+            .find(|&s| steering.worker_of(s << 20) == w)
+            .unwrap()
+            << 20;
+        let (_, m1) = ClientHandshake::new(&agent_key, &server_pub, sid, 0, ts).unwrap();
+        tcp.write_all(&braid_net::tcp::frame(&m1)).await.unwrap();
+        sids.push(sid);
+    }
+    let mut buf = bytes::BytesMut::new();
+    let mut got = Vec::new();
+    for _ in &sids {
+        let read = braid_net::tcp::read_frame(&mut tcp, &mut buf);
+        let reply = tokio::time::timeout(Duration::from_secs(5), read)
+            .await
+            .expect("a reply down the TCP connection")
+            .unwrap()
+            .unwrap();
+        let h = parse_header(&reply).unwrap();
+        assert_eq!(h.ptype, PacketType::Handshake);
+        got.push(h.session_id);
+    }
+    // The two workers answer independently: in either order.
+    got.sort_unstable();
+    sids.sort_unstable();
+    assert_eq!(got, sids);
+    let on = |w: usize| workers[w].sessions.load(Ordering::Relaxed);
+    assert_eq!((on(0), on(1)), (1, 1), "one session on each worker");
+    assert!(workers
+        .iter()
+        .all(|w| w.handed_over.load(Ordering::Relaxed) == 0));
+}

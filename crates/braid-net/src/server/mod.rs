@@ -311,6 +311,11 @@ impl Server {
         self.kernel_steering
     }
 
+    /// Which worker owns which session id.
+    pub fn steering(&self) -> Steering {
+        self.steering
+    }
+
     /// The server's status (`braid status`): [`ServerBoard::snapshot`] while it runs.
     pub fn status(&self) -> Arc<ServerBoard> {
         self.board.clone()
