@@ -1,35 +1,38 @@
 //! `braid server`: accepts authenticated agents, one session each, and connects their
 //! streams to legacy TCP servers and their datagrams to UDP destinations.
 //!
-//! Owns: the listening socket, the handshake policy (the order of the cheap and the
-//! expensive checks, cookies under load, per-address rate limits, the replay guard and its
-//! state file), demultiplexing packets to session tasks by session id, following each
-//! path's peer address, the per-session limits and the expiry of sessions that never
-//! complete their first exchange. Must not touch: the protocol (the session task and the
-//! core do that) and the cryptography (braid-crypto's). It sends nothing to a peer that has
-//! not sent a handshake message with a valid mac1, and never more bytes than it received.
+//! Owns: [`ServerConfig`], [`Server`] (binding the worker sockets and the TCP fallback
+//! listener, starting the workers, the accessors tests and `braid status` read). Must not
+//! touch: the protocol (the session task and the core do that) and the cryptography
+//! (braid-crypto's). The server sends nothing to a peer that has not sent a handshake
+//! message with a valid mac1, and never more bytes than it received.
 //!
+//! - [`endpoint`]: the sans-IO endpoint: session table and handshake policy (in order,
+//!   docs/protocol.md section 16), what to do with each datagram,
+//! - [`steer`]: which worker owns a session id, the SO_REUSEPORT group and its BPF program,
+//! - `worker`: the receive loop of each worker, the worker threads, hand-over channels,
+//! - `session`: starting a session task and what goes with it,
 //! - [`authorized`]: the authorized agent keys, re-read when their file changes,
 //! - [`gate`]: per-address rate limit and the load meter,
 //! - [`logs`]: rate-limited logging of drops, with counts,
 //! - [`relay`]: streams to TCP targets and UDP flows (bounded return traffic),
-//! - [`report`]: the registry of live sessions behind `braid status`,
+//! - [`report`]: the registry of live sessions behind `braid status` (all workers),
 //! - [`control`]: reloading the authorized keys (SIGHUP) and shutting down (SIGTERM).
 //!
-//! A handshake packet (type 1) goes through, in order (docs/protocol.md section 16):
-//! mac1 (one HMAC; else dropped silently) -> an existing session's retransmission (the
-//! cached reply, only to the address that session started from) -> under load, mac2 (else
-//! a cookie reply) -> the address's token bucket (else dropped) -> the session limit ->
-//! the Noise handshake with the replay guard -> the reply and a new session. A new
-//! handshake for a live session, from one of its path addresses, by the agent key that
-//! opened it and still authorized, is a key rotation (section 16a): its keys go to the
-//! session task ([`RekeyInbox`]) before message 2 goes out.
+//! Threads: `threads` workers (`ServerConfig::threads`, 0 = one per core), each with its
+//! own UDP socket on the listen address and its own session table; the kernel gives each
+//! datagram to the worker of its session id (a classic-BPF reuseport program), so the
+//! transport path takes no lock and crosses no thread. What must be global (replay guard,
+//! rate limiter, load meter, cookies, authorized keys, the session count, counters, the
+//! status board) is shared ([`endpoint::Shared`]). Worker 0 runs on the caller's runtime
+//! inside [`Server::run`]; with one worker the server is one loop on one socket.
 //!
 //! Channels and their bounds: packets to a session task, 4096 (dropped when full, like a
-//! full socket buffer); datagrams from the session to its UDP flows, 1024 (dropped when
-//! full); UDP return traffic, [`relay::UDP_RETURN_BYTES`] per session (dropped when full);
-//! accepted streams, bounded by the session's stream limit; session ends and expiries, one
-//! message per session.
+//! full socket buffer); packets handed to another worker (TCP fallback, or no BPF
+//! program), 4096 per worker (dropped when full); datagrams from the session to its UDP
+//! flows, 1024 (dropped when full); UDP return traffic, [`relay::UDP_RETURN_BYTES`] per
+//! session (dropped when full); accepted streams, bounded by the session's stream limit;
+//! session ends and expiries, one message per session.
 
 mod authorized;
 mod control;
