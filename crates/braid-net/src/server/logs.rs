@@ -3,8 +3,9 @@
 //! Owns: [`DropLog`], counters per kind of drop. The first drop of a kind in a quiet period
 //! is logged at once with its detail; later ones are only counted, and [`DropLog::flush`]
 //! (called every [`DropLog::PERIOD`]) writes one line per kind with the count. So a flood
-//! adds at most two lines per kind per period to the log. Must not touch: the decisions
-//! themselves (the server's) and sockets.
+//! adds at most two lines per kind per period to the log, per server worker (each worker's
+//! endpoint has its own, so that counting a dropped packet takes no lock). Must not touch:
+//! the decisions themselves (the server's) and sockets.
 
 use std::net::SocketAddr;
 use std::time::{Duration, Instant};
