@@ -205,3 +205,16 @@ async fn tcp_fallback_packets_reach_the_worker_of_their_session() {
         .iter()
         .all(|w| w.handed_over.load(Ordering::Relaxed) == 0));
 }
+
+#[tokio::test]
+async fn too_many_threads_are_refused_with_the_limit() {
+    let mut scfg = ServerConfig::new(
+        "127.0.0.1:0".parse().unwrap(),
+        StaticKeypair::generate().unwrap(),
+        vec![],
+    );
+    scfg.threads = braid_net::server::MAX_THREADS + 1;
+    let e = Server::bind(scfg).await.err().expect("refused");
+    assert_eq!(e.kind(), std::io::ErrorKind::InvalidInput);
+    assert!(e.to_string().contains("--threads"), "{e}");
+}

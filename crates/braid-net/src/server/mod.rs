@@ -70,6 +70,9 @@ use tokio::sync::{mpsc, watch};
 use tracing::{info, warn};
 use worker::{Common, Worker};
 
+/// Most worker threads (`ServerConfig::threads`).
+pub const MAX_THREADS: usize = 1024;
+
 /// How far a handshake timestamp may be from the server's clock.
 pub const MAX_SKEW_MS: u64 = 120_000;
 
@@ -242,6 +245,15 @@ impl Server {
             0 => std::thread::available_parallelism().map_or(1, |n| n.get()),
             n => n,
         };
+        if threads > MAX_THREADS {
+            return Err(std::io::Error::new(
+                std::io::ErrorKind::InvalidInput,
+                format!(
+                    "{threads} server worker threads: at most {MAX_THREADS}; give --threads \
+                     at most the number of cores (0: one per core)"
+                ),
+            ));
+        }
         let mix = braid_crypto::random::random_u64().map_err(std::io::Error::other)? as u32;
         let steering = Steering::new(threads, mix);
         let (sockets, kernel_steering) = if threads == 1 {
