@@ -45,6 +45,10 @@ pub struct ServerArgs {
     /// Most sessions at once.
     #[arg(long)]
     pub max_sessions: Option<usize>,
+    /// Worker threads, each with its own UDP socket and sessions (the kernel steers every
+    /// packet to its session's worker) [default: 0, one per core].
+    #[arg(long, value_name = "N")]
+    pub threads: Option<usize>,
     /// Most proxied connections per session at once.
     #[arg(long)]
     pub max_streams: Option<u64>,
@@ -337,6 +341,7 @@ pub(crate) fn server_settings(a: ServerArgs) -> Result<ServerSettings> {
     if let Some(n) = a.max_sessions.or(f.max_sessions) {
         cfg.max_sessions = n;
     }
+    cfg.threads = a.threads.or(f.threads).unwrap_or(0);
     if let Some(n) = a.max_streams.or(f.max_streams) {
         cfg.max_streams = n;
     }

@@ -3,8 +3,9 @@
 //! Owns: [`DropLog`], counters per kind of drop. The first drop of a kind in a quiet period
 //! is logged at once with its detail; later ones are only counted, and [`DropLog::flush`]
 //! (called every [`DropLog::PERIOD`]) writes one line per kind with the count. So a flood
-//! adds at most two lines per kind per period to the log. Must not touch: the decisions
-//! themselves (the server's) and sockets.
+//! adds at most two lines per kind per period to the log, per server worker (each worker's
+//! endpoint has its own, so that counting a dropped packet takes no lock). Must not touch:
+//! the decisions themselves (the server's) and sockets.
 
 use std::net::SocketAddr;
 use std::time::{Duration, Instant};
@@ -91,7 +92,6 @@ fn emit(level: tracing::Level, msg: std::fmt::Arguments<'_>) {
 }
 
 /// Counts drops by kind and logs them at a bounded rate.
-#[derive(Debug)]
 pub struct DropLog {
     /// Drops counted since the last line of each kind.
     counts: [u64; KINDS],
@@ -102,6 +102,8 @@ pub struct DropLog {
     /// Lines written (for tests).
     lines: u64,
     last_flush: Option<Instant>,
+    /// Where every line is counted too.
+    sink: Option<std::sync::Arc<super::HandshakeCounters>>,
 }
 
 impl Default for DropLog {
@@ -122,6 +124,21 @@ impl DropLog {
             totals: [0; KINDS],
             lines: 0,
             last_flush: None,
+            sink: None,
+        }
+    }
+
+    /// Also count every line written in `counters.log_lines` (shared by all workers).
+    pub fn counting_into(mut self, counters: std::sync::Arc<super::HandshakeCounters>) -> Self {
+        self.sink = Some(counters);
+        self
+    }
+
+    fn line(&mut self) {
+        self.lines += 1;
+        if let Some(c) = &self.sink {
+            c.log_lines
+                .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         }
     }
 
@@ -140,7 +157,7 @@ impl DropLog {
             return;
         }
         self.seen[i] = true;
-        self.lines += 1;
+        self.line();
         let from = from.map_or(String::new(), |a| format!(" from {a}"));
         emit(
             kind.level(),
@@ -176,7 +193,7 @@ impl DropLog {
             let i = kind.index();
             let n = std::mem::take(&mut self.counts[i]);
             if n > 0 {
-                self.lines += 1;
+                self.line();
                 emit(
                     kind.level(),
                     format_args!("{n} more {} in the last {secs:.0} s", kind.what()),

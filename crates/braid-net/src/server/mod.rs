@@ -1,42 +1,49 @@
 //! `braid server`: accepts authenticated agents, one session each, and connects their
 //! streams to legacy TCP servers and their datagrams to UDP destinations.
 //!
-//! Owns: the listening socket, the handshake policy (the order of the cheap and the
-//! expensive checks, cookies under load, per-address rate limits, the replay guard and its
-//! state file), demultiplexing packets to session tasks by session id, following each
-//! path's peer address, the per-session limits and the expiry of sessions that never
-//! complete their first exchange. Must not touch: the protocol (the session task and the
-//! core do that) and the cryptography (braid-crypto's). It sends nothing to a peer that has
-//! not sent a handshake message with a valid mac1, and never more bytes than it received.
+//! Owns: [`ServerConfig`], [`Server`] (binding the worker sockets and the TCP fallback
+//! listener, starting the workers, the accessors tests and `braid status` read). Must not
+//! touch: the protocol (the session task and the core do that) and the cryptography
+//! (braid-crypto's). The server sends nothing to a peer that has not sent a handshake
+//! message with a valid mac1, and never more bytes than it received.
 //!
+//! - [`endpoint`]: the sans-IO endpoint: session table and handshake policy (in order,
+//!   docs/protocol.md section 16), what to do with each datagram,
+//! - [`steer`]: which worker owns a session id, the SO_REUSEPORT group and its BPF program,
+//! - `worker`: the receive loop of each worker, the worker threads, hand-over channels,
+//! - `session`: starting a session task and what goes with it,
 //! - [`authorized`]: the authorized agent keys, re-read when their file changes,
 //! - [`gate`]: per-address rate limit and the load meter,
 //! - [`logs`]: rate-limited logging of drops, with counts,
 //! - [`relay`]: streams to TCP targets and UDP flows (bounded return traffic),
-//! - [`report`]: the registry of live sessions behind `braid status`,
+//! - [`report`]: the registry of live sessions behind `braid status` (all workers),
 //! - [`control`]: reloading the authorized keys (SIGHUP) and shutting down (SIGTERM).
 //!
-//! A handshake packet (type 1) goes through, in order (docs/protocol.md section 16):
-//! mac1 (one HMAC; else dropped silently) -> an existing session's retransmission (the
-//! cached reply, only to the address that session started from) -> under load, mac2 (else
-//! a cookie reply) -> the address's token bucket (else dropped) -> the session limit ->
-//! the Noise handshake with the replay guard -> the reply and a new session. A new
-//! handshake for a live session, from one of its path addresses, by the agent key that
-//! opened it and still authorized, is a key rotation (section 16a): its keys go to the
-//! session task ([`RekeyInbox`]) before message 2 goes out.
+//! Threads: `threads` workers (`ServerConfig::threads`, 0 = one per core), each with its
+//! own UDP socket on the listen address and its own session table; the kernel gives each
+//! datagram to the worker of its session id (a classic-BPF reuseport program), so the
+//! transport path takes no lock and crosses no thread. What must be global (replay guard,
+//! rate limiter, load meter, cookies, authorized keys, the session count, counters, the
+//! status board) is shared ([`endpoint::Shared`]). Worker 0 runs on the caller's runtime
+//! inside [`Server::run`]; with one worker the server is one loop on one socket.
 //!
 //! Channels and their bounds: packets to a session task, 4096 (dropped when full, like a
-//! full socket buffer); datagrams from the session to its UDP flows, 1024 (dropped when
-//! full); UDP return traffic, [`relay::UDP_RETURN_BYTES`] per session (dropped when full);
-//! accepted streams, bounded by the session's stream limit; session ends and expiries, one
-//! message per session.
+//! full socket buffer); packets handed to another worker (TCP fallback, or no BPF
+//! program), 4096 per worker (dropped when full); datagrams from the session to its UDP
+//! flows, 1024 (dropped when full); UDP return traffic, [`relay::UDP_RETURN_BYTES`] per
+//! session (dropped when full); accepted streams, bounded by the session's stream limit;
+//! session ends and expiries, one message per session.
 
 mod authorized;
 mod control;
+pub mod endpoint;
 mod gate;
 mod logs;
 mod relay;
 mod report;
+mod session;
+pub mod steer;
+mod worker;
 
 pub use authorized::AuthorizedKeys;
 pub use control::{Reload, ServerControl, CLOSE_ORDERLY};
@@ -44,27 +51,27 @@ pub use gate::{HintGate, LoadMeter, RateLimiter};
 pub use logs::{DropLog, Dropped};
 pub use relay::{connect, UdpBudget, UDP_RETURN_BYTES};
 pub use report::{fingerprint, ServerBoard};
+pub use worker::WorkerCounters;
 
-use crate::bridge::StreamHandle;
-use crate::driver::{AddressHook, Clock, Incoming, PathSender, SessionTask};
-use crate::protect::{Aead, KeyStats, RekeyInbox};
-use crate::tcp::{self, Outbound, TcpPeers};
+use crate::protect::KeyStats;
+use crate::tcp::{self, TcpPeers};
 use crate::udp::bind_udp;
-use braid_core::{Config, Event, PathId, Session};
-use braid_crypto::{
-    parse_header, Ciphers, CookieChecker, HandshakeError, PacketType, PublicKey, RekeyPolicy,
-    ReplayGuard, Responder, StaticKeypair,
-};
-use bytes::BytesMut;
-use std::collections::HashMap;
+use braid_core::Config;
+use braid_crypto::{Ciphers, PublicKey, RekeyPolicy, ReplayGuard, StaticKeypair};
+use endpoint::{Shared, SharedConfig};
+use session::SessionCtx;
 use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::Duration;
-use tokio::net::UdpSocket;
+use steer::Steering;
 use tokio::sync::{mpsc, watch};
-use tracing::{debug, info, warn};
+use tracing::{info, warn};
+use worker::{Common, Worker};
+
+/// Most worker threads (`ServerConfig::threads`).
+pub const MAX_THREADS: usize = 1024;
 
 /// How far a handshake timestamp may be from the server's clock.
 pub const MAX_SKEW_MS: u64 = 120_000;
@@ -117,14 +124,15 @@ pub struct ServerConfig {
     /// when several servers share one name, anycast address or load balancer: the agent
     /// then sends every path of its session here (docs/deployment.md).
     pub unicast: Option<SocketAddr>,
+    /// Worker threads, each with its own socket (SO_REUSEPORT, steered by session id)
+    /// and session table; 0: one per core. `ServerConfig::new` sets 1.
+    pub threads: usize,
     /// Transport settings.
     pub transport: Config,
     /// The packet ciphers accepted, the preferred first: of those an agent offers, the
     /// first of this list is used (default: AES-256-GCM first where the CPU has AES
     /// instructions, else ChaCha20-Poly1305 first).
     pub ciphers: Ciphers,
-    /// Worker threads (0: one per core).
-    pub threads: usize,
 }
 
 impl ServerConfig {
@@ -149,14 +157,14 @@ impl ServerConfig {
             load_threshold: 256,
             first_exchange_timeout: Duration::from_secs(10),
             unicast: None,
+            threads: 1,
+            ciphers: Ciphers::auto(),
             // Keepalive as the core's default (25 s, the agent's) and the agent's idle
             // timeout (see `agent::IDLE_TIMEOUT`).
             transport: Config {
                 idle_timeout: crate::agent::IDLE_TIMEOUT,
                 ..Config::default()
             },
-            ciphers: Ciphers::auto(),
-            threads: 1,
         }
     }
 }
@@ -201,44 +209,28 @@ impl HandshakeCounters {
     }
 }
 
-struct Entry {
-    tx: mpsc::Sender<Incoming>,
-    /// The agent key that opened the session: only it may rotate its keys.
-    client: PublicKey,
-    /// Where a rotation's keys go.
-    inbox: Arc<RekeyInbox>,
-    /// The session's path addresses (a rotation must come from one of them).
-    addrs: PathAddrs,
-    /// Where the agent's newest message 1 came from: only there (or from another of its
-    /// path addresses)...
-    from: SocketAddr,
-    /// ...does a byte-for-byte copy of its header and Noise message (mac2 may differ)...
-    request: Vec<u8>,
-    /// ...get our cached reply (smaller than the request, so never an amplifier).
-    reply: Vec<u8>,
-}
-
 /// A running server.
 pub struct Server {
-    socket: Arc<UdpSocket>,
+    /// One socket per worker (the SO_REUSEPORT group, in worker order).
+    sockets: Vec<std::net::UdpSocket>,
+    local: SocketAddr,
     /// The TCP listener on the same port, for agents whose network blocks UDP.
     tcp: Option<tokio::net::TcpListener>,
-    /// Sends to UDP peers and down TCP connections.
-    out: Outbound,
+    peers: TcpPeers,
     cfg: ServerConfig,
     guard: ReplayGuard,
     counters: Arc<HandshakeCounters>,
     board: Arc<ServerBoard>,
     authorized: control::Authorized,
     keys: Arc<KeyStats>,
+    steering: Steering,
+    kernel_steering: bool,
+    workers: Arc<[WorkerCounters]>,
 }
 
-/// Each path's peer address of one session.
-type PathAddrs = Arc<Mutex<HashMap<PathId, SocketAddr>>>;
-
 impl Server {
-    /// Bind the listening socket and load the replay guard's state file (checking that it
-    /// can be written).
+    /// Bind the listening socket(s) and load the replay guard's state file (checking that
+    /// it can be written).
     pub async fn bind(cfg: ServerConfig) -> std::io::Result<Server> {
         let guard = match &cfg.state_file {
             Some(path) => {
@@ -254,8 +246,38 @@ impl Server {
             }
             None => ReplayGuard::new(),
         };
-        let socket = Arc::new(bind_udp(cfg.listen, None)?);
-        let local = socket.local_addr()?;
+        let threads = match cfg.threads {
+            0 => std::thread::available_parallelism().map_or(1, |n| n.get()),
+            n => n,
+        };
+        if threads > MAX_THREADS {
+            return Err(std::io::Error::new(
+                std::io::ErrorKind::InvalidInput,
+                format!(
+                    "{threads} server worker threads: at most {MAX_THREADS}; give --threads \
+                     at most the number of cores (0: one per core)"
+                ),
+            ));
+        }
+        let mix = braid_crypto::random::random_u64().map_err(std::io::Error::other)? as u32;
+        let steering = Steering::new(threads, mix);
+        let (sockets, kernel_steering) = if threads == 1 {
+            (vec![bind_udp(cfg.listen, None)?.into_std()?], true)
+        } else {
+            let sockets = steer::bind_group(cfg.listen, threads)?;
+            let attached = match steering.attach(&sockets[0]) {
+                Ok(()) => true,
+                Err(e) => {
+                    warn!(
+                        "cannot attach the reuseport BPF program ({e}): packets that reach \
+                         the wrong worker are handed over (slower)"
+                    );
+                    false
+                }
+            };
+            (sockets, attached)
+        };
+        let local = sockets[0].local_addr()?;
         // The same port over TCP, for agents on networks that block UDP (docs/protocol.md
         // section 18a). A port the operator chose must be free; an ephemeral one (tests)
         // may happen to be taken over TCP, and then only the fallback is missing.
@@ -267,35 +289,51 @@ impl Server {
                 None
             }
         };
-        info!(listen = %local, tcp = tcp.is_some(), "braid server listening");
-        let out = Outbound {
-            udp: socket.clone(),
-            tcp: TcpPeers::default(),
-        };
+        info!(listen = %local, tcp = tcp.is_some(), threads, kernel_steering, "braid server listening");
         let counters: Arc<HandshakeCounters> = Arc::default();
         let board = Arc::new(ServerBoard::new(&cfg, local, counters.clone()));
         let authorized = Arc::new(std::sync::RwLock::new(cfg.authorized.clone()));
         Ok(Server {
-            socket,
+            workers: (0..threads).map(|_| WorkerCounters::default()).collect(),
+            sockets,
+            local,
             tcp,
-            out,
+            peers: TcpPeers::default(),
             cfg,
             guard,
             counters,
             board,
             authorized,
             keys: Arc::default(),
+            steering,
+            kernel_steering,
         })
     }
 
     /// The bound address.
     pub fn local_addr(&self) -> std::io::Result<SocketAddr> {
-        self.socket.local_addr()
+        Ok(self.local)
     }
 
     /// What the server did with handshake packets (shared; read it while it runs).
     pub fn counters(&self) -> Arc<HandshakeCounters> {
         self.counters.clone()
+    }
+
+    /// What each worker did (one entry per worker; read it while the server runs).
+    pub fn workers(&self) -> Arc<[WorkerCounters]> {
+        self.workers.clone()
+    }
+
+    /// True when the kernel steers every packet to the worker of its session (always with
+    /// one worker; with several, when the reuseport BPF program attached).
+    pub fn kernel_steering(&self) -> bool {
+        self.kernel_steering
+    }
+
+    /// Which worker owns which session id.
+    pub fn steering(&self) -> Steering {
+        self.steering
     }
 
     /// The server's status (`braid status`): [`ServerBoard::snapshot`] while it runs.
@@ -317,523 +355,71 @@ impl Server {
         self.keys.clone()
     }
 
-    /// Serve until the task is dropped.
+    /// Serve until the task is dropped (which also stops the worker threads). Worker 0
+    /// runs on the caller's runtime, the others on threads of their own.
     pub async fn run(mut self) -> std::io::Result<()> {
-        let (tcp_tx, mut tcp_rx) = mpsc::channel::<(BytesMut, SocketAddr)>(4096);
-        let _tcp = self.tcp.take().map(|l| {
-            crate::tcp::AbortOnDrop(tokio::spawn(tcp::serve(l, self.out.tcp.clone(), tcp_tx)))
-        });
-        let now_ms = unix_ms();
-        let checker =
-            CookieChecker::new(&self.cfg.key.public(), now_ms).map_err(std::io::Error::other)?;
+        let n = self.sockets.len();
+        let shared_cfg = SharedConfig {
+            key: self.cfg.key.clone(),
+            unicast: self.cfg.unicast,
+            ciphers: self.cfg.ciphers.clone(),
+            max_sessions: self.cfg.max_sessions,
+            rate: (self.cfg.handshake_rate, self.cfg.handshake_burst),
+            load_threshold: self.cfg.load_threshold,
+            first_exchange_timeout: self.cfg.first_exchange_timeout,
+        };
+        let authorized =
+            AuthorizedKeys::new(self.authorized.clone(), self.cfg.authorized_file.clone());
+        let shared = Shared::new(
+            shared_cfg,
+            self.guard.clone(),
+            authorized,
+            self.counters.clone(),
+            unix_ms(),
+        )
+        .map_err(std::io::Error::other)?;
         let (state_tx, state_rx) = watch::channel(self.guard.clone());
         if let Some(path) = self.cfg.state_file.clone() {
-            tokio::spawn(persist_guard(path, state_rx));
+            tokio::spawn(worker::persist_guard(path, state_rx));
         }
-        let mut l = Listener {
-            sessions: HashMap::new(),
-            guard: self.guard.clone(),
-            state_tx,
-            checker,
-            authorized: AuthorizedKeys::new(
-                self.authorized.clone(),
-                self.cfg.authorized_file.clone(),
-            ),
-            limiter: RateLimiter::new(self.cfg.handshake_rate, self.cfg.handshake_burst),
-            hints: HintGate::new(),
-            load: LoadMeter::new(self.cfg.load_threshold),
-            log: DropLog::new(),
-            server: &self,
-        };
-        let (done_tx, mut done_rx) = mpsc::unbounded_channel::<u64>();
-        let (expire_tx, mut expire_rx) = mpsc::unbounded_channel::<u64>();
-        let mut tick = tokio::time::interval(DropLog::PERIOD);
-        tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-        // GRO: one receive may hold several datagrams of one sender (split below).
-        crate::batch::enable_gro(self.socket.as_ref());
-        let mut buf = BytesMut::new();
-        loop {
-            let r = tokio::select! {
-                r = crate::batch::recv_async(&self.socket, &mut buf) => match r {
-                    Ok(x) => x,
-                    Err(_) => {
-                        buf.clear();
-                        continue;
-                    }
-                },
-                Some((pkt, from)) = tcp_rx.recv() => {
-                    l.datagram(&pkt, from, &done_tx, &expire_tx);
-                    continue;
-                }
-                Some(id) = done_rx.recv() => {
-                    if l.sessions.remove(&id).is_some() {
-                        info!(session = format_args!("{id:016x}"), active = l.sessions.len(), "session ended");
-                    }
-                    continue;
-                }
-                Some(id) = expire_rx.recv() => {
-                    if l.sessions.remove(&id).is_some() {
-                        HandshakeCounters::bump(&self.counters.unfinished);
-                        l.log.count(Dropped::Unfinished, None, || format!(
-                            "session {id:016x} sent no authenticated packet within {:?} of its handshake",
-                            self.cfg.first_exchange_timeout
-                        ));
-                    }
-                    continue;
-                }
-                _ = tick.tick() => {
-                    let now = std::time::Instant::now();
-                    l.log.flush(now);
-                    l.limiter.gc(now);
-                    l.hints.gc(now);
-                    self.counters.log_lines.store(l.log.lines(), Ordering::Relaxed);
-                    continue;
-                }
-            };
-            for pkt in crate::batch::split(&mut buf, r.segment_size) {
-                l.datagram(&pkt, r.from, &done_tx, &expire_tx);
-            }
-            self.counters
-                .log_lines
-                .store(l.log.lines(), Ordering::Relaxed);
-        }
-    }
-}
-
-/// The listening loop's state.
-struct Listener<'a> {
-    sessions: HashMap<u64, Entry>,
-    guard: ReplayGuard,
-    state_tx: watch::Sender<ReplayGuard>,
-    checker: CookieChecker,
-    authorized: AuthorizedKeys,
-    limiter: RateLimiter,
-    hints: HintGate,
-    load: LoadMeter,
-    log: DropLog,
-    server: &'a Server,
-}
-
-impl Listener<'_> {
-    fn datagram(
-        &mut self,
-        pkt: &[u8],
-        from: SocketAddr,
-        done: &mpsc::UnboundedSender<u64>,
-        expire: &mpsc::UnboundedSender<u64>,
-    ) {
-        let Ok(h) = parse_header(pkt) else {
-            self.log.count(Dropped::NotBraid, Some(from), || {
-                format!("{} bytes", pkt.len())
-            });
-            return;
-        };
-        match h.ptype {
-            PacketType::Transport => match self.sessions.get(&h.session_id) {
-                Some(e) => {
-                    let _ = e.tx.try_send(Incoming {
-                        from,
-                        data: BytesMut::from(pkt),
-                    });
-                }
-                None => {
-                    self.log.count(Dropped::UnknownSession, Some(from), || {
-                        format!("session {:016x}", h.session_id)
-                    });
-                    // Perhaps a session of ours before a restart: tell the agent, so that it
-                    // shakes hands again now rather than after a silence (it only takes
-                    // this as a hint). Never more bytes than the packet had.
-                    let now = std::time::Instant::now();
-                    if pkt.len() >= h.header_len + braid_crypto::TAG_LEN
-                        && self.hints.allow(from.ip(), now)
-                    {
-                        let hint = braid_crypto::session_unknown_hint(&h);
-                        let _ = self.server.socket.try_send_to(&hint, from);
-                        HandshakeCounters::bump(&self.server.counters.hints);
-                    }
-                }
-            },
-            PacketType::Cookie | PacketType::SessionUnknown | PacketType::SessionLimit => {
-                self.log.count(Dropped::NotBraid, Some(from), || {
-                    "a server-to-client packet sent to the server".into()
-                })
-            }
-            PacketType::Handshake => self.handshake(pkt, from, &h, done, expire),
-        }
-    }
-
-    fn handshake(
-        &mut self,
-        pkt: &[u8],
-        from: SocketAddr,
-        h: &braid_crypto::HeaderInfo,
-        done: &mpsc::UnboundedSender<u64>,
-        expire: &mpsc::UnboundedSender<u64>,
-    ) {
-        let (sid, path) = (h.session_id, h.path_id);
-        let s = self.server;
-        let c = &s.counters;
-        if !self.checker.check_mac1(pkt) {
-            HandshakeCounters::bump(&c.bad_mac1);
-            self.log.count(Dropped::BadMac1, Some(from), || {
-                format!("{} bytes", pkt.len())
-            });
-            return;
-        }
-        let now = std::time::Instant::now();
-        let now_ms = unix_ms();
-        self.load.record(now);
-        let body = &pkt[..pkt.len() - braid_crypto::cookie::MAC_LEN];
-        if let Some(e) = self.sessions.get(&sid) {
-            let known =
-                e.from == from || e.addrs.lock().is_ok_and(|m| m.values().any(|a| *a == from));
-            if known && e.request == body {
-                // Our reply was lost and the agent sent its message 1 again: the same
-                // reply, to one of its addresses only, within its address's budget.
-                if self.limiter.allow(from.ip(), now) {
-                    let _ = s.out.send_to(&e.reply, from);
-                    HandshakeCounters::bump(&c.replies);
-                }
-            } else if known {
-                self.rotate(pkt, body, from, sid, now, now_ms);
+        let (handoff, mut inboxes): (Vec<_>, Vec<_>) =
+            (0..n).map(|_| mpsc::channel(worker::HANDOFF_QUEUE)).unzip();
+        let _tcp = self.tcp.take().map(|l| {
+            let to = if n == 1 {
+                handoff[0].clone()
             } else {
-                self.log.count(Dropped::ExistingSession, Some(from), || {
-                    format!("session {sid:016x}")
-                });
-            }
-            return;
-        }
-        // One token of the address's budget pays for whatever comes next: a cookie reply
-        // or the Diffie-Hellman. A flood from one address costs one HMAC and one lookup
-        // per packet beyond it.
-        if !self.limiter.allow(from.ip(), now) {
-            HandshakeCounters::bump(&c.rate_limited);
-            self.log.count(Dropped::RateLimited, Some(from), || {
-                format!(
-                    "more than {} a second (burst {})",
-                    s.cfg.handshake_rate, s.cfg.handshake_burst
-                )
-            });
-            return;
-        }
-        if self.load.under_load(now) && !self.checker.check_mac2(pkt, from, now_ms) {
-            if let Ok(r) = self.checker.cookie_reply(pkt, from, now_ms) {
-                let _ = s.out.send_to(&r, from);
-                HandshakeCounters::bump(&c.cookies);
-            }
-            self.log
-                .count(Dropped::CookieDemanded, Some(from), String::new);
-            return;
-        }
-        if self.sessions.len() >= s.cfg.max_sessions {
-            // A clear refusal (12 bytes, paid from the address's budget, after the cookie
-            // under load), so that the agent can say why instead of timing out.
-            let _ = s
-                .socket
-                .try_send_to(&braid_crypto::session_limit_refusal(h), from);
-            HandshakeCounters::bump(&c.full);
-            self.log.count(Dropped::SessionLimit, Some(from), || {
-                format!("limit {}", s.cfg.max_sessions)
-            });
-            return;
-        }
-        // One list: what SIGHUP reloaded or the file re-read last (`authorized`).
-        let allowed: Vec<PublicKey> = self.authorized.get(now);
-        let responder = Responder {
-            key: &s.cfg.key,
-            authorized: &allowed,
-            max_skew_ms: MAX_SKEW_MS,
-            unicast: s.cfg.unicast,
-            ciphers: &s.cfg.ciphers,
-        };
-        match responder.respond(&mut self.guard, pkt, now_ms) {
-            Ok((client, keys, reply)) => {
-                info!(%from, client = %client.to_base64(), session = format_args!("{sid:016x}"), cipher = %keys.cipher(), "agent authenticated");
-                HandshakeCounters::bump(&c.accepted);
-                self.state_tx.send_replace(self.guard.clone());
-                let _ = s.out.send_to(&reply, from);
-                HandshakeCounters::bump(&c.replies);
-                let (tx, addrs, inbox) = s.spawn_session(
-                    sid,
-                    path,
-                    from,
-                    (client, keys),
-                    done.clone(),
-                    expire.clone(),
-                );
-                self.sessions.insert(
-                    sid,
-                    Entry {
-                        tx,
-                        client,
-                        inbox,
-                        addrs,
-                        from,
-                        request: body.to_vec(),
-                        reply,
-                    },
-                );
-            }
-            Err(e) => {
-                HandshakeCounters::bump(&c.refused);
-                self.log.count(Dropped::Refused, Some(from), || refusal(&e));
-            }
-        }
-    }
-}
-
-impl Listener<'_> {
-    /// A new handshake for live session `sid` from one of its addresses: a key rotation.
-    /// It pays like a first handshake (the address's budget, a cookie under load, the
-    /// replay guard) and must come from the agent key that opened the session, still in
-    /// the authorized file; then the new keys go to the session task and message 2 goes
-    /// back. A refused rotation changes nothing: the session keeps its keys until they
-    /// expire.
-    fn rotate(
-        &mut self,
-        pkt: &[u8],
-        body: &[u8],
-        from: SocketAddr,
-        sid: u64,
-        now: std::time::Instant,
-        now_ms: u64,
-    ) {
-        let s = self.server;
-        let c = &s.counters;
-        if !self.limiter.allow(from.ip(), now) {
-            HandshakeCounters::bump(&c.rate_limited);
-            self.log.count(Dropped::RateLimited, Some(from), || {
-                format!("a key rotation of session {sid:016x}")
-            });
-            return;
-        }
-        if self.load.under_load(now) && !self.checker.check_mac2(pkt, from, now_ms) {
-            if let Ok(r) = self.checker.cookie_reply(pkt, from, now_ms) {
-                let _ = s.socket.try_send_to(&r, from);
-                HandshakeCounters::bump(&c.cookies);
-            }
-            self.log
-                .count(Dropped::CookieDemanded, Some(from), String::new);
-            return;
-        }
-        let Some(e) = self.sessions.get_mut(&sid) else {
-            return;
-        };
-        let responder = Responder {
-            key: &s.cfg.key,
-            authorized: &self.authorized.get(now),
-            max_skew_ms: MAX_SKEW_MS,
-            unicast: None,
-            ciphers: &s.cfg.ciphers,
-        };
-        let refused = match responder.respond(&mut self.guard, pkt, now_ms) {
-            Ok((client, keys, reply)) if client == e.client => {
-                debug!(%from, session = format_args!("{sid:016x}"), "session keys rotated");
-                self.state_tx.send_replace(self.guard.clone());
-                e.inbox.put(keys);
-                let _ = s.socket.try_send_to(&reply, from);
-                HandshakeCounters::bump(&c.replies);
-                HandshakeCounters::bump(&c.rotations);
-                e.from = from;
-                e.request = body.to_vec();
-                e.reply = reply;
-                return;
-            }
-            Ok((client, _, _)) => format!(
-                "session {sid:016x} belongs to another agent key than {}",
-                client.to_base64()
-            ),
-            Err(e) => format!("session {sid:016x}: {e}"),
-        };
-        HandshakeCounters::bump(&c.rotations_refused);
-        self.log
-            .count(Dropped::RotationRefused, Some(from), || refused);
-    }
-}
-
-/// The log detail of a refused handshake.
-fn refusal(e: &HandshakeError) -> String {
-    e.to_string()
-}
-
-/// Writes the replay guard to its state file whenever it changed (coalescing changes that
-/// come faster than the disk).
-async fn persist_guard(path: PathBuf, mut rx: watch::Receiver<ReplayGuard>) {
-    let mut failures = 0u64;
-    while rx.changed().await.is_ok() {
-        let g = rx.borrow_and_update().clone();
-        let p = path.clone();
-        match tokio::task::spawn_blocking(move || g.save(&p)).await {
-            Ok(Ok(())) => failures = 0,
-            Ok(Err(e)) => {
-                failures += 1;
-                if failures == 1 || failures.is_power_of_two() {
-                    warn!("{e} (failure {failures}); a restarted server could accept a replayed handshake of the last minutes once");
-                }
-            }
-            Err(_) => return,
-        }
-    }
-}
-
-impl Server {
-    fn spawn_session(
-        &self,
-        id: u64,
-        first_path: PathId,
-        from: SocketAddr,
-        (client, keys): (PublicKey, braid_crypto::SessionKeys),
-        done: mpsc::UnboundedSender<u64>,
-        expire: mpsc::UnboundedSender<u64>,
-    ) -> (mpsc::Sender<Incoming>, PathAddrs, Arc<RekeyInbox>) {
-        let inbox = Arc::new(RekeyInbox::default());
-        let mut tcfg = self.cfg.transport.clone();
-        // The seed of the session's challenge tokens: unguessable, like everything else.
-        tcfg.seed = braid_crypto::random::random_u64().unwrap_or(tcfg.seed ^ id);
-        tcfg.max_streams = self.cfg.max_streams;
-        tcfg.session_window = self.cfg.max_buffered;
-        let clock = Clock::new();
-        let session = Session::accept(tcfg, clock.now(), id);
-        let (in_tx, in_rx) = mpsc::channel(4096);
-        let (cmd_tx, cmd_rx) = mpsc::unbounded_channel();
-        let (acc_tx, mut acc_rx) = mpsc::unbounded_channel::<StreamHandle>();
-        let (dg_tx, dg_rx) = mpsc::channel::<bytes::Bytes>(1024);
-        // Watch for the first exchange; then stop listening (later events are discarded).
-        let (ev_tx, mut ev_rx) = mpsc::unbounded_channel::<Event>();
-        let first = self.cfg.first_exchange_timeout;
-        tokio::spawn(async move {
-            let established = tokio::time::timeout(first, async {
-                while let Some(ev) = ev_rx.recv().await {
-                    if matches!(ev, Event::Established) {
-                        return true;
-                    }
-                }
-                false
-            })
-            .await;
-            if !matches!(established, Ok(true)) {
-                let _ = expire.send(id);
-            }
-        });
-        let addrs: PathAddrs = Arc::new(Mutex::new(HashMap::new()));
-        addrs.lock().map(|mut m| m.insert(first_path, from)).ok();
-        let hook_addrs = addrs.clone();
-        let tcp = self.out.tcp.clone();
-        let hook: AddressHook = Box::new(move |s: &mut Session, now, path, from| {
-            let Ok(mut m) = hook_addrs.lock() else {
-                return false;
+                let (tx, rx) = mpsc::channel(worker::HANDOFF_QUEUE);
+                tokio::spawn(worker::route_tcp(rx, self.steering, handoff.clone()));
+                tx
             };
-            match m.get(&path) {
-                Some(a) if *a == from => {}
-                Some(a) => {
-                    info!(path, old = %a, new = %from, "path moved; validating the new address");
-                    m.insert(path, from);
-                    s.path_address_changed(now, path);
-                    s.set_path_reliable(now, path, tcp.contains(&from));
-                }
-                None => {
-                    if m.len() >= 16 {
-                        return false;
-                    }
-                    m.insert(path, from);
-                    s.set_path_reliable(now, path, tcp.contains(&from));
-                }
-            }
-            true
+            tcp::AbortOnDrop(tokio::spawn(tcp::serve(l, self.peers.clone(), to)))
         });
-        let open = Arc::new(std::sync::atomic::AtomicUsize::new(0));
-        let udp_flows = Arc::new(std::sync::atomic::AtomicUsize::new(0));
-        self.board.insert(
-            id,
-            report::Live {
-                key: client,
-                started: std::time::Instant::now(),
-                cmd: cmd_tx.clone(),
-                open_streams: open.clone(),
-                udp_flows: udp_flows.clone(),
-                addrs: addrs.clone(),
+        let common = Arc::new(Common {
+            shared: Arc::new(shared),
+            session: SessionCtx {
+                cfg: self.cfg.clone(),
+                board: self.board.clone(),
+                keys: self.keys.clone(),
+                peers: self.peers.clone(),
             },
-        );
-        let sender = SharedSocketSender {
-            out: self.out.clone(),
-            addrs: addrs.clone(),
-        };
-        let task = SessionTask {
-            session,
-            protection: Aead::server(keys, self.cfg.rekey, inbox.clone(), self.keys.clone()),
-            sender,
-            incoming: in_rx,
-            cmd_rx,
-            cmd_tx: cmd_tx.clone(),
-            accepted: Some(acc_tx),
-            datagrams: Some(dg_tx),
-            on_packet: Some(hook),
-            events: Some(ev_tx),
-            clock,
-        };
-        let connect_timeout = self.cfg.connect_timeout;
-        let idle = self.cfg.stream_idle_timeout;
-        let max_streams = self.cfg.max_streams as usize;
-        tokio::spawn(async move {
-            while let Some(h) = acc_rx.recv().await {
-                let n = open.fetch_add(1, std::sync::atomic::Ordering::Relaxed) + 1;
-                if n == max_streams {
-                    // The session's MAX_STREAMS keeps the agent from opening more.
-                    warn!(
-                        session = format_args!("{id:016x}"),
-                        limit = max_streams,
-                        "stream limit reached: this agent's new connections are refused until one closes"
-                    );
-                }
-                let open = open.clone();
-                tokio::spawn(async move {
-                    relay::serve_stream(h, connect_timeout, idle).await;
-                    open.fetch_sub(1, std::sync::atomic::Ordering::Relaxed);
-                });
-            }
+            steering: self.steering,
+            handoff,
+            stats: self.workers.clone(),
+            state_tx,
         });
-        let resolver = self.cfg.resolver.or_else(relay::system_resolver);
-        let limits = (self.cfg.max_udp_flows, resolver);
-        tokio::spawn(relay::udp_flows(dg_rx, cmd_tx, limits, id, udp_flows));
-        let board = self.board.clone();
-        tokio::spawn(async move {
-            if let Some(e) = task.run().await {
-                info!(session = format_args!("{id:016x}"), "session ended: {e}");
-            }
-            board.remove(id);
-            let _ = done.send(id);
-        });
-        (in_tx, addrs, inbox)
-    }
-}
-
-/// Sends on the shared listening socket (or down a TCP connection) to each path's current
-/// peer address.
-struct SharedSocketSender {
-    out: Outbound,
-    addrs: PathAddrs,
-}
-
-impl PathSender for SharedSocketSender {
-    fn send(&mut self, path: PathId, packet: &[u8]) {
-        let to = self.addrs.lock().ok().and_then(|m| m.get(&path).copied());
-        if let Some(to) = to {
-            if let Err(e) = self.out.send_to(packet, to) {
-                debug!(path, "send failed: {e}");
-            }
+        let mut sockets = std::mem::take(&mut self.sockets).into_iter();
+        let first = sockets
+            .next()
+            .ok_or_else(|| std::io::Error::other("no socket"))?;
+        let first_inbox = inboxes.remove(0);
+        let mut threads = worker::Threads::new();
+        for (i, (socket, inbox)) in sockets.zip(inboxes).enumerate() {
+            threads.spawn(i + 1, socket, inbox, common.clone())?;
         }
-    }
-
-    fn send_batch(&mut self, path: PathId, packets: &[u8], segment_size: usize) {
-        let to = self.addrs.lock().ok().and_then(|m| m.get(&path).copied());
-        let Some(to) = to else { return };
-        let r = if self.out.tcp.contains(&to) {
-            (packets.chunks(segment_size.max(1))).try_for_each(|p| self.out.send_to(p, to))
-        } else {
-            crate::batch::send(self.out.udp.as_ref(), to, packets, segment_size)
-        };
-        if let Err(e) = r {
-            debug!(path, "send failed: {e}");
+        let w0 = Worker::new(0, first, common)?;
+        tokio::select! {
+            r = w0.run(first_inbox) => r,
+            Some(i) = threads.died.recv() => Err(std::io::Error::other(format!("server worker {i} stopped"))),
         }
     }
 }

@@ -1,0 +1,283 @@
+//! The handshake policy through the endpoint, without sockets (docs/protocol.md section 16).
+
+use super::*;
+use crate::server::logs::Dropped;
+use braid_crypto::{write_header, ClientHandshake};
+use std::sync::RwLock;
+
+struct H(Vec<SocketAddr>);
+
+impl SessionHandle for H {
+    fn has_address(&self, a: SocketAddr) -> bool {
+        self.0.contains(&a)
+    }
+}
+
+struct Rig {
+    ep: Endpoint<H>,
+    server: Arc<StaticKeypair>,
+    agents: Vec<StaticKeypair>,
+    counters: Arc<HandshakeCounters>,
+    t0: Instant,
+    ms: u64,
+}
+
+fn rig(max_sessions: usize, load_threshold: u64, burst: u32) -> Rig {
+    rig_on(max_sessions, load_threshold, burst, Steering::new(1, 1), 0)
+}
+
+fn rig_on(max: usize, load: u64, burst: u32, steering: Steering, worker: usize) -> Rig {
+    let server = Arc::new(StaticKeypair::generate().unwrap());
+    let agents: Vec<_> = (0..2).map(|_| StaticKeypair::generate().unwrap()).collect();
+    let keys = agents.iter().map(|a| a.public()).collect();
+    let counters: Arc<HandshakeCounters> = Arc::default();
+    let ms = 1_700_000_000_000;
+    let cfg = SharedConfig {
+        key: server.clone(),
+        unicast: None,
+        ciphers: braid_crypto::Ciphers::auto(),
+        max_sessions: max,
+        rate: (80, burst),
+        load_threshold: load,
+        first_exchange_timeout: Duration::from_secs(10),
+    };
+    let auth = AuthorizedKeys::new(Arc::new(RwLock::new(keys)), None);
+    let shared = Shared::new(cfg, ReplayGuard::new(), auth, counters.clone(), ms).unwrap();
+    Rig {
+        ep: Endpoint::new(Arc::new(shared), steering, worker),
+        server,
+        agents,
+        counters,
+        t0: Instant::now(),
+        ms,
+    }
+}
+
+fn addr(s: &str) -> SocketAddr {
+    s.parse().unwrap()
+}
+
+impl Rig {
+    /// Message 1 of agent `a` for session `sid`, its clock `dt` ms after the server's.
+    fn m1(&self, a: usize, sid: u64, dt: u64) -> (ClientHandshake, Vec<u8>) {
+        let k = &self.agents[a];
+        ClientHandshake::new(k, &self.server.public(), sid, 0, self.ms + dt).unwrap()
+    }
+
+    fn handle(&mut self, from: SocketAddr, pkt: &[u8]) -> Outcome<'_, H> {
+        self.ep.handle(self.t0, self.ms, from, pkt)
+    }
+
+    /// Accept session `sid` of agent `a` from `from`, as the worker would.
+    fn accept(&mut self, a: usize, sid: u64, from: SocketAddr, dt: u64) -> Vec<u8> {
+        let (_, m1) = self.m1(a, sid, dt);
+        match self.handle(from, &m1) {
+            Outcome::Accept { session, .. } => {
+                let reply = session.reply.clone();
+                self.ep.insert(session, H(vec![from]));
+                reply
+            }
+            _ => panic!("not accepted"),
+        }
+    }
+}
+
+fn dropped<H>(o: &Outcome<'_, H>) -> Option<Dropped> {
+    match o {
+        Outcome::Drop(d) => Some(*d),
+        _ => None,
+    }
+}
+
+#[test]
+fn a_retransmitted_message_1_gets_the_cached_reply_only_from_a_known_address() {
+    let mut r = rig(16, 1000, 10);
+    let a = addr("192.0.2.1:5000");
+    let (_, m1) = r.m1(0, 7, 0);
+    let reply = match r.handle(a, &m1) {
+        Outcome::Accept { session, .. } => {
+            let reply = session.reply.clone();
+            r.ep.insert(session, H(vec![a, addr("198.51.100.9:7")]));
+            reply
+        }
+        _ => panic!("not accepted"),
+    };
+    match r.handle(a, &m1) {
+        Outcome::Send { to, bytes } => assert_eq!((to, bytes), (a, reply.clone())),
+        _ => panic!("no cached reply"),
+    }
+    // From another path address of the session too, but never from a stranger.
+    assert!(matches!(
+        r.handle(addr("198.51.100.9:7"), &m1),
+        Outcome::Send { .. }
+    ));
+    let o = r.handle(addr("203.0.113.5:5000"), &m1);
+    assert_eq!(dropped(&o), Some(Dropped::ExistingSession));
+    assert_eq!(HandshakeCounters::get(&r.counters.accepted), 1);
+    assert!(
+        reply.len() < m1.len(),
+        "the reply is smaller than the request"
+    );
+}
+
+#[test]
+fn a_flood_from_one_address_is_rate_limited() {
+    let mut r = rig(1000, 1000, 5);
+    let a = addr("192.0.2.1:5000");
+    let mut accepted = 0;
+    for i in 0..20u64 {
+        let (_, m1) = r.m1(0, 100 + i, i + 1);
+        match r.handle(a, &m1) {
+            Outcome::Accept { .. } => accepted += 1,
+            o => assert_eq!(dropped(&o), Some(Dropped::RateLimited)),
+        }
+    }
+    assert_eq!(accepted, 5, "the burst, then nothing at the same instant");
+    assert_eq!(HandshakeCounters::get(&r.counters.rate_limited), 15);
+    // Another address has its own budget.
+    let (_, m1) = r.m1(1, 999, 1);
+    assert!(matches!(
+        r.handle(addr("192.0.2.2:1"), &m1),
+        Outcome::Accept { .. }
+    ));
+}
+
+#[test]
+fn under_load_a_cookie_comes_first_and_message_1_with_mac2_gets_in() {
+    let mut r = rig(1000, 2, 100);
+    let a = addr("192.0.2.1:5000");
+    // Two handshake packets a second are fine; the third is load.
+    for i in 0..2u64 {
+        r.accept(0, 10 + i, a, i + 1);
+    }
+    let (mut hs, m1) = r.m1(1, 42, 1);
+    let cookie = match r.handle(a, &m1) {
+        Outcome::Send { to, bytes } => {
+            assert_eq!(to, a);
+            bytes
+        }
+        _ => panic!("under load: a cookie reply, no Diffie-Hellman"),
+    };
+    assert_eq!(parse_header(&cookie).unwrap().ptype, PacketType::Cookie);
+    assert_eq!(HandshakeCounters::get(&r.counters.cookies), 1);
+    hs.handle_cookie_reply(&cookie).unwrap();
+    let m1 = hs.message1();
+    assert!(matches!(r.handle(a, &m1), Outcome::Accept { .. }));
+    // The cookie is bound to the address it was sent to.
+    let (mut hs, m1) = r.m1(1, 43, 2);
+    let Outcome::Send { bytes, .. } = r.handle(a, &m1) else {
+        panic!("no cookie")
+    };
+    hs.handle_cookie_reply(&bytes).unwrap();
+    let o = r.handle(addr("192.0.2.77:5000"), &hs.message1());
+    assert!(matches!(o, Outcome::Send { .. }), "another cookie, no work");
+}
+
+#[test]
+fn at_the_session_limit_a_handshake_is_refused_and_told_so() {
+    let mut r = rig(1, 1000, 10);
+    let a = addr("192.0.2.1:5000");
+    r.accept(0, 1, a, 1);
+    let (_, m1) = r.m1(1, 2, 1);
+    match r.handle(addr("192.0.2.2:5000"), &m1) {
+        Outcome::Send { bytes, .. } => {
+            assert_eq!(bytes.len(), 12);
+            let h = parse_header(&bytes).unwrap();
+            assert_eq!((h.ptype, h.session_id), (PacketType::SessionLimit, 2));
+        }
+        _ => panic!("not refused"),
+    }
+    assert_eq!(HandshakeCounters::get(&r.counters.full), 1);
+    assert!(r.ep.session_ended(1));
+    assert!(!r.ep.session_ended(1), "once");
+    let (_, m1) = r.m1(1, 3, 2);
+    assert!(matches!(
+        r.handle(addr("192.0.2.2:5000"), &m1),
+        Outcome::Accept { .. }
+    ));
+}
+
+#[test]
+fn a_rotation_from_another_agent_key_is_refused() {
+    let mut r = rig(16, 1000, 10);
+    let a = addr("192.0.2.1:5000");
+    r.accept(0, 5, a, 1);
+    // Agent 1 (authorized too) tries to take over agent 0's session from its address.
+    let (_, m1) = r.m1(1, 5, 2);
+    assert_eq!(dropped(&r.handle(a, &m1)), Some(Dropped::RotationRefused));
+    assert_eq!(HandshakeCounters::get(&r.counters.rotations_refused), 1);
+    // Agent 0 itself rotates.
+    let (_, m1) = r.m1(0, 5, 3);
+    assert!(matches!(r.handle(a, &m1), Outcome::Rotate { to, .. } if to == a));
+    assert_eq!(HandshakeCounters::get(&r.counters.rotations), 1);
+    // The rotation's reply is now the cached one.
+    assert!(matches!(r.handle(a, &m1), Outcome::Send { .. }));
+}
+
+#[test]
+fn unknown_session_hints_are_never_bigger_than_the_packet() {
+    let mut r = rig(16, 1000, 10);
+    let mut hints = 0;
+    for len in 0..64usize {
+        let mut p = Vec::new();
+        write_header(&mut p, PacketType::Transport, 0xdead, 1, 9).unwrap();
+        p.resize(len.max(p.len()), 0);
+        p.truncate(len);
+        let from = SocketAddr::from(([10, 0, (len >> 8) as u8, len as u8], 9));
+        match r.handle(from, &p) {
+            Outcome::Send { bytes, .. } => {
+                hints += 1;
+                assert!(bytes.len() <= p.len(), "{} for {}", bytes.len(), p.len());
+                // Only for what could be a sealed packet: a header and a whole tag.
+                let full = parse_header(&p).unwrap().header_len + braid_crypto::TAG_LEN;
+                assert!(p.len() >= full, "a hint for {} bytes", p.len());
+                let h = parse_header(&bytes).unwrap();
+                assert_eq!(
+                    (h.ptype, h.session_id),
+                    (PacketType::SessionUnknown, 0xdead)
+                );
+            }
+            Outcome::Drop(d) => assert!(matches!(d, Dropped::UnknownSession | Dropped::NotBraid)),
+            _ => panic!("len {len}: neither a hint nor a drop"),
+        }
+    }
+    assert!(hints > 0, "a hint for a full-size packet");
+    assert_eq!(HandshakeCounters::get(&r.counters.hints), hints);
+}
+
+#[test]
+fn a_packet_that_is_not_braid_is_dropped() {
+    let mut r = rig(16, 1000, 10);
+    let a = addr("192.0.2.1:5000");
+    for p in [&b""[..], b"GET / HTTP/1.1\r\n\r\n", &[0xff; 100]] {
+        assert_eq!(dropped(&r.handle(a, p)), Some(Dropped::NotBraid));
+    }
+    let mut cookie = Vec::new();
+    write_header(&mut cookie, PacketType::Cookie, 1, 0, 0).unwrap();
+    cookie.resize(64, 0);
+    assert_eq!(dropped(&r.handle(a, &cookie)), Some(Dropped::NotBraid));
+    // A handshake made for another server's key: no reply.
+    let other = StaticKeypair::generate().unwrap().public();
+    let (_, m1) = ClientHandshake::new(&r.agents[0], &other, 1, 0, r.ms).unwrap();
+    assert_eq!(dropped(&r.handle(a, &m1)), Some(Dropped::BadMac1));
+    assert_eq!(r.ep.log().total(Dropped::NotBraid), 4);
+}
+
+#[test]
+fn transport_packets_of_a_live_session_are_delivered_and_others_forwarded() {
+    let steering = Steering::new(2, 0x5bd1_e995);
+    let mut r = rig_on(16, 1000, 10, steering, 0);
+    let mine = (1..).find(|&s| steering.worker_of(s) == 0).unwrap();
+    let theirs = (1..).find(|&s| steering.worker_of(s) == 1).unwrap();
+    let a = addr("192.0.2.1:5000");
+    r.accept(0, mine, a, 1);
+    let mut p = Vec::new();
+    write_header(&mut p, PacketType::Transport, mine, 0, 1).unwrap();
+    p.resize(60, 0);
+    assert!(matches!(r.handle(a, &p), Outcome::Deliver(h) if h.0 == vec![a]));
+    let (_, m1) = r.m1(1, theirs, 1);
+    assert!(matches!(r.handle(a, &m1), Outcome::Forward(1)));
+    assert!(r.ep.session_expired(mine));
+    assert_eq!(HandshakeCounters::get(&r.counters.unfinished), 1);
+    assert_eq!(r.ep.shared.sessions(), 0);
+}

@@ -1,0 +1,195 @@
+//! Starting a session on the server: the session task (`driver::SessionTask`) with its
+//! packet protection, the watch on its first exchange, its path addresses, its streams to
+//! TCP targets and its UDP flows, and its entry on the status board.
+//!
+//! Owns: what one session is made of on the server and the tasks around it. Must not
+//! touch: the handshake policy (the endpoint's), the receive loop (the worker's), the
+//! session's protocol (braid-core's).
+
+use super::report::{self, ServerBoard};
+use super::{relay, ServerConfig};
+use crate::bridge::StreamHandle;
+use crate::driver::{AddressHook, Clock, Incoming, PathSender, SessionTask};
+use crate::protect::{Aead, KeyStats, RekeyInbox};
+use crate::tcp::{Outbound, TcpPeers};
+use braid_core::{Event, PathId, Session};
+use braid_crypto::{PublicKey, SessionKeys};
+use std::collections::HashMap;
+use std::net::SocketAddr;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+use tokio::sync::mpsc;
+use tracing::{debug, info, warn};
+
+/// Each path's peer address of one session.
+pub(super) type PathAddrs = Arc<Mutex<HashMap<PathId, SocketAddr>>>;
+
+/// What every session of a server needs.
+pub(super) struct SessionCtx {
+    pub cfg: ServerConfig,
+    pub board: Arc<ServerBoard>,
+    pub keys: Arc<KeyStats>,
+    pub peers: TcpPeers,
+}
+
+/// Start session `id`, first seen on path `path` from `from`, on the current runtime,
+/// sending through `out`. Its end goes to `ends.0`, an unfinished first exchange to
+/// `ends.1`. Returns where its packets go, its path addresses and where rotated keys go.
+pub(super) fn spawn_session(
+    ctx: &SessionCtx,
+    out: &Outbound,
+    (id, first_path, from): (u64, PathId, SocketAddr),
+    (client, keys): (PublicKey, SessionKeys),
+    (done, expire): (mpsc::UnboundedSender<u64>, mpsc::UnboundedSender<u64>),
+) -> (mpsc::Sender<Incoming>, PathAddrs, Arc<RekeyInbox>) {
+    let cfg = &ctx.cfg;
+    let inbox = Arc::new(RekeyInbox::default());
+    let mut tcfg = cfg.transport.clone();
+    // The seed of the session's challenge tokens: unguessable, like everything else.
+    tcfg.seed = braid_crypto::random::random_u64().unwrap_or(tcfg.seed ^ id);
+    tcfg.max_streams = cfg.max_streams;
+    tcfg.session_window = cfg.max_buffered;
+    let clock = Clock::new();
+    let session = Session::accept(tcfg, clock.now(), id);
+    let (in_tx, in_rx) = mpsc::channel(4096);
+    let (cmd_tx, cmd_rx) = mpsc::unbounded_channel();
+    let (acc_tx, mut acc_rx) = mpsc::unbounded_channel::<StreamHandle>();
+    let (dg_tx, dg_rx) = mpsc::channel::<bytes::Bytes>(1024);
+    // Watch for the first exchange; then stop listening (later events are discarded).
+    let (ev_tx, mut ev_rx) = mpsc::unbounded_channel::<Event>();
+    let first = cfg.first_exchange_timeout;
+    tokio::spawn(async move {
+        let established = tokio::time::timeout(first, async {
+            while let Some(ev) = ev_rx.recv().await {
+                if matches!(ev, Event::Established) {
+                    return true;
+                }
+            }
+            false
+        })
+        .await;
+        if !matches!(established, Ok(true)) {
+            let _ = expire.send(id);
+        }
+    });
+    let addrs: PathAddrs = Arc::new(Mutex::new(HashMap::new()));
+    addrs.lock().map(|mut m| m.insert(first_path, from)).ok();
+    let hook_addrs = addrs.clone();
+    let tcp = ctx.peers.clone();
+    let hook: AddressHook = Box::new(move |s: &mut Session, now, path, from| {
+        let Ok(mut m) = hook_addrs.lock() else {
+            return false;
+        };
+        match m.get(&path) {
+            Some(a) if *a == from => {}
+            Some(a) => {
+                info!(path, old = %a, new = %from, "path moved; validating the new address");
+                m.insert(path, from);
+                s.path_address_changed(now, path);
+                s.set_path_reliable(now, path, tcp.contains(&from));
+            }
+            None => {
+                if m.len() >= 16 {
+                    return false;
+                }
+                m.insert(path, from);
+                s.set_path_reliable(now, path, tcp.contains(&from));
+            }
+        }
+        true
+    });
+    let open = Arc::new(AtomicUsize::new(0));
+    let udp_flows = Arc::new(AtomicUsize::new(0));
+    ctx.board.insert(
+        id,
+        report::Live {
+            key: client,
+            started: std::time::Instant::now(),
+            cmd: cmd_tx.clone(),
+            open_streams: open.clone(),
+            udp_flows: udp_flows.clone(),
+            addrs: addrs.clone(),
+        },
+    );
+    let sender = SharedSocketSender {
+        out: out.clone(),
+        addrs: addrs.clone(),
+    };
+    let task = SessionTask {
+        session,
+        protection: Aead::server(keys, cfg.rekey, inbox.clone(), ctx.keys.clone()),
+        sender,
+        incoming: in_rx,
+        cmd_rx,
+        cmd_tx: cmd_tx.clone(),
+        accepted: Some(acc_tx),
+        datagrams: Some(dg_tx),
+        on_packet: Some(hook),
+        events: Some(ev_tx),
+        clock,
+    };
+    let connect_timeout = cfg.connect_timeout;
+    let idle = cfg.stream_idle_timeout;
+    let max_streams = cfg.max_streams as usize;
+    tokio::spawn(async move {
+        while let Some(h) = acc_rx.recv().await {
+            let n = open.fetch_add(1, Ordering::Relaxed) + 1;
+            if n == max_streams {
+                // The session's MAX_STREAMS keeps the agent from opening more.
+                warn!(
+                    session = format_args!("{id:016x}"),
+                    limit = max_streams,
+                    "stream limit reached: this agent's new connections are refused until one closes"
+                );
+            }
+            let open = open.clone();
+            tokio::spawn(async move {
+                relay::serve_stream(h, connect_timeout, idle).await;
+                open.fetch_sub(1, Ordering::Relaxed);
+            });
+        }
+    });
+    let resolver = cfg.resolver.or_else(relay::system_resolver);
+    let limits = (cfg.max_udp_flows, resolver);
+    tokio::spawn(relay::udp_flows(dg_rx, cmd_tx, limits, id, udp_flows));
+    let board = ctx.board.clone();
+    tokio::spawn(async move {
+        if let Some(e) = task.run().await {
+            info!(session = format_args!("{id:016x}"), "session ended: {e}");
+        }
+        board.remove(id);
+        let _ = done.send(id);
+    });
+    (in_tx, addrs, inbox)
+}
+
+/// Sends on the worker's socket (or down a TCP connection) to each path's current peer
+/// address.
+struct SharedSocketSender {
+    out: Outbound,
+    addrs: PathAddrs,
+}
+
+impl PathSender for SharedSocketSender {
+    fn send(&mut self, path: PathId, packet: &[u8]) {
+        let to = self.addrs.lock().ok().and_then(|m| m.get(&path).copied());
+        if let Some(to) = to {
+            if let Err(e) = self.out.send_to(packet, to) {
+                debug!(path, "send failed: {e}");
+            }
+        }
+    }
+
+    fn send_batch(&mut self, path: PathId, packets: &[u8], segment_size: usize) {
+        let to = self.addrs.lock().ok().and_then(|m| m.get(&path).copied());
+        let Some(to) = to else { return };
+        let r = if self.out.tcp.contains(&to) {
+            (packets.chunks(segment_size.max(1))).try_for_each(|p| self.out.send_to(p, to))
+        } else {
+            crate::batch::send(self.out.udp.as_ref(), to, packets, segment_size)
+        };
+        if let Err(e) = r {
+            debug!(path, "send failed: {e}");
+        }
+    }
+}

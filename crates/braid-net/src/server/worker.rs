@@ -1,0 +1,324 @@
+//! The server's workers: each receives on its own socket of the SO_REUSEPORT group, asks
+//! its [`Endpoint`] what to do with every datagram and does it (deliver to a session task,
+//! send, start a session, hand keys to a session, hand the packet to the worker that
+//! owns it). Worker 0 runs on the caller's runtime (inside `Server::run`), the others each
+//! on a thread of its own with a current-thread tokio runtime.
+//!
+//! Owns: the receive loop, the hand-over channels between workers, the worker threads and
+//! stopping them, writing the replay guard to its state file, routing the TCP fallback's
+//! packets to their worker. Must not touch: the handshake policy (the endpoint's), the
+//! sessions' protocol (the session tasks').
+
+use super::endpoint::{Endpoint, Outcome, SessionHandle, Shared};
+use super::session::{spawn_session, SessionCtx};
+use super::steer::Steering;
+use crate::driver::Incoming;
+use crate::protect::RekeyInbox;
+use crate::tcp::Outbound;
+use braid_crypto::{parse_header, ReplayGuard};
+use bytes::BytesMut;
+use std::io;
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+use tokio::net::UdpSocket;
+use tokio::sync::{mpsc, watch};
+use tracing::{info, warn};
+
+/// What one worker did, since the server started. Each on cache lines of its own: the
+/// workers count every packet, and must not make each other's cores wait.
+#[derive(Debug, Default)]
+#[repr(align(128))]
+pub struct WorkerCounters {
+    /// Datagrams received on the worker's own socket.
+    pub received: AtomicU64,
+    /// Of those, handed over to the worker that owns their session (0 when the kernel
+    /// steers by session id).
+    pub handed_over: AtomicU64,
+    /// Sessions started on this worker.
+    pub sessions: AtomicU64,
+}
+
+/// A packet on its way to a worker, and where it came from.
+pub(super) type Handoff = (BytesMut, SocketAddr);
+
+/// How many packets may wait in a worker's hand-over channel (dropped beyond, like a full
+/// socket buffer).
+pub(super) const HANDOFF_QUEUE: usize = 4096;
+
+/// The endpoint's handle of one session.
+pub(super) struct Handle {
+    pub tx: mpsc::Sender<Incoming>,
+    pub inbox: Arc<RekeyInbox>,
+    pub addrs: super::session::PathAddrs,
+}
+
+impl SessionHandle for Handle {
+    fn has_address(&self, addr: SocketAddr) -> bool {
+        self.addrs
+            .lock()
+            .is_ok_and(|m| m.values().any(|a| *a == addr))
+    }
+}
+
+/// What all workers share.
+pub(super) struct Common {
+    pub shared: Arc<Shared>,
+    pub session: SessionCtx,
+    pub steering: Steering,
+    pub handoff: Vec<mpsc::Sender<Handoff>>,
+    pub stats: Arc<[WorkerCounters]>,
+    pub state_tx: watch::Sender<ReplayGuard>,
+}
+
+/// One worker.
+pub(super) struct Worker {
+    index: usize,
+    socket: Arc<UdpSocket>,
+    out: Outbound,
+    endpoint: Endpoint<Handle>,
+    common: Arc<Common>,
+    warned: bool,
+}
+
+impl Worker {
+    /// Worker `index` on `socket` (call on the runtime that will run it).
+    pub fn new(index: usize, socket: std::net::UdpSocket, common: Arc<Common>) -> io::Result<Self> {
+        let socket = Arc::new(UdpSocket::from_std(socket)?);
+        let out = Outbound {
+            udp: socket.clone(),
+            tcp: common.session.peers.clone(),
+        };
+        let endpoint = Endpoint::new(common.shared.clone(), common.steering, index);
+        Ok(Worker {
+            index,
+            socket,
+            out,
+            endpoint,
+            common,
+            warned: false,
+        })
+    }
+
+    /// Serve until dropped; `inbox` brings packets handed over by other workers and the
+    /// TCP fallback.
+    pub async fn run(mut self, mut inbox: mpsc::Receiver<Handoff>) -> io::Result<()> {
+        let (done_tx, mut done_rx) = mpsc::unbounded_channel::<u64>();
+        let (expire_tx, mut expire_rx) = mpsc::unbounded_channel::<u64>();
+        let ends = (done_tx, expire_tx);
+        let mut tick = tokio::time::interval(super::DropLog::PERIOD);
+        tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        // GRO: one receive may hold several datagrams of one sender (split below, each its
+        // own part of the buffer: a session's packet reaches its task without a copy).
+        crate::batch::enable_gro(self.socket.as_ref());
+        let mut buf = BytesMut::new();
+        let socket = self.socket.clone();
+        loop {
+            tokio::select! {
+                r = crate::batch::recv_async(&socket, &mut buf) => match r {
+                    Ok(r) => {
+                        for pkt in crate::batch::split(&mut buf, r.segment_size) {
+                            self.packet(pkt, r.from, true, &ends);
+                        }
+                    }
+                    Err(_) => buf.clear(),
+                },
+                Some((pkt, from)) = inbox.recv() => self.packet(pkt, from, false, &ends),
+                Some(id) = done_rx.recv() => if self.endpoint.session_ended(id) {
+                    let active = self.common.shared.sessions();
+                    info!(session = format_args!("{id:016x}"), active, worker = self.index, "session ended");
+                },
+                Some(id) = expire_rx.recv() => {
+                    self.endpoint.session_expired(id);
+                }
+                _ = tick.tick() => self.endpoint.tick(std::time::Instant::now()),
+            }
+        }
+    }
+
+    /// One datagram from `from`: received on this worker's socket (`own`), or handed over.
+    fn packet(
+        &mut self,
+        pkt: BytesMut,
+        from: SocketAddr,
+        own: bool,
+        ends: &(mpsc::UnboundedSender<u64>, mpsc::UnboundedSender<u64>),
+    ) {
+        let stats = &self.common.stats[self.index];
+        if own {
+            stats.received.fetch_add(1, Ordering::Relaxed);
+        }
+        let now = std::time::Instant::now();
+        match self.endpoint.handle(now, super::unix_ms(), from, &pkt) {
+            Outcome::Deliver(h) => {
+                let _ = h.tx.try_send(Incoming { from, data: pkt });
+            }
+            Outcome::Send { to, bytes } => {
+                let _ = self.out.send_to(&bytes, to);
+            }
+            Outcome::Accept { session, keys } => {
+                info!(%from, client = %session.client.to_base64(), session = format_args!("{:016x}", session.id), worker = self.index, cipher = %keys.cipher(), "agent authenticated");
+                stats.sessions.fetch_add(1, Ordering::Relaxed);
+                self.persist_guard();
+                let _ = self.out.send_to(&session.reply, from);
+                let first = (session.id, session.path, from);
+                let (tx, addrs, inbox) = spawn_session(
+                    &self.common.session,
+                    &self.out,
+                    first,
+                    (session.client, keys),
+                    (ends.0.clone(), ends.1.clone()),
+                );
+                self.endpoint.insert(session, Handle { tx, inbox, addrs });
+            }
+            Outcome::Rotate {
+                session,
+                keys,
+                reply,
+                to,
+            } => {
+                tracing::debug!(%from, "session keys rotated");
+                // The new keys reach the session task before message 2 goes out.
+                session.inbox.put(keys);
+                let _ = self.out.send_to(&reply, to);
+                self.persist_guard();
+            }
+            Outcome::Forward(owner) if own => {
+                stats.handed_over.fetch_add(1, Ordering::Relaxed);
+                if !self.warned {
+                    self.warned = true;
+                    warn!(worker = self.index, owner, "a packet reached a worker that does not own its session: handing such packets over (slower); counted per worker");
+                }
+                if let Some(tx) = self.common.handoff.get(owner) {
+                    let _ = tx.try_send((pkt, from));
+                }
+            }
+            // Handed over to the wrong worker: cannot happen (one steering for all).
+            Outcome::Forward(_) | Outcome::Drop(_) => {}
+        }
+    }
+
+    /// Send the replay guard to the task that writes it to the state file.
+    fn persist_guard(&self) {
+        let tx = &self.common.state_tx;
+        self.common
+            .shared
+            .with_guard(|g| tx.send_replace(g.clone()));
+    }
+}
+
+/// Hands each packet of the TCP fallback to the worker that owns its session (packets that
+/// are not braid go to worker 0, which drops them).
+pub(super) async fn route_tcp(
+    mut rx: mpsc::Receiver<Handoff>,
+    steering: Steering,
+    workers: Vec<mpsc::Sender<Handoff>>,
+) {
+    while let Some((pkt, from)) = rx.recv().await {
+        let w = parse_header(&pkt).map_or(0, |h| steering.worker_of(h.session_id));
+        if workers[w].send((pkt, from)).await.is_err() {
+            return;
+        }
+    }
+}
+
+/// The worker threads: told to stop and joined when dropped (with `Server::run`).
+pub(super) struct Threads {
+    stop: Vec<tokio::sync::oneshot::Sender<()>>,
+    joins: Vec<std::thread::JoinHandle<()>>,
+    /// A worker thread that ended sends its index.
+    pub died: mpsc::UnboundedReceiver<usize>,
+    died_tx: mpsc::UnboundedSender<usize>,
+}
+
+impl Threads {
+    pub fn new() -> Threads {
+        let (died_tx, died) = mpsc::unbounded_channel();
+        Threads {
+            stop: Vec::new(),
+            joins: Vec::new(),
+            died,
+            died_tx,
+        }
+    }
+
+    /// Start worker `index` on a thread of its own.
+    pub fn spawn(
+        &mut self,
+        index: usize,
+        socket: std::net::UdpSocket,
+        inbox: mpsc::Receiver<Handoff>,
+        common: Arc<Common>,
+    ) -> io::Result<()> {
+        let (stop_tx, stop_rx) = tokio::sync::oneshot::channel::<()>();
+        let died = DiesWith(index, self.died_tx.clone());
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()?;
+        let join = std::thread::Builder::new()
+            .name(format!("braid-worker-{index}"))
+            .spawn(move || {
+                let _died = died;
+                rt.block_on(async move {
+                    let w = match Worker::new(index, socket, common) {
+                        Ok(w) => w,
+                        Err(e) => return warn!(worker = index, "cannot start: {e}"),
+                    };
+                    tokio::select! {
+                        r = w.run(inbox) => if let Err(e) = r {
+                            warn!(worker = index, "stopped: {e}");
+                        },
+                        _ = stop_rx => {}
+                    }
+                });
+                // Sessions and relays end with the runtime; a blocking DNS lookup does
+                // not hold the thread up.
+                rt.shutdown_timeout(Duration::from_millis(200));
+            })?;
+        self.stop.push(stop_tx);
+        self.joins.push(join);
+        Ok(())
+    }
+}
+
+/// Tells `Server::run` that its worker thread ended.
+struct DiesWith(usize, mpsc::UnboundedSender<usize>);
+
+impl Drop for DiesWith {
+    fn drop(&mut self) {
+        let _ = self.1.send(self.0);
+    }
+}
+
+impl Drop for Threads {
+    fn drop(&mut self) {
+        for s in self.stop.drain(..) {
+            let _ = s.send(());
+        }
+        for j in self.joins.drain(..) {
+            let _ = j.join();
+        }
+    }
+}
+
+/// Writes the replay guard to its state file whenever it changed (coalescing changes that
+/// come faster than the disk).
+pub(super) async fn persist_guard(path: PathBuf, mut rx: watch::Receiver<ReplayGuard>) {
+    let mut failures = 0u64;
+    while rx.changed().await.is_ok() {
+        let g = rx.borrow_and_update().clone();
+        let p = path.clone();
+        match tokio::task::spawn_blocking(move || g.save(&p)).await {
+            Ok(Ok(())) => failures = 0,
+            Ok(Err(e)) => {
+                failures += 1;
+                if failures == 1 || failures.is_power_of_two() {
+                    warn!("{e} (failure {failures}); a restarted server could accept a replayed handshake of the last minutes once");
+                }
+            }
+            Err(_) => return,
+        }
+    }
+}
