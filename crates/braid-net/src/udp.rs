@@ -132,7 +132,7 @@ pub fn flow_socket() -> io::Result<UdpSocket> {
 }
 
 /// `to` as `sock` can send to it: an IPv4 address becomes IPv4-mapped on an IPv6 socket.
-fn reachable_as(sock: &UdpSocket, to: SocketAddr) -> SocketAddr {
+pub fn reachable_as(sock: &UdpSocket, to: SocketAddr) -> SocketAddr {
     match (sock.local_addr(), to) {
         (Ok(SocketAddr::V6(_)), SocketAddr::V4(v4)) => {
             SocketAddr::new(v4.ip().to_ipv6_mapped().into(), v4.port())

@@ -263,6 +263,8 @@ async fn udp_associate(
     let relay = UdpSocket::bind(SocketAddr::new(bound.ip(), 0))
         .await
         .map_err(|e| e.to_string())?;
+    // Room for a burst of small datagrams while the session task is busy.
+    let _ = socket2::SockRef::from(&relay).set_recv_buffer_size(crate::udp::SOCKET_BUFFER);
     let relay_addr = relay.local_addr().map_err(|e| e.to_string())?;
     let flow = shared.next_flow.fetch_add(1, Ordering::Relaxed);
     let (tx, mut rx) = mpsc::channel::<Bytes>(1024);
@@ -277,6 +279,7 @@ async fn udp_associate(
         .open("socks5", peer_of(&tcp), String::new(), Some(flow));
     conn.set_path("session".into());
     let mut client: Option<SocketAddr> = None;
+    let mut last_dest: Option<TargetAddr> = None;
     let mut buf = vec![0u8; 65536];
     let mut ctl = [0u8; 64];
     let result = loop {
@@ -287,23 +290,28 @@ async fn udp_associate(
             },
             r = relay.recv_from(&mut buf) => {
                 let Ok((n, from)) = r else { break Err("relay socket failed".to_string()) };
-                // Only the client that asked (same IP as its control connection) may use it.
-                if tcp.peer_addr().map(|p| p.ip()).ok() != Some(from.ip()) {
-                    continue;
-                }
-                client = Some(from);
-                let Ok(p) = socks5::parse_udp(&buf[..n]) else {
-                    debug!("dropped a malformed or fragmented SOCKS5 UDP datagram");
-                    continue;
-                };
-                let mut out = Vec::with_capacity(n + 8);
-                let dest = p.addr.to_target_addr();
-                conn.set_destination(dest.to_string());
-                conn.counters().up.fetch_add(p.payload.len() as u64, Ordering::Relaxed);
-                if datagram::emit(flow, &dest, p.payload, &mut out).is_ok() {
-                    if let Some(cmd) = shared.session.borrow().clone() {
-                        let _ = cmd.send(Cmd::Datagram(Bytes::from(out)));
+                // Take what else waits on the socket too (up to a batch), and hand the
+                // session all of it at once.
+                let session = shared.session.borrow().clone();
+                let mut got = Some((n, from));
+                let mut taken = 0;
+                while let Some((n, from)) = got {
+                    // Only the client that asked (same IP as its control connection) may
+                    // use it.
+                    if tcp.peer_addr().map(|p| p.ip()).ok() == Some(from.ip()) {
+                        client = Some(from);
+                        if let Some(d) = from_client(flow, &buf[..n], &conn, &mut last_dest) {
+                            if let Some(cmd) = &session {
+                                let _ = cmd.send(Cmd::Datagram(d));
+                            }
+                        }
                     }
+                    taken += 1;
+                    got = if taken < crate::batch::MAX_SEGMENTS {
+                        relay.try_recv_from(&mut buf).ok()
+                    } else {
+                        None
+                    };
                 }
             }
             Some(d) = rx.recv() => {
@@ -320,6 +328,31 @@ async fn udp_associate(
         m.remove(&flow);
     }
     result
+}
+
+/// A SOCKS5 UDP datagram from the application as the session's DATAGRAM payload, counted on
+/// its connection; `None` (dropped) when it is malformed or fragmented.
+fn from_client(
+    flow: u32,
+    pkt: &[u8],
+    conn: &super::report::ConnGuard,
+    last_dest: &mut Option<TargetAddr>,
+) -> Option<Bytes> {
+    let Ok(p) = socks5::parse_udp(pkt) else {
+        debug!("dropped a malformed or fragmented SOCKS5 UDP datagram");
+        return None;
+    };
+    let mut out = Vec::with_capacity(pkt.len() + 8);
+    let dest = p.addr.to_target_addr();
+    if last_dest.as_ref() != Some(&dest) {
+        conn.set_destination(dest.to_string());
+        *last_dest = Some(dest.clone());
+    }
+    conn.counters()
+        .up
+        .fetch_add(p.payload.len() as u64, Ordering::Relaxed);
+    datagram::emit(flow, &dest, p.payload, &mut out).ok()?;
+    Some(Bytes::from(out))
 }
 
 /// The application's address, for the status board.
