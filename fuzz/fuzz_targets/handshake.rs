@@ -5,12 +5,16 @@
 //! Never a panic; a mutated message 1 is accepted only when the mutation changed nothing
 //! the server reads, and a mutated reply never gives keys or a cookie unless unchanged.
 //!
-//! Keys are fixed (not random) so that every input replays the same way.
+//! Keys and cipher lists are fixed (not random, not the CPU's `auto` order) so that every
+//! input replays the same way on every machine; message 1 carries a two-cipher list.
 
 #![no_main]
 
 use braid_crypto::cookie::{Mac1Key, MACS_LEN, MAC_LEN};
-use braid_crypto::{ClientHandshake, CookieChecker, ReplayGuard, ServerHandshake, StaticKeypair};
+use braid_crypto::{
+    Ciphers, ClientHandshake, CookieChecker, ReplayGuard, Responder, ServerHandshake,
+    StaticKeypair,
+};
 use libfuzzer_sys::fuzz_target;
 use std::net::SocketAddr;
 use std::sync::OnceLock;
@@ -32,11 +36,19 @@ fn fixture() -> &'static Fixture {
     F.get_or_init(|| {
         let server = StaticKeypair::from_private([7; 32]).unwrap();
         let client = StaticKeypair::from_private([9; 32]).unwrap();
-        let (_, m1) = ClientHandshake::new(&client, &server.public(), 0x0123_4567, 1, NOW).unwrap();
-        let auth = [client.public()];
-        let (_, _, m2) =
-            ServerHandshake::respond(&server, &auth, &mut ReplayGuard::new(), &m1, NOW, SKEW)
+        let offer = Ciphers::for_cpu(true);
+        let (_, m1) =
+            ClientHandshake::offering(&client, &server.public(), 0x0123_4567, 1, NOW, &offer)
                 .unwrap();
+        let auth = [client.public()];
+        let responder = Responder {
+            key: &server,
+            authorized: &auth,
+            max_skew_ms: SKEW,
+            unicast: None,
+            ciphers: &Ciphers::for_cpu(false),
+        };
+        let (_, _, m2) = responder.respond(&mut ReplayGuard::new(), &m1, NOW).unwrap();
         let mut checker = CookieChecker::new(&server.public(), NOW).unwrap();
         let cookie = checker.cookie_reply(&m1, from(), NOW).unwrap();
         Fixture {
@@ -102,7 +114,7 @@ fuzz_target!(|data: &[u8]| {
         }
         2 => {
             // The client: raw bytes, then a mutated genuine message 2.
-            let (mut hs, _) = ClientHandshake::new(&f.client, &f.server.public(), 0x0123_4567, 1, NOW).unwrap();
+            let (mut hs, _) = ClientHandshake::offering(&f.client, &f.server.public(), 0x0123_4567, 1, NOW, &Ciphers::for_cpu(true)).unwrap();
             assert!(hs.finish(rest).is_err() || rest == f.m2.as_slice());
             let _ = hs.handle_cookie_reply(rest);
             let m2 = xor(&f.m2, rest);
@@ -110,7 +122,7 @@ fuzz_target!(|data: &[u8]| {
         }
         _ => {
             // A mutated genuine cookie reply: accepted only unchanged.
-            let (mut hs, _) = ClientHandshake::new(&f.client, &f.server.public(), 0x0123_4567, 1, NOW).unwrap();
+            let (mut hs, _) = ClientHandshake::offering(&f.client, &f.server.public(), 0x0123_4567, 1, NOW, &Ciphers::for_cpu(true)).unwrap();
             let c = xor(&f.cookie, rest);
             let ok = hs.handle_cookie_reply(&c).is_ok();
             assert!(!ok || c == f.cookie, "a forged cookie reply was accepted");

@@ -1,8 +1,11 @@
-//! Per-packet protection of transport packets with ChaCha20-Poly1305 (from `ring`).
+//! Per-packet protection of transport packets with AES-256-GCM or ChaCha20-Poly1305 (both
+//! from `ring`; the handshake negotiates which, see [`Cipher`] and [`Ciphers`]).
 //!
-//! Owns: [`SessionKeys`] (one key per direction, from the Noise split) and [`PacketKey`]
-//! (seal and open a packet in place). The header is the associated data, the frames the
-//! plaintext, the last [`TAG_LEN`] bytes of the packet the tag.
+//! Owns: [`SessionKeys`] (one key per direction, from the Noise split), [`PacketKey`]
+//! (seal and open a packet in place), the packet ciphers ([`Cipher`]) and the ordered list
+//! of them an end accepts ([`Ciphers`], with the CPU-dependent default order). The header
+//! is the associated data, the frames the plaintext, the last [`TAG_LEN`] bytes of the
+//! packet the tag. Both ciphers take a 32-byte key, a 12-byte nonce and give a 16-byte tag.
 //!
 //! Must not touch: the header bytes (authenticated, never modified), frames (opaque bytes
 //! here), replay state (see [`crate::replay`]) and the handshake.
@@ -16,7 +19,9 @@
 //! No-panic contract: [`PacketKey::open_in_place`] accepts any bytes and any `header_len`;
 //! a packet that is too short, malformed or forged gives an [`AeadError`].
 
-use ring::aead::{Aad, LessSafeKey, Nonce, Tag, UnboundKey, CHACHA20_POLY1305, NONCE_LEN};
+use ring::aead::{
+    Aad, LessSafeKey, Nonce, Tag, UnboundKey, AES_256_GCM, CHACHA20_POLY1305, NONCE_LEN,
+};
 
 use crate::header::{parse_header, HeaderError, HeaderInfo, PacketType};
 
@@ -68,7 +73,7 @@ pub enum AeadError {
         /// The packet number in the header.
         packet_number: u64,
     },
-    /// `ring` refused to encrypt (the packet is larger than ChaCha20-Poly1305 allows).
+    /// `ring` refused to encrypt (the packet is larger than the cipher allows).
     #[error("packet of {len} bytes could not be encrypted; braid packets must fit a UDP datagram")]
     Seal {
         /// The packet's length.
@@ -76,14 +81,168 @@ pub enum AeadError {
     },
 }
 
-/// One direction's packet key: ChaCha20-Poly1305 with a per-packet nonce.
+/// A packet cipher. Its wire id (in the handshake payloads) is [`Cipher::id`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Cipher {
+    /// ChaCha20-Poly1305 (RFC 8439): fast everywhere in software; the cipher of peers
+    /// that offer no list.
+    ChaCha20Poly1305,
+    /// AES-256-GCM: faster where the CPU has AES and carry-less multiply instructions.
+    Aes256Gcm,
+}
+
+impl Cipher {
+    /// Every cipher braid implements, in no particular order.
+    pub const ALL: [Cipher; 2] = [Cipher::Aes256Gcm, Cipher::ChaCha20Poly1305];
+
+    /// The byte that names the cipher in the handshake payloads.
+    pub fn id(self) -> u8 {
+        match self {
+            Cipher::ChaCha20Poly1305 => 1,
+            Cipher::Aes256Gcm => 2,
+        }
+    }
+
+    /// The cipher a handshake byte names (None: one this version does not know).
+    pub fn from_id(id: u8) -> Option<Cipher> {
+        match id {
+            1 => Some(Cipher::ChaCha20Poly1305),
+            2 => Some(Cipher::Aes256Gcm),
+            _ => None,
+        }
+    }
+
+    /// The name used on the command line and in logs.
+    pub fn name(self) -> &'static str {
+        match self {
+            Cipher::ChaCha20Poly1305 => "chacha20-poly1305",
+            Cipher::Aes256Gcm => "aes-256-gcm",
+        }
+    }
+
+    fn algorithm(self) -> &'static ring::aead::Algorithm {
+        match self {
+            Cipher::ChaCha20Poly1305 => &CHACHA20_POLY1305,
+            Cipher::Aes256Gcm => &AES_256_GCM,
+        }
+    }
+}
+
+impl std::fmt::Display for Cipher {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+/// Whether this CPU has the instructions that make AES-GCM fast and constant-time (AES and
+/// carry-less multiplication). Read once per call from the CPU's feature flags.
+pub fn cpu_has_aes() -> bool {
+    #[cfg(target_arch = "x86_64")]
+    {
+        std::arch::is_x86_feature_detected!("aes")
+            && std::arch::is_x86_feature_detected!("pclmulqdq")
+    }
+    #[cfg(target_arch = "aarch64")]
+    {
+        std::arch::is_aarch64_feature_detected!("aes")
+    }
+    #[cfg(not(any(target_arch = "x86_64", target_arch = "aarch64")))]
+    {
+        false
+    }
+}
+
+/// The packet ciphers an end accepts, most preferred first (never empty). An agent offers
+/// them in this order; a server picks the first of its own list that the agent offered.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Ciphers(Vec<Cipher>);
+
+/// Why a cipher list was refused.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum CipherError {
+    /// A name that is no cipher.
+    #[error(
+        "unknown cipher {0:?}: use aes-256-gcm, chacha20-poly1305 or auto (AES-256-GCM \
+         first where the CPU has AES instructions, else ChaCha20-Poly1305)"
+    )]
+    Unknown(String),
+}
+
+impl Ciphers {
+    /// Both ciphers, AES-256-GCM first if [`cpu_has_aes`], else ChaCha20-Poly1305 first.
+    pub fn auto() -> Ciphers {
+        Self::for_cpu(cpu_has_aes())
+    }
+
+    /// Both ciphers, in the order for a CPU with (`true`) or without AES instructions.
+    pub fn for_cpu(has_aes: bool) -> Ciphers {
+        if has_aes {
+            Ciphers(vec![Cipher::Aes256Gcm, Cipher::ChaCha20Poly1305])
+        } else {
+            Ciphers(vec![Cipher::ChaCha20Poly1305, Cipher::Aes256Gcm])
+        }
+    }
+
+    /// Only `c`.
+    pub fn only(c: Cipher) -> Ciphers {
+        Ciphers(vec![c])
+    }
+
+    /// These ciphers in this order (duplicates dropped); None if `list` is empty.
+    pub fn new(list: &[Cipher]) -> Option<Ciphers> {
+        let mut v: Vec<Cipher> = Vec::new();
+        for &c in list {
+            if !v.contains(&c) {
+                v.push(c);
+            }
+        }
+        (!v.is_empty()).then_some(Ciphers(v))
+    }
+
+    /// `auto`, `aes-256-gcm` or `chacha20-poly1305` (the `--cipher` flag).
+    pub fn parse(s: &str) -> Result<Ciphers, CipherError> {
+        match s.trim().to_ascii_lowercase().as_str() {
+            "auto" => Ok(Ciphers::auto()),
+            "aes-256-gcm" | "aes256gcm" | "aes" => Ok(Ciphers::only(Cipher::Aes256Gcm)),
+            "chacha20-poly1305" | "chacha20poly1305" | "chacha" => {
+                Ok(Ciphers::only(Cipher::ChaCha20Poly1305))
+            }
+            _ => Err(CipherError::Unknown(s.to_string())),
+        }
+    }
+
+    /// The ciphers, most preferred first.
+    pub fn as_slice(&self) -> &[Cipher] {
+        &self.0
+    }
+
+    /// The most preferred.
+    pub fn first(&self) -> Cipher {
+        self.0[0]
+    }
+
+    /// The server's choice: the first of `self` (the server's list) that `offered` (the
+    /// agent's) contains.
+    pub fn choose(&self, offered: &[Cipher]) -> Option<Cipher> {
+        self.0.iter().copied().find(|c| offered.contains(c))
+    }
+}
+
+impl Default for Ciphers {
+    fn default() -> Self {
+        Ciphers::auto()
+    }
+}
+
+/// One direction's packet key: AES-256-GCM or ChaCha20-Poly1305 with a per-packet nonce.
 pub struct PacketKey {
     key: LessSafeKey,
+    cipher: Cipher,
 }
 
 impl std::fmt::Debug for PacketKey {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str("PacketKey(ChaCha20-Poly1305, <redacted>)")
+        write!(f, "PacketKey({}, <redacted>)", self.cipher)
     }
 }
 
@@ -96,16 +255,27 @@ fn nonce(path_id: u8, packet_number: u64) -> Nonce {
 }
 
 impl PacketKey {
-    /// A key from 32 raw bytes (one half of the Noise split).
+    /// A ChaCha20-Poly1305 key from 32 raw bytes (one half of the Noise split).
     pub fn new(raw: &[u8; 32]) -> PacketKey {
-        // ChaCha20-Poly1305 takes exactly 32 bytes, so this cannot fail.
-        let unbound = match UnboundKey::new(&CHACHA20_POLY1305, raw) {
+        Self::with_cipher(Cipher::ChaCha20Poly1305, raw)
+    }
+
+    /// A key of `cipher` from 32 raw bytes (one half of the Noise split).
+    pub fn with_cipher(cipher: Cipher, raw: &[u8; 32]) -> PacketKey {
+        // Both ciphers take exactly 32 bytes, so this cannot fail.
+        let unbound = match UnboundKey::new(cipher.algorithm(), raw) {
             Ok(k) => k,
-            Err(_) => unreachable!("ChaCha20-Poly1305 accepts any 32-byte key"),
+            Err(_) => unreachable!("AES-256-GCM and ChaCha20-Poly1305 accept any 32-byte key"),
         };
         PacketKey {
             key: LessSafeKey::new(unbound),
+            cipher,
         }
+    }
+
+    /// The cipher of this key.
+    pub fn cipher(&self) -> Cipher {
+        self.cipher
     }
 
     /// Parse and check the header of `packet` against `header_len` and the tag space.
@@ -197,10 +367,20 @@ pub struct SessionKeys {
 }
 
 impl SessionKeys {
-    /// Keys from Noise's raw split `(client -> server, server -> client)`: the client sends
-    /// with the first, the server with the second.
+    /// ChaCha20-Poly1305 keys from Noise's raw split `(client -> server, server ->
+    /// client)`: the client sends with the first, the server with the second.
     pub fn from_split(role: Role, split: &([u8; 32], [u8; 32])) -> SessionKeys {
-        let (c2s, s2c) = (PacketKey::new(&split.0), PacketKey::new(&split.1));
+        Self::from_split_with(role, Cipher::ChaCha20Poly1305, split)
+    }
+
+    /// [`SessionKeys::from_split`] for `cipher`.
+    pub fn from_split_with(
+        role: Role,
+        cipher: Cipher,
+        split: &([u8; 32], [u8; 32]),
+    ) -> SessionKeys {
+        let c2s = PacketKey::with_cipher(cipher, &split.0);
+        let s2c = PacketKey::with_cipher(cipher, &split.1);
         match role {
             Role::Client => SessionKeys {
                 send: c2s,
@@ -212,6 +392,11 @@ impl SessionKeys {
             },
         }
     }
+
+    /// The cipher of these keys (both directions use the same).
+    pub fn cipher(&self) -> Cipher {
+        self.send.cipher()
+    }
 }
 
 #[cfg(test)]
@@ -220,10 +405,14 @@ mod tests {
     use crate::header::write_header;
 
     fn pair() -> (SessionKeys, SessionKeys) {
+        pair_with(Cipher::ChaCha20Poly1305)
+    }
+
+    fn pair_with(c: Cipher) -> (SessionKeys, SessionKeys) {
         let split = ([7u8; 32], [9u8; 32]);
         (
-            SessionKeys::from_split(Role::Client, &split),
-            SessionKeys::from_split(Role::Server, &split),
+            SessionKeys::from_split_with(Role::Client, c, &split),
+            SessionKeys::from_split_with(Role::Server, c, &split),
         )
     }
 
@@ -244,8 +433,15 @@ mod tests {
     }
 
     #[test]
-    fn round_trip_many_sizes() {
-        let (client, server) = pair();
+    fn round_trip_many_sizes_with_both_ciphers() {
+        for c in Cipher::ALL {
+            round_trip_many_sizes(c);
+        }
+    }
+
+    fn round_trip_many_sizes(c: Cipher) {
+        let (client, server) = pair_with(c);
+        assert_eq!((client.cipher(), server.recv.cipher()), (c, c));
         let pns = [0u64, 1, 63, 64, 16_383, 16_384, 1 << 30, (1 << 62) - 1];
         for size in (0..1500).step_by(7).chain([1452, 1453, 1500]) {
             let body: Vec<u8> = (0..size).map(|i| (i * 31 + size) as u8).collect();
@@ -284,8 +480,14 @@ mod tests {
     }
 
     #[test]
-    fn tampering_any_byte_fails() {
-        let (client, server) = pair();
+    fn tampering_any_byte_fails_with_both_ciphers() {
+        for c in Cipher::ALL {
+            tampering_any_byte_fails(c);
+        }
+    }
+
+    fn tampering_any_byte_fails(c: Cipher) {
+        let (client, server) = pair_with(c);
         let (mut sealed, hl) = packet(2, 70_000, b"some frames, some more frames");
         client.send.seal_in_place(&mut sealed, hl).unwrap();
         for i in 0..sealed.len() {
@@ -351,6 +553,61 @@ mod tests {
         let (mut empty, hl) = packet(0, 2, b"");
         client.send.seal_in_place(&mut empty, hl).unwrap();
         server.recv.open_in_place(&mut empty, hl).unwrap();
+    }
+
+    #[test]
+    fn the_ciphers_differ_and_do_not_open_each_other() {
+        let (aes, _) = pair_with(Cipher::Aes256Gcm);
+        let (_, chacha) = pair_with(Cipher::ChaCha20Poly1305);
+        let (orig, hl) = packet(1, 77, &[0x42; 100]);
+        let (mut a, mut b) = (orig.clone(), orig.clone());
+        aes.send.seal_in_place(&mut a, hl).unwrap();
+        pair_with(Cipher::ChaCha20Poly1305)
+            .0
+            .send
+            .seal_in_place(&mut b, hl)
+            .unwrap();
+        assert_ne!(a, b, "same key bytes, different ciphers, different output");
+        assert!(chacha.recv.open_in_place(&mut a, hl).is_err());
+    }
+
+    #[test]
+    fn cipher_lists_parse_and_choose() {
+        use Cipher::*;
+        assert_eq!(
+            Ciphers::for_cpu(true).as_slice(),
+            [Aes256Gcm, ChaCha20Poly1305]
+        );
+        assert_eq!(
+            Ciphers::for_cpu(false).as_slice(),
+            [ChaCha20Poly1305, Aes256Gcm]
+        );
+        assert_eq!(Ciphers::parse("auto").unwrap(), Ciphers::auto());
+        assert_eq!(
+            Ciphers::parse("AES-256-GCM").unwrap(),
+            Ciphers::only(Aes256Gcm)
+        );
+        assert_eq!(
+            Ciphers::parse("chacha20-poly1305").unwrap(),
+            Ciphers::only(ChaCha20Poly1305)
+        );
+        let e = Ciphers::parse("rot13").unwrap_err().to_string();
+        assert!(e.contains("rot13") && e.contains("aes-256-gcm"), "{e}");
+        assert_eq!(Ciphers::new(&[]), None);
+        assert_eq!(
+            Ciphers::new(&[Aes256Gcm, Aes256Gcm]).unwrap(),
+            Ciphers::only(Aes256Gcm)
+        );
+        // The server's order wins; nothing in common: no choice.
+        assert_eq!(
+            Ciphers::for_cpu(false).choose(&[Aes256Gcm, ChaCha20Poly1305]),
+            Some(ChaCha20Poly1305)
+        );
+        assert_eq!(Ciphers::only(Aes256Gcm).choose(&[ChaCha20Poly1305]), None);
+        for c in Cipher::ALL {
+            assert_eq!(Cipher::from_id(c.id()), Some(c));
+        }
+        assert_eq!(Cipher::from_id(0), None);
     }
 
     #[test]

@@ -9,7 +9,7 @@
 //! sockets and clocks (the time is passed in).
 //!
 //! ```text
-//! message 1:     header(type 1) | Noise IK message 1 (112 B) | mac1 (16) | mac2 (16)
+//! message 1:     header(type 1) | Noise IK message 1 (112-123 B) | mac1 (16) | mac2 (16)
 //!   mac1 = HMAC-SHA256(SHA-256("braid mac1 v2" | server public key), header | Noise msg)[..16]
 //!   mac2 = HMAC-SHA256(cookie, header | Noise msg | mac1)[..16], or 16 zero bytes
 //! cookie reply:  header(type 2, session id and path id of message 1, pn 0) | nonce (12) |
@@ -21,7 +21,7 @@
 //! mac1 proves only that the sender knows the server's public key, so random datagrams and
 //! port scans are dropped for the price of one HMAC, before any Diffie-Hellman. mac2
 //! proves that the sender can receive at its source address: the server demands it only
-//! when it is under load. The cookie reply (56 bytes) is smaller than message 1 (156 bytes),
+//! when it is under load. The cookie reply (56 bytes) is smaller than message 1 (156-167 bytes),
 //! so it cannot amplify a spoofed flood.
 //!
 //! No-panic contract: every function taking bytes from the network returns an error or

@@ -12,14 +12,28 @@
 //! Packets (no AEAD tag is appended: Noise messages carry their own):
 //!
 //! ```text
-//! message 1 (client -> server): header(type 1, session id, path id, pn 0) | Noise IK msg 1 (112 B)
+//! message 1 (client -> server): header(type 1, session id, path id, pn 0) | Noise IK msg 1
 //!                               | mac1 (16) | mac2 (16)
 //!     its encrypted payload: timestamp (u64 BE, unix ms) | session id (u64 BE)
+//!                            [ | n (1..=8) | n cipher ids, most preferred first ]
 //! cookie reply (server -> client, only under load): see crate::cookie (56 B)
 //! message 2 (server -> client): header(type 1, same session id and path id, pn 0) | Noise IK msg 2
-//!     its payload: empty, or the server's own unicast address (encrypted, authenticated):
-//!     4 | IPv4 (4) | port (u16 BE)   or   6 | IPv6 (16) | port (u16 BE)
+//!     its payload (encrypted, authenticated), a sequence of items, each at most once:
+//!     'C' (0x43) | cipher id                  the packet cipher (when message 1 offered a list)
+//!     4 | IPv4 (4) | port (u16 BE)   or   6 | IPv6 (16) | port (u16 BE)   the server's own
+//!                                             unicast address, if it has one
 //! ```
+//!
+//! Cipher negotiation: cipher ids are 1 (ChaCha20-Poly1305) and 2 (AES-256-GCM). The client
+//! offers its [`Ciphers`] in order; the server picks the first of its own list that was
+//! offered (ids it does not know are skipped) and names it in message 2; both ends make the
+//! packet keys of the Noise split with it (rotations included: each rotation is a handshake
+//! and negotiates again). A message 1 without the list (16-byte payload: braid before
+//! negotiation, or a client that offers ChaCha20-Poly1305 only, which sends it so as to
+//! reach older servers) means ChaCha20-Poly1305, and its message 2 has no cipher item. The
+//! offer and the choice are inside the Noise payloads, so a man in the middle cannot
+//! change either (the messages would not authenticate); a client refuses a message 2 whose
+//! cipher it did not offer or that names none when it offered a list.
 //!
 //! The session id is repeated inside the encrypted payload so that the server only accepts
 //! it together with the client's authentication (the header itself travels in the clear).
@@ -39,7 +53,7 @@
 //! [`ClientHandshake::handle_cookie_reply`] accept any bytes and return an error for
 //! anything malformed or forged.
 
-use crate::aead::{Role, SessionKeys};
+use crate::aead::{Cipher, Ciphers, Role, SessionKeys};
 use crate::cookie::{self, CookieError, Mac1Key, COOKIE_LEN, MACS_LEN, MAC_LEN};
 use crate::guard::ReplayGuard;
 use crate::header::{parse_header, write_header, HeaderError, PacketType};
@@ -51,8 +65,14 @@ pub const NOISE_PARAMS: &str = "Noise_IK_25519_ChaChaPoly_BLAKE2s";
 /// The Noise prologue: both ends must use the same one or the handshake fails.
 pub const PROLOGUE: &[u8] = b"braid v2";
 
-/// Bytes of message 1's payload: timestamp and session id.
+/// Bytes of message 1's payload before the cipher list: timestamp and session id.
 const PAYLOAD_LEN: usize = 16;
+
+/// Most cipher ids in message 1's list.
+const MAX_OFFER: usize = 8;
+
+/// The tag of message 2's cipher item.
+const CIPHER_ITEM: u8 = b'C';
 
 /// Largest Noise message (the Noise specification's limit).
 const MAX_NOISE_MSG: usize = 65_535;
@@ -162,6 +182,29 @@ pub enum HandshakeError {
         /// The newest accepted before.
         newest_ms: u64,
     },
+    /// The client offered no cipher the server accepts.
+    #[error(
+        "the agent offers the packet ciphers [{offered}] but this server accepts only \
+         [{accepted}]: give both the same --cipher, or auto"
+    )]
+    NoCommonCipher {
+        /// What the client offered (names, comma-separated).
+        offered: String,
+        /// What the server accepts.
+        accepted: String,
+    },
+    /// The server chose a cipher the client did not offer, or none.
+    #[error(
+        "the server's message 2 names packet cipher {got}, but this agent offered only \
+         [{offered}]: a server of another braid version or a broken server; the session \
+         cannot start"
+    )]
+    CipherNotOffered {
+        /// What the server named ("none" when message 2 had no cipher item).
+        got: String,
+        /// What the client offered.
+        offered: String,
+    },
     /// `finish` was called again after it succeeded.
     #[error("handshake already finished; the session keys were returned by the first successful `finish`")]
     AlreadyFinished,
@@ -200,18 +243,25 @@ fn split_handshake_packet(packet: &[u8]) -> Result<(u64, u8, &[u8]), HandshakeEr
     Ok((h.session_id, h.path_id, msg))
 }
 
-/// Turn the finished handshake into session keys, wiping the raw split.
-fn keys_from(state: &mut snow::HandshakeState, role: Role) -> SessionKeys {
+/// Turn the finished handshake into session keys of `cipher`, wiping the raw split.
+fn keys_from(state: &mut snow::HandshakeState, role: Role, cipher: Cipher) -> SessionKeys {
     let mut split = state.dangerously_get_raw_split();
-    let keys = SessionKeys::from_split(role, &split);
+    let keys = SessionKeys::from_split_with(role, cipher, &split);
     wipe(&mut split.0);
     wipe(&mut split.1);
     keys
 }
 
+fn names(list: &[Cipher]) -> String {
+    list.iter().map(|c| c.name()).collect::<Vec<_>>().join(", ")
+}
+
 /// The client's side of a handshake in progress.
 pub struct ClientHandshake {
     state: snow::HandshakeState,
+    /// The ciphers offered; `legacy`: without a list in message 1 (ChaCha20-Poly1305 only).
+    offered: Vec<Cipher>,
+    legacy: bool,
     session_id: u64,
     path_id: u8,
     server_pub: PublicKey,
@@ -236,7 +286,8 @@ impl ClientHandshake {
     /// Start a handshake with the server whose public key is `server_pub`, for session
     /// `session_id`, sent on path `path_id`. `now_unix_ms` is the client's clock (unix time
     /// in ms); it must be newer than that of any earlier handshake of this client key.
-    /// Returns the handshake state and message 1 as a complete handshake packet.
+    /// Returns the handshake state and message 1 as a complete handshake packet. Offers
+    /// [`Ciphers::auto`].
     pub fn new(
         client_key: &StaticKeypair,
         server_pub: &PublicKey,
@@ -244,14 +295,21 @@ impl ClientHandshake {
         path_id: u8,
         now_unix_ms: u64,
     ) -> Result<(ClientHandshake, Vec<u8>), HandshakeError> {
-        Self::with_prologue(
-            client_key,
-            server_pub,
-            session_id,
-            path_id,
-            now_unix_ms,
-            PROLOGUE,
-        )
+        let (k, p, auto) = (client_key, server_pub, Ciphers::auto());
+        Self::offering(k, p, session_id, path_id, now_unix_ms, &auto)
+    }
+
+    /// [`ClientHandshake::new`] offering `ciphers` for the packet keys.
+    pub fn offering(
+        client_key: &StaticKeypair,
+        server_pub: &PublicKey,
+        session_id: u64,
+        path_id: u8,
+        now_unix_ms: u64,
+        ciphers: &Ciphers,
+    ) -> Result<(ClientHandshake, Vec<u8>), HandshakeError> {
+        let (k, p) = (client_key, server_pub);
+        Self::with_prologue(k, p, session_id, path_id, now_unix_ms, PROLOGUE, ciphers)
     }
 
     fn with_prologue(
@@ -261,15 +319,24 @@ impl ClientHandshake {
         path_id: u8,
         now_unix_ms: u64,
         prologue: &[u8],
+        ciphers: &Ciphers,
     ) -> Result<(ClientHandshake, Vec<u8>), HandshakeError> {
         let mut state = builder(prologue)?
             .local_private_key(client_key.private_bytes())
             .and_then(|b| b.remote_public_key(&server_pub.0))
             .and_then(|b| b.build_initiator())
             .map_err(noise("setup"))?;
-        let mut payload = [0u8; PAYLOAD_LEN];
-        payload[..8].copy_from_slice(&now_unix_ms.to_be_bytes());
-        payload[8..].copy_from_slice(&session_id.to_be_bytes());
+        let mut payload = Vec::with_capacity(PAYLOAD_LEN + 1 + MAX_OFFER);
+        payload.extend_from_slice(&now_unix_ms.to_be_bytes());
+        payload.extend_from_slice(&session_id.to_be_bytes());
+        let offered: Vec<Cipher> = ciphers.as_slice().iter().take(MAX_OFFER).copied().collect();
+        // ChaCha20-Poly1305 alone is what a message 1 without a list means: sent that way
+        // it reaches servers that predate the negotiation.
+        let legacy = offered == [Cipher::ChaCha20Poly1305];
+        if !legacy {
+            payload.push(offered.len() as u8);
+            payload.extend(offered.iter().map(|c| c.id()));
+        }
         let mut msg = [0u8; 256];
         let n = state
             .write_message(&payload, &mut msg)
@@ -278,6 +345,8 @@ impl ClientHandshake {
         let mac1 = Mac1Key::new(server_pub).mac1(&body);
         let hs = ClientHandshake {
             state,
+            offered,
+            legacy,
             session_id,
             path_id,
             server_pub: *server_pub,
@@ -357,24 +426,37 @@ impl ClientHandshake {
             .state
             .read_message(msg, &mut payload)
             .map_err(noise("reading message 2"))?;
-        if n != 0 {
-            // The message authenticated, so the state moved on: anything but an address
-            // is a server of another handshake version, not a forgery; it cannot go on.
-            self.server_address = Some(decode_address(&payload[..n]).ok_or(
-                HandshakeError::BadPayload {
-                    message: 2,
-                    len: n,
-                    expected: 0,
-                },
-            )?);
-        }
+        // The message authenticated, so the state moved on: a payload that does not parse
+        // is a server of another handshake version, not a forgery; it cannot go on.
+        let (cipher, address) =
+            decode_message2(&payload[..n]).ok_or(HandshakeError::BadPayload {
+                message: 2,
+                len: n,
+                expected: if self.legacy { 0 } else { 2 },
+            })?;
+        let cipher = match (cipher, self.legacy) {
+            (None, true) => Cipher::ChaCha20Poly1305,
+            (Some(c), false) if self.offered.contains(&c) => c,
+            (got, _) => {
+                return Err(HandshakeError::CipherNotOffered {
+                    got: got.map_or("none".into(), |c| c.name().into()),
+                    offered: names(&self.offered),
+                })
+            }
+        };
+        self.server_address = address;
         if !self.state.is_handshake_finished() {
             return Err(HandshakeError::Noise {
                 stage: "finishing",
                 source: snow::Error::State(snow::error::StateProblem::HandshakeNotFinished),
             });
         }
-        Ok(keys_from(&mut self.state, Role::Client))
+        Ok(keys_from(&mut self.state, Role::Client, cipher))
+    }
+
+    /// The ciphers this handshake offers, most preferred first.
+    pub fn offered(&self) -> &[Cipher] {
+        &self.offered
     }
 }
 
@@ -390,7 +472,7 @@ impl ServerHandshake {
     /// is within `max_skew_ms` of `now_unix_ms`, and that `guard` has seen no newer
     /// timestamp from this client; only then is message 2 built (two more X25519) and the
     /// guard updated. Returns the client's key, the session keys and message 2 as a
-    /// complete handshake packet to send back on the same path.
+    /// complete handshake packet to send back on the same path. Accepts [`Ciphers::auto`].
     pub fn respond(
         server_key: &StaticKeypair,
         authorized: &[PublicKey],
@@ -414,6 +496,44 @@ impl ServerHandshake {
         max_skew_ms: u64,
         unicast: Option<std::net::SocketAddr>,
     ) -> Result<(PublicKey, SessionKeys, Vec<u8>), HandshakeError> {
+        let r = Responder {
+            key: server_key,
+            authorized,
+            max_skew_ms,
+            unicast,
+            ciphers: &Ciphers::auto(),
+        };
+        r.respond(guard, packet, now_unix_ms)
+    }
+}
+
+/// The server's settings for answering message 1: [`ServerHandshake::respond`] with
+/// every option.
+#[derive(Debug, Clone, Copy)]
+pub struct Responder<'a> {
+    /// The server's static key.
+    pub key: &'a StaticKeypair,
+    /// The client keys allowed in.
+    pub authorized: &'a [PublicKey],
+    /// Largest accepted difference between the client's timestamp and `now_unix_ms`.
+    pub max_skew_ms: u64,
+    /// The server's own unicast address, named in message 2 when given.
+    pub unicast: Option<std::net::SocketAddr>,
+    /// The packet ciphers the server accepts, its preferred first.
+    pub ciphers: &'a Ciphers,
+}
+
+impl Responder<'_> {
+    /// Answer message 1 as [`ServerHandshake::respond`] does; the packet cipher is the
+    /// first of `self.ciphers` that the client offered.
+    pub fn respond(
+        &self,
+        guard: &mut ReplayGuard,
+        packet: &[u8],
+        now_unix_ms: u64,
+    ) -> Result<(PublicKey, SessionKeys, Vec<u8>), HandshakeError> {
+        let (server_key, authorized) = (self.key, self.authorized);
+        let (max_skew_ms, unicast) = (self.max_skew_ms, self.unicast);
         let (session_id, path_id, msg) = split_handshake_packet(packet)?;
         if !Mac1Key::new(&server_key.public()).check(packet) {
             return Err(HandshakeError::Mac1);
@@ -442,14 +562,20 @@ impl ServerHandshake {
         if !authorized.contains(&client) {
             return Err(HandshakeError::UnknownClient(client));
         }
-        let payload: [u8; PAYLOAD_LEN] =
-            payload
-                .get(..n)
-                .and_then(|p| p.try_into().ok())
-                .ok_or(HandshakeError::BadPayload {
-                    message: 1,
-                    len: n,
-                    expected: PAYLOAD_LEN,
+        let (payload, offer) =
+            decode_message1(&payload[..n]).ok_or(HandshakeError::BadPayload {
+                message: 1,
+                len: n,
+                expected: PAYLOAD_LEN,
+            })?;
+        let legacy = offer.is_none();
+        let offered = offer.unwrap_or_else(|| vec![Cipher::ChaCha20Poly1305]);
+        let cipher =
+            self.ciphers
+                .choose(&offered)
+                .ok_or_else(|| HandshakeError::NoCommonCipher {
+                    offered: names(&offered),
+                    accepted: names(self.ciphers.as_slice()),
                 })?;
         let mut ts = [0u8; 8];
         ts.copy_from_slice(&payload[..8]);
@@ -475,14 +601,59 @@ impl ServerHandshake {
         // Build the reply before recording the timestamp, so a failure leaves the guard as
         // it was.
         let mut reply = [0u8; 256];
+        let mut payload2 = Vec::new();
+        if !legacy {
+            payload2.extend_from_slice(&[CIPHER_ITEM, cipher.id()]);
+        }
+        payload2.extend(unicast.map(encode_address).unwrap_or_default());
         let m = state
-            .write_message(&unicast.map(encode_address).unwrap_or_default(), &mut reply)
+            .write_message(&payload2, &mut reply)
             .map_err(noise("writing message 2"))?;
         let packet = handshake_packet(session_id, path_id, &reply[..m])?;
         guard.check_and_record(&client, timestamp_ms)?;
-        let keys = keys_from(&mut state, Role::Server);
+        let keys = keys_from(&mut state, Role::Server, cipher);
         Ok((client, keys, packet))
     }
+}
+
+/// Message 1's payload: the fixed part and the offered ciphers (None: no list, a client
+/// before negotiation). Ids this version does not know are skipped; a list of none that
+/// it knows is an empty offer.
+fn decode_message1(b: &[u8]) -> Option<([u8; PAYLOAD_LEN], Option<Vec<Cipher>>)> {
+    let fixed: [u8; PAYLOAD_LEN] = b.get(..PAYLOAD_LEN)?.try_into().ok()?;
+    let rest = &b[PAYLOAD_LEN..];
+    let Some((&n, ids)) = rest.split_first() else {
+        return Some((fixed, None));
+    };
+    if n == 0 || n as usize > MAX_OFFER || ids.len() != n as usize {
+        return None;
+    }
+    let offer = ids.iter().filter_map(|&i| Cipher::from_id(i)).collect();
+    Some((fixed, Some(offer)))
+}
+
+/// Message 2's payload: (the cipher item, the address item), each optional; None if the
+/// items do not parse, repeat, or a cipher id is unknown.
+fn decode_message2(mut b: &[u8]) -> Option<(Option<Cipher>, Option<std::net::SocketAddr>)> {
+    let (mut cipher, mut address) = (None, None);
+    while let Some(&tag) = b.first() {
+        let len = match tag {
+            CIPHER_ITEM => 2,
+            4 => 7,
+            6 => 19,
+            _ => return None,
+        };
+        let item = b.get(..len)?;
+        if tag == CIPHER_ITEM {
+            if cipher.replace(Cipher::from_id(item[1])?).is_some() {
+                return None;
+            }
+        } else if address.replace(decode_address(item)?).is_some() {
+            return None;
+        }
+        b = &b[len..];
+    }
+    Some((cipher, address))
 }
 
 /// Message 2's optional payload: a socket address.
@@ -507,3 +678,7 @@ fn decode_address(b: &[u8]) -> Option<std::net::SocketAddr> {
 #[cfg(test)]
 #[path = "handshake_tests.rs"]
 mod tests;
+
+#[cfg(test)]
+#[path = "handshake_cipher_tests.rs"]
+mod cipher_tests;

@@ -170,9 +170,16 @@ fn wrong_server_key_refused() {
 #[test]
 fn wrong_prologue_refused() {
     let mut w = world();
-    let (_, m1) =
-        ClientHandshake::with_prologue(&w.client, &w.server.public(), 7, 0, NOW, b"braid v1")
-            .unwrap();
+    let (_, m1) = ClientHandshake::with_prologue(
+        &w.client,
+        &w.server.public(),
+        7,
+        0,
+        NOW,
+        b"braid v1",
+        &Ciphers::auto(),
+    )
+    .unwrap();
     let e = w.respond(&m1, NOW).unwrap_err();
     assert!(matches!(e, HandshakeError::Noise { .. }), "{e:?}");
     assert!(e.to_string().contains("prologue"), "{e}");
@@ -302,7 +309,8 @@ fn message_1_without_valid_mac1_refused_before_noise() {
 fn cookie_reply_gives_message_1_a_mac2_and_keeps_the_noise_part() {
     let mut w = world();
     let (mut ch, m1) = ClientHandshake::new(&w.client, &w.server.public(), 7, 1, NOW).unwrap();
-    assert_eq!(m1.len(), 12 + 112 + 32);
+    // The Noise message: 112 bytes with the 16-byte payload, 3 more for a 2-cipher offer.
+    assert_eq!(m1.len(), 12 + 112 + 3 + 32);
     assert_eq!(ch.message1(), m1);
     assert_eq!(&m1[m1.len() - 16..], &[0u8; 16], "no mac2 before a cookie");
     let from: std::net::SocketAddr = "198.51.100.1:5000".parse().unwrap();

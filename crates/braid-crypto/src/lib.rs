@@ -42,10 +42,14 @@ pub mod random;
 pub mod rekey;
 pub mod replay;
 
-pub use aead::{AeadError, PacketKey, Role, SessionKeys, TAG_LEN};
+pub use aead::{
+    cpu_has_aes, AeadError, Cipher, CipherError, Ciphers, PacketKey, Role, SessionKeys, TAG_LEN,
+};
 pub use cookie::{CookieChecker, CookieError, Mac1Key};
 pub use guard::{GuardFileError, ReplayGuard};
-pub use handshake::{ClientHandshake, HandshakeError, ServerHandshake, NOISE_PARAMS, PROLOGUE};
+pub use handshake::{
+    ClientHandshake, HandshakeError, Responder, ServerHandshake, NOISE_PARAMS, PROLOGUE,
+};
 pub use header::{
     parse_header, session_limit_refusal, session_unknown_hint, write_header, HeaderError,
     HeaderInfo, PacketType,

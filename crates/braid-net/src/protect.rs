@@ -13,8 +13,8 @@
 use crate::driver::{Control, PacketProtection};
 use braid_core::{Instant, PathId};
 use braid_crypto::{
-    parse_header, ClientHandshake, KeyRing, PacketType, PublicKey, RekeyPolicy, ReplayWindow,
-    SessionKeys, StaticKeypair,
+    parse_header, Ciphers, ClientHandshake, KeyRing, PacketType, PublicKey, RekeyPolicy,
+    ReplayWindow, SessionKeys, StaticKeypair,
 };
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -81,6 +81,8 @@ struct Rotator {
     session_id: u64,
     last_timestamp: u64,
     pending: Option<Pending>,
+    /// The packet ciphers a rotation offers (as the first handshake did).
+    ciphers: Ciphers,
 }
 
 /// Longest wait between two copies of a rotation's message 1.
@@ -163,8 +165,18 @@ impl Aead {
             session_id,
             last_timestamp: 0,
             pending: None,
+            ciphers: Ciphers::auto(),
         });
         a
+    }
+
+    /// The agent's rotations offer `ciphers` (those of its first handshake; default
+    /// [`Ciphers::auto`]).
+    pub fn offering(mut self, ciphers: Ciphers) -> Self {
+        if let Some(r) = self.rotator.as_mut() {
+            r.ciphers = ciphers;
+        }
+        self
     }
 
     /// The server's protection: new keys arrive through `inbox` when the listener accepted
@@ -294,7 +306,8 @@ impl PacketProtection for Aead {
         let r = self.rotator.as_mut()?;
         if r.pending.is_none() && self.ring.rekey_due(self.now) {
             let ts = unix_ms().max(r.last_timestamp + 1);
-            match ClientHandshake::new(&r.key, &r.server_pub, r.session_id, self.last_path, ts) {
+            let (sid, path) = (r.session_id, self.last_path);
+            match ClientHandshake::offering(&r.key, &r.server_pub, sid, path, ts, &r.ciphers) {
                 Ok((hs, msg1)) => {
                     r.last_timestamp = ts;
                     info!(

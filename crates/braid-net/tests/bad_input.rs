@@ -43,6 +43,7 @@ fn agent_cfg(
         redirect: None,
         rekey: Default::default(),
         direct: Default::default(),
+        ciphers: Default::default(),
     }
 }
 

@@ -73,15 +73,8 @@ enum Command {
     /// Run a scenario on the namespace testbed (root; real kernels, emulated links).
     #[command(subcommand)]
     Testbed(testbed_cmd::TestbedCommand),
-    /// Benchmark one stream through agent and server on loopback against plain TCP.
-    Bench {
-        /// Bytes to move in each measurement (like 1GB or 500MB).
-        #[arg(long, default_value = "1GB")]
-        size: String,
-        /// Print one JSON object on stdout instead of a table.
-        #[arg(long)]
-        json: bool,
-    },
+    /// Benchmark braid's data path on loopback against plain TCP and kernel MPTCP.
+    Bench(Box<BenchArgs>),
 }
 
 fn main() -> ExitCode {
@@ -97,7 +90,7 @@ fn main() -> ExitCode {
         Command::CheckConfig { file, role } => {
             check_cmd::run(&file, role.as_deref()).map(|()| true)
         }
-        Command::Bench { size, json } => bench_cmd(&size, json),
+        Command::Bench(a) => bench_cmd(*a),
         Command::Testbed(c) => testbed_cmd::dispatch(c),
     };
     match r {
@@ -163,10 +156,69 @@ fn sim(path: &std::path::Path, json: bool, db: Option<&std::path::Path>) -> Resu
     Ok(report.all_verified())
 }
 
-fn bench_cmd(size: &str, json: bool) -> Result<bool> {
-    let size = braid_sim::units::parse_size(size).map_err(|e| anyhow::anyhow!("--size: {e}"))?;
-    let r = bench::loopback(size)?;
-    if json {
+/// `braid bench`.
+#[derive(clap::Args, Debug)]
+struct BenchArgs {
+    /// Bytes to move in each row (like 1GB or 500MB), split over all streams.
+    #[arg(long, default_value = "1GB")]
+    size: String,
+    /// Agent sessions on the one server.
+    #[arg(long, default_value_t = 1)]
+    agents: usize,
+    /// Concurrent streams per agent (the TCP and MPTCP rows open as many connections).
+    #[arg(long, default_value_t = 1)]
+    streams: usize,
+    /// Paths per agent (loopback addresses 127.0.0.1, 127.0.0.2, ...; 1 to 8).
+    #[arg(long, default_value_t = 1)]
+    paths: usize,
+    /// The server's worker threads (0: one per core).
+    #[arg(long, default_value_t = 1)]
+    threads: usize,
+    /// The packet cipher of agents and server.
+    #[arg(
+        long,
+        default_value = "auto",
+        value_name = "auto|aes-256-gcm|chacha20-poly1305"
+    )]
+    cipher: String,
+    /// Also send a flow of 200-byte UDP datagrams through SOCKS5 UDP ASSOCIATE.
+    #[arg(long)]
+    udp: bool,
+    /// Datagrams of the --udp flow.
+    #[arg(long, default_value_t = 300_000)]
+    udp_datagrams: u64,
+    /// Also open N idle sessions on a server and report its memory per session.
+    #[arg(long, value_name = "N")]
+    idle_sessions: Option<usize>,
+    /// Print one JSON object on stdout instead of a table.
+    #[arg(long)]
+    json: bool,
+    /// Internal: run the --idle-sessions server for the agent keys in FILE.
+    #[arg(long, hide = true, value_name = "FILE")]
+    idle_server_child: Option<PathBuf>,
+}
+
+fn bench_cmd(a: BenchArgs) -> Result<bool> {
+    if let Some(file) = a.idle_server_child {
+        bench::idle::serve_child(&file)?;
+        return Ok(true);
+    }
+    let size = braid_sim::units::parse_size(&a.size).map_err(|e| anyhow::anyhow!("--size: {e}"))?;
+    let ciphers =
+        braid_crypto::Ciphers::parse(&a.cipher).map_err(|e| anyhow::anyhow!("--cipher: {e}"))?;
+    let o = bench::Options {
+        size,
+        agents: a.agents,
+        streams: a.streams,
+        paths: a.paths,
+        threads: a.threads,
+        ciphers,
+        udp: a.udp.then_some(a.udp_datagrams),
+        idle_sessions: a.idle_sessions,
+        progress: std::io::IsTerminal::is_terminal(&std::io::stderr()),
+    };
+    let r = bench::run(&o)?;
+    if a.json {
         println!(
             "{}",
             serde_json::to_string(&r).context("encoding the report as JSON")?

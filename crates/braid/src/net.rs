@@ -80,6 +80,11 @@ pub struct ServerArgs {
     /// --dns) [default: the first nameserver in /etc/resolv.conf].
     #[arg(long, value_name = "ADDR:PORT")]
     pub resolver: Option<SocketAddr>,
+    /// The packet cipher: auto (AES-256-GCM first where the CPU has AES instructions, else
+    /// ChaCha20-Poly1305 first; the server picks by its own order among what the agent
+    /// offers), aes-256-gcm or chacha20-poly1305 (only that one) [default: auto].
+    #[arg(long, value_name = "auto|aes-256-gcm|chacha20-poly1305")]
+    pub cipher: Option<String>,
     /// Log level: error, warn, info, debug or trace.
     #[arg(long)]
     pub log_level: Option<String>,
@@ -199,6 +204,11 @@ pub struct AgentArgs {
     #[arg(long)]
     #[serde(default)]
     pub dashboard_public: bool,
+    /// The packet cipher: auto (AES-256-GCM first where the CPU has AES instructions, else
+    /// ChaCha20-Poly1305 first; the server picks by its own order among what the agent
+    /// offers), aes-256-gcm or chacha20-poly1305 (only that one) [default: auto].
+    #[arg(long, value_name = "auto|aes-256-gcm|chacha20-poly1305")]
+    pub cipher: Option<String>,
     /// Log level: error, warn, info, debug or trace.
     #[arg(long)]
     pub log_level: Option<String>,
@@ -225,6 +235,15 @@ fn load<T: for<'de> Deserialize<'de> + Default>(file: Option<&Path>) -> Result<T
     let text = std::fs::read_to_string(file)
         .with_context(|| format!("reading the config file {}", file.display()))?;
     toml::from_str(&text).map_err(|e| anyhow::anyhow!("config file {}: {e}", file.display()))
+}
+
+/// `--cipher` (or `cipher` in the file): the packet ciphers, [`braid_crypto::Ciphers::auto`]
+/// when not given.
+fn ciphers(flag: Option<String>) -> Result<braid_crypto::Ciphers> {
+    match flag {
+        None => Ok(braid_crypto::Ciphers::auto()),
+        Some(s) => braid_crypto::Ciphers::parse(&s).map_err(|e| anyhow::anyhow!("--cipher: {e}")),
+    }
 }
 
 fn check_log_level(level: Option<&str>) -> Result<()> {
@@ -325,6 +344,7 @@ pub(crate) fn server_settings(a: ServerArgs) -> Result<ServerSettings> {
         cfg.max_buffered = n;
     }
     cfg.resolver = a.resolver.or(f.resolver);
+    cfg.ciphers = ciphers(a.cipher.or(f.cipher))?;
     if let Some(u) = a.unicast.or(f.unicast) {
         let addr: SocketAddr = u.parse().with_context(|| {
             format!("--unicast {u:?}: expected this machine's own ADDR:PORT like 198.51.100.7:4433")
@@ -650,6 +670,7 @@ pub(crate) fn agent_settings(a: AgentArgs) -> Result<AgentSettings> {
         tun,
         redirect,
         rekey: Default::default(),
+        ciphers: ciphers(a.cipher.or(f.cipher))?,
     };
     Ok(AgentSettings {
         cfg,

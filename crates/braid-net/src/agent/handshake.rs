@@ -150,9 +150,15 @@ pub(super) async fn handshake(
     for (i, b) in paths.iter().enumerate() {
         let relayed = cfg.paths[b.slot].via.is_some();
         for &server in &cfg.servers {
-            let (h, msg1) =
-                ClientHandshake::new(&cfg.key, &cfg.server_pub, sid, b.slot as PathId, now_ms)
-                    .map_err(|e| format!("handshake: {e}"))?;
+            let (h, msg1) = ClientHandshake::offering(
+                &cfg.key,
+                &cfg.server_pub,
+                sid,
+                b.slot as PathId,
+                now_ms,
+                &cfg.ciphers,
+            )
+            .map_err(|e| format!("handshake: {e}"))?;
             hs.push((i, server, cfg.paths[b.slot].peer(server), h, msg1));
             if relayed {
                 break; // A relay leads to one server.
@@ -254,6 +260,7 @@ pub(super) async fn handshake(
             }
             match hs[k].3.finish(&pkt) {
                 Ok(keys) => {
+                    info!(cipher = %keys.cipher(), "packet cipher chosen by the server");
                     // A server behind a shared address (anycast, a load balancer) names
                     // its own: every path of the session goes there.
                     let server = match hs[k].3.server_address() {

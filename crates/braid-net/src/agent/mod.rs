@@ -39,7 +39,7 @@ use crate::policy::PathPolicy;
 use crate::protect::KeyStats;
 use crate::udp::PathBind;
 use braid_core::Config;
-use braid_crypto::{PublicKey, RekeyPolicy, StaticKeypair};
+use braid_crypto::{Ciphers, PublicKey, RekeyPolicy, StaticKeypair};
 use braid_proxy::{AuthPolicy, HttpLimits, ProxyLimits};
 use bytes::Bytes;
 use front::Front;
@@ -94,6 +94,9 @@ pub struct AgentConfig {
     pub rekey: RekeyPolicy,
     /// Direct mode: connections straight to their destinations when no session is up.
     pub direct: DirectSettings,
+    /// The packet ciphers offered to the server, the preferred first (default:
+    /// AES-256-GCM first where the CPU has AES instructions, else ChaCha20-Poly1305 first).
+    pub ciphers: Ciphers,
 }
 
 impl AgentConfig {
@@ -122,6 +125,7 @@ impl AgentConfig {
             redirect: None,
             rekey: RekeyPolicy::default(),
             direct: DirectSettings::default(),
+            ciphers: Ciphers::auto(),
         }
     }
 

@@ -364,7 +364,8 @@ impl Runner {
                 est.sid,
                 est.first,
                 self.keys.clone(),
-            ),
+            )
+            .offering(self.cfg.ciphers.clone()),
             sender: PathSockets {
                 table: links.table.clone(),
             },

@@ -52,8 +52,8 @@ use crate::tcp::{self, Outbound, TcpPeers};
 use crate::udp::bind_udp;
 use braid_core::{Config, Event, PathId, Session};
 use braid_crypto::{
-    parse_header, CookieChecker, HandshakeError, PacketType, PublicKey, RekeyPolicy, ReplayGuard,
-    ServerHandshake, StaticKeypair,
+    parse_header, Ciphers, CookieChecker, HandshakeError, PacketType, PublicKey, RekeyPolicy,
+    ReplayGuard, Responder, StaticKeypair,
 };
 use bytes::BytesMut;
 use std::collections::HashMap;
@@ -119,6 +119,12 @@ pub struct ServerConfig {
     pub unicast: Option<SocketAddr>,
     /// Transport settings.
     pub transport: Config,
+    /// The packet ciphers accepted, the preferred first: of those an agent offers, the
+    /// first of this list is used (default: AES-256-GCM first where the CPU has AES
+    /// instructions, else ChaCha20-Poly1305 first).
+    pub ciphers: Ciphers,
+    /// Worker threads (0: one per core).
+    pub threads: usize,
 }
 
 impl ServerConfig {
@@ -149,6 +155,8 @@ impl ServerConfig {
                 idle_timeout: crate::agent::IDLE_TIMEOUT,
                 ..Config::default()
             },
+            ciphers: Ciphers::auto(),
+            threads: 1,
         }
     }
 }
@@ -531,17 +539,16 @@ impl Listener<'_> {
         }
         // One list: what SIGHUP reloaded or the file re-read last (`authorized`).
         let allowed: Vec<PublicKey> = self.authorized.get(now);
-        match ServerHandshake::respond_with_address(
-            &s.cfg.key,
-            &allowed,
-            &mut self.guard,
-            pkt,
-            now_ms,
-            MAX_SKEW_MS,
-            s.cfg.unicast,
-        ) {
+        let responder = Responder {
+            key: &s.cfg.key,
+            authorized: &allowed,
+            max_skew_ms: MAX_SKEW_MS,
+            unicast: s.cfg.unicast,
+            ciphers: &s.cfg.ciphers,
+        };
+        match responder.respond(&mut self.guard, pkt, now_ms) {
             Ok((client, keys, reply)) => {
-                info!(%from, client = %client.to_base64(), session = format_args!("{sid:016x}"), "agent authenticated");
+                info!(%from, client = %client.to_base64(), session = format_args!("{sid:016x}"), cipher = %keys.cipher(), "agent authenticated");
                 HandshakeCounters::bump(&c.accepted);
                 self.state_tx.send_replace(self.guard.clone());
                 let _ = s.out.send_to(&reply, from);
@@ -612,14 +619,14 @@ impl Listener<'_> {
         let Some(e) = self.sessions.get_mut(&sid) else {
             return;
         };
-        let refused = match ServerHandshake::respond(
-            &s.cfg.key,
-            &self.authorized.get(now),
-            &mut self.guard,
-            pkt,
-            now_ms,
-            MAX_SKEW_MS,
-        ) {
+        let responder = Responder {
+            key: &s.cfg.key,
+            authorized: &self.authorized.get(now),
+            max_skew_ms: MAX_SKEW_MS,
+            unicast: None,
+            ciphers: &s.cfg.ciphers,
+        };
+        let refused = match responder.respond(&mut self.guard, pkt, now_ms) {
             Ok((client, keys, reply)) if client == e.client => {
                 debug!(%from, session = format_args!("{sid:016x}"), "session keys rotated");
                 self.state_tx.send_replace(self.guard.clone());

@@ -1,0 +1,285 @@
+//! `braid bench`: braid's data path on loopback next to plain TCP and kernel MPTCP, in one
+//! run: `--size` bytes in each row (split over the streams), `--agents` sessions on one
+//! server with `--streams` streams each and `--paths` paths each, the server's
+//! `--threads`, the packet `--cipher`; `--udp` adds a flow of 200-byte datagrams through
+//! SOCKS5 UDP ASSOCIATE and `--idle-sessions N` the server's memory per idle session.
+//!
+//! Server, agents and the traffic source and sink each run on their own thread with their
+//! own single-threaded runtime (as the `braid server` and `braid agent` processes do).
+//! Reported per row: goodput and CPU seconds per GB (all threads of this process, so the
+//! source and sink are counted in every row) and, for braid, the CPU of braid's own
+//! threads alone (per-thread /proc/self/task/*/stat); braid's figures as ratios to TCP's.
+//!
+//! Owns: the options, the report and its table. Measuring: [`measure`]; traffic:
+//! [`traffic`]; braid's server and agents: [`rig`]; idle sessions: [`idle`]. Must not
+//! touch: braid itself (only its public API and SOCKS5).
+
+pub mod idle;
+pub mod measure;
+pub mod rig;
+pub mod traffic;
+
+use anyhow::{bail, Result};
+use braid_crypto::Ciphers;
+use measure::{braid_cpu_between, braid_threads, cpu_seconds};
+use serde::Serialize;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+use traffic::Via;
+
+/// What to run.
+#[derive(Debug, Clone)]
+pub struct Options {
+    /// Bytes moved in each row.
+    pub size: u64,
+    /// Agent sessions on the server.
+    pub agents: usize,
+    /// Concurrent streams per agent (TCP and MPTCP rows: agents x streams connections).
+    pub streams: usize,
+    /// Paths per agent (127.0.0.1, .2, ...).
+    pub paths: usize,
+    /// The server's worker threads (`ServerConfig::threads`).
+    pub threads: usize,
+    /// The packet ciphers of agents and server.
+    pub ciphers: Ciphers,
+    /// Datagrams of the UDP flow (None: no UDP flow).
+    pub udp: Option<u64>,
+    /// Idle sessions for the memory figure (None: not measured).
+    pub idle_sessions: Option<usize>,
+    /// A progress line on stderr.
+    pub progress: bool,
+}
+
+/// One row of the benchmark.
+#[derive(Debug, Serialize)]
+pub struct Row {
+    /// "tcp", "braid" or "mptcp".
+    pub name: String,
+    /// Bytes moved.
+    pub bytes: u64,
+    /// Wall-clock seconds.
+    pub seconds: f64,
+    /// Goodput, Gbit/s.
+    pub gbit_per_s: f64,
+    /// Process CPU seconds (user + system) per GB moved.
+    pub cpu_s_per_gb: f64,
+    /// braid rows: CPU seconds per GB of braid's threads alone (agents and server).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub braid_cpu_s_per_gb: Option<f64>,
+    /// Why the row was not measured (its figures are then 0).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub skipped: Option<String>,
+}
+
+/// The settings the run used.
+#[derive(Debug, Serialize)]
+pub struct Settings {
+    /// `--size`.
+    pub size: u64,
+    /// `--agents`.
+    pub agents: usize,
+    /// `--streams`.
+    pub streams: usize,
+    /// `--paths`.
+    pub paths: usize,
+    /// `--threads`.
+    pub threads: usize,
+    /// The ciphers offered and accepted, preferred first.
+    pub ciphers: Vec<String>,
+}
+
+/// The whole benchmark.
+#[derive(Debug, Serialize)]
+pub struct Report {
+    /// The settings.
+    pub settings: Settings,
+    /// Plain TCP, braid, then kernel MPTCP.
+    pub rows: Vec<Row>,
+    /// braid goodput / TCP goodput.
+    pub goodput_ratio: f64,
+    /// braid CPU per GB / TCP CPU per GB.
+    pub cpu_ratio: f64,
+    /// The UDP flow (`--udp`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub udp: Option<traffic::UdpReport>,
+    /// Idle sessions' memory (`--idle-sessions`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub idle: Option<idle::IdleReport>,
+}
+
+fn row(name: &str, bytes: u64, seconds: f64, cpu: f64) -> Row {
+    Row {
+        name: name.into(),
+        bytes,
+        seconds,
+        gbit_per_s: bytes as f64 * 8.0 / seconds / 1e9,
+        cpu_s_per_gb: cpu / (bytes as f64 / 1e9),
+        braid_cpu_s_per_gb: None,
+        skipped: None,
+    }
+}
+
+/// Move `per_conn` bytes on each of the connections `via` makes, timing it; a progress
+/// line on stderr when asked.
+fn measure_row(
+    name: &str,
+    via: Via,
+    source: std::net::SocketAddr,
+    streams: usize,
+    per_conn: u64,
+    total: u64,
+    progress: bool,
+) -> Result<Row> {
+    let done = Arc::new(AtomicU64::new(0));
+    let ticker = progress.then(|| {
+        let (d, name) = (done.clone(), name.to_string());
+        let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let s = stop.clone();
+        let h = std::thread::Builder::new()
+            .name("load-progress".into())
+            .spawn(move || {
+                while !s.load(Ordering::Relaxed) {
+                    std::thread::sleep(Duration::from_millis(500));
+                    let pct = d.load(Ordering::Relaxed) as f64 * 100.0 / total as f64;
+                    eprint!("\r{name}: {pct:5.1}%   ");
+                }
+                eprintln!("\r{name}: done     ");
+            });
+        (stop, h)
+    });
+    let (c0, b0, t0) = (cpu_seconds(), braid_threads(), Instant::now());
+    let r = traffic::sink_all(via, source, streams, per_conn, done);
+    let (seconds, cpu, b1) = (
+        t0.elapsed().as_secs_f64(),
+        cpu_seconds() - c0,
+        braid_threads(),
+    );
+    if let Some((stop, h)) = ticker {
+        stop.store(true, Ordering::Relaxed);
+        if let Ok(h) = h {
+            let _ = h.join();
+        }
+    }
+    r?;
+    let mut x = row(name, total, seconds, cpu);
+    if name == "braid" {
+        x.braid_cpu_s_per_gb = Some(braid_cpu_between(&b0, &b1) / (total as f64 / 1e9));
+    }
+    Ok(x)
+}
+
+/// Run the benchmark.
+pub fn run(o: &Options) -> Result<Report> {
+    if o.agents == 0 || o.streams == 0 || o.paths == 0 || o.paths > 8 {
+        bail!("--agents and --streams must be at least 1 and --paths 1 to 8");
+    }
+    let conns = (o.agents * o.streams) as u64;
+    let per_conn = o.size / conns;
+    if per_conn == 0 {
+        bail!(
+            "--size {} is less than one byte per stream ({conns} streams)",
+            o.size
+        );
+    }
+    let total = per_conn * conns;
+    let source = traffic::start_source(per_conn, false)?;
+    let n = conns as usize;
+    let tcp = measure_row("tcp", Via::Tcp, source, n, per_conn, total, o.progress)?;
+    let rig = rig::start(o.agents, o.paths, o.threads, &o.ciphers)?;
+    let via = Via::Socks(rig.socks.clone());
+    let braid = measure_row("braid", via, source, o.streams, per_conn, total, o.progress)?;
+    let mptcp = match traffic::mptcp_unavailable() {
+        Some(why) => Row {
+            skipped: Some(why),
+            ..row("mptcp", 0, 1.0, 0.0)
+        },
+        None => {
+            let src = traffic::start_source(per_conn, true)?;
+            measure_row("mptcp", Via::Mptcp, src, n, per_conn, total, o.progress)?
+        }
+    };
+    let udp = match o.udp {
+        Some(count) => Some(traffic::udp_flow(rig.socks[0], count)?),
+        None => None,
+    };
+    let idle = match o.idle_sessions {
+        Some(n) => Some(idle::measure(n, o.progress)?),
+        None => None,
+    };
+    Ok(Report {
+        settings: Settings {
+            size: o.size,
+            agents: o.agents,
+            streams: o.streams,
+            paths: o.paths,
+            threads: o.threads,
+            ciphers: o
+                .ciphers
+                .as_slice()
+                .iter()
+                .map(|c| c.name().to_string())
+                .collect(),
+        },
+        goodput_ratio: braid.gbit_per_s / tcp.gbit_per_s,
+        cpu_ratio: braid.cpu_s_per_gb / tcp.cpu_s_per_gb,
+        rows: vec![tcp, braid, mptcp],
+        udp,
+        idle,
+    })
+}
+
+/// Print the report as a table.
+pub fn print(r: &Report) {
+    let s = &r.settings;
+    println!(
+        "{} agent(s) x {} stream(s), {} path(s) each, server threads {}, ciphers {}",
+        s.agents,
+        s.streams,
+        s.paths,
+        s.threads,
+        s.ciphers.join(" > ")
+    );
+    println!(
+        "{:<6} {:>12} {:>9} {:>10} {:>12} {:>16}",
+        "", "bytes", "seconds", "Gbit/s", "CPU s/GB", "braid CPU s/GB"
+    );
+    for x in &r.rows {
+        if let Some(why) = &x.skipped {
+            println!("{:<6} skipped: {why}", x.name);
+            continue;
+        }
+        let own = x
+            .braid_cpu_s_per_gb
+            .map_or(String::new(), |v| format!("{v:.2}"));
+        println!(
+            "{:<6} {:>12} {:>9.2} {:>10.2} {:>12.2} {:>16}",
+            x.name, x.bytes, x.seconds, x.gbit_per_s, x.cpu_s_per_gb, own
+        );
+    }
+    println!(
+        "braid / tcp: goodput {:.3}, CPU per GB {:.1}x (encrypted, loopback)",
+        r.goodput_ratio, r.cpu_ratio
+    );
+    if let Some(u) = &r.udp {
+        println!(
+            "udp: {} of {} datagrams of {} bytes delivered in {:.2} s: {:.0} datagrams/s, loss {:.1}%",
+            u.delivered,
+            u.sent,
+            u.datagram_bytes,
+            u.seconds,
+            u.datagrams_per_s,
+            u.loss * 100.0
+        );
+    }
+    if let Some(i) = &r.idle {
+        println!(
+            "idle sessions: {} of {} established, server RSS {} -> {} KiB: {:.1} KiB per session ({})",
+            i.established, i.sessions, i.rss_before_kib, i.rss_after_kib, i.kib_per_session, i.measured
+        );
+    }
+}
+
+#[cfg(test)]
+#[path = "tests.rs"]
+mod tests;
