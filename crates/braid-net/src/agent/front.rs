@@ -265,6 +265,7 @@ async fn udp_associate(
         .map_err(|e| e.to_string())?;
     // Room for a burst of small datagrams while the session task is busy.
     let _ = socket2::SockRef::from(&relay).set_recv_buffer_size(crate::udp::SOCKET_BUFFER);
+    crate::batch::enable_gro(&relay);
     let relay_addr = relay.local_addr().map_err(|e| e.to_string())?;
     let flow = shared.next_flow.fetch_add(1, Ordering::Relaxed);
     let (tx, mut rx) = mpsc::channel::<Bytes>(1024);
@@ -280,7 +281,7 @@ async fn udp_associate(
     conn.set_path("session".into());
     let mut client: Option<SocketAddr> = None;
     let mut last_dest: Option<TargetAddr> = None;
-    let mut buf = vec![0u8; 65536];
+    let mut rbuf = BytesMut::new();
     let mut ctl = [0u8; 64];
     let result = loop {
         tokio::select! {
@@ -288,30 +289,40 @@ async fn udp_associate(
                 Ok(0) | Err(_) => break Ok(()),
                 Ok(_) => {}
             },
-            r = relay.recv_from(&mut buf) => {
-                let Ok((n, from)) = r else { break Err("relay socket failed".to_string()) };
-                // Take what else waits on the socket too (up to a batch), and hand the
-                // session all of it at once.
+            r = relay.readable() => {
+                if r.is_err() {
+                    break Err("relay socket failed".to_string());
+                }
+                // Take what waits on the socket (up to a batch; one receive may hold many
+                // datagrams of an application that sends with GSO) and hand the session
+                // all of it at once.
                 let session = shared.session.borrow().clone();
-                let mut got = Some((n, from));
-                let mut taken = 0;
-                while let Some((n, from)) = got {
+                let peer = tcp.peer_addr().map(|p| p.ip()).ok();
+                for _ in 0..crate::batch::MAX_SEGMENTS {
+                    let got = match relay.try_io(tokio::io::Interest::READABLE, || {
+                        crate::batch::recv(&relay, &mut rbuf)
+                    }) {
+                        Ok(got) => got,
+                        Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => break,
+                        Err(_) => {
+                            rbuf.clear();
+                            continue;
+                        }
+                    };
                     // Only the client that asked (same IP as its control connection) may
                     // use it.
-                    if tcp.peer_addr().map(|p| p.ip()).ok() == Some(from.ip()) {
-                        client = Some(from);
-                        if let Some(d) = from_client(flow, &buf[..n], &conn, &mut last_dest) {
+                    if peer != Some(got.from.ip()) {
+                        rbuf.clear();
+                        continue;
+                    }
+                    client = Some(got.from);
+                    for d in crate::batch::split(&mut rbuf, got.segment_size) {
+                        if let Some(d) = from_client(flow, &d, &conn, &mut last_dest) {
                             if let Some(cmd) = &session {
                                 let _ = cmd.send(Cmd::Datagram(d));
                             }
                         }
                     }
-                    taken += 1;
-                    got = if taken < crate::batch::MAX_SEGMENTS {
-                        relay.try_recv_from(&mut buf).ok()
-                    } else {
-                        None
-                    };
                 }
             }
             Some(d) = rx.recv() => {

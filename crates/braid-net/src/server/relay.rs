@@ -180,7 +180,8 @@ pub async fn udp_flows(
     open_flows: Arc<std::sync::atomic::AtomicUsize>,
 ) {
     let budget = UdpBudget::new(UDP_RETURN_BYTES);
-    let mut flows: HashMap<u32, Arc<UdpSocket>> = HashMap::new();
+    // Each flow's socket, and whether it is an IPv6 (dual-stack) one.
+    let mut flows: HashMap<u32, (Arc<UdpSocket>, bool)> = HashMap::new();
     let mut returns = tokio::task::JoinSet::new();
     let mut refused_flows = 0u64;
     let mut batch: Vec<Bytes> = Vec::with_capacity(crate::batch::MAX_SEGMENTS);
@@ -191,7 +192,7 @@ pub async fn udp_flows(
                 debug!("dropped a malformed proxied datagram");
                 continue;
             };
-            let sock = match flows.get(&p.flow_id) {
+            let (sock, v6) = match flows.get(&p.flow_id) {
                 Some(s) => s.clone(),
                 None => {
                     if flows.len() >= max_flows {
@@ -209,8 +210,9 @@ pub async fn udp_flows(
                     let Ok(s) = crate::udp::flow_socket() else {
                         continue;
                     };
+                    let v6 = s.local_addr().is_ok_and(|a| a.is_ipv6());
                     let s = Arc::new(s);
-                    flows.insert(p.flow_id, s.clone());
+                    flows.insert(p.flow_id, (s.clone(), v6));
                     open_flows.store(flows.len(), std::sync::atomic::Ordering::Relaxed);
                     returns.spawn(udp_return(
                         s.clone(),
@@ -218,7 +220,7 @@ pub async fn udp_flows(
                         cmd.clone(),
                         budget.clone(),
                     ));
-                    s
+                    (s, v6)
                 }
             };
             let mut dest = p.addr.to_target_addr();
@@ -233,7 +235,7 @@ pub async fn udp_flows(
             }
             match dest {
                 TargetAddr::Ip(to) => {
-                    let to = crate::udp::reachable_as(&sock, to);
+                    let to = crate::udp::reachable_from(v6, to);
                     if !run.extend(p.flow_id, to, p.payload) {
                         run.flush().await;
                         run.start(p.flow_id, sock, to, p.payload);
