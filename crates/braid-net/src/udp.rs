@@ -133,8 +133,14 @@ pub fn flow_socket() -> io::Result<UdpSocket> {
 
 /// `to` as `sock` can send to it: an IPv4 address becomes IPv4-mapped on an IPv6 socket.
 fn reachable_as(sock: &UdpSocket, to: SocketAddr) -> SocketAddr {
-    match (sock.local_addr(), to) {
-        (Ok(SocketAddr::V6(_)), SocketAddr::V4(v4)) => {
+    reachable_from(sock.local_addr().is_ok_and(|a| a.is_ipv6()), to)
+}
+
+/// `to` as a socket of the given family can send to it (see [`reachable_as`]), for callers
+/// that know the family and must not ask the kernel per datagram.
+pub fn reachable_from(ipv6_socket: bool, to: SocketAddr) -> SocketAddr {
+    match to {
+        SocketAddr::V4(v4) if ipv6_socket => {
             SocketAddr::new(v4.ip().to_ipv6_mapped().into(), v4.port())
         }
         _ => to,

@@ -238,19 +238,20 @@ impl Outbox {
             DatagramMode::Spread => {
                 let wait = self.planned_wait(views, path)?;
                 let due = |q: &Queued| now.saturating_since(q.at) >= wait;
-                // The queue is oldest first: the due datagrams are a prefix.
-                let k = self.queue.iter().take_while(|q| due(q)).count();
-                if k == 0 {
+                let front_wait = now.saturating_since(self.queue.front()?.at);
+                if front_wait < wait {
                     return None;
                 }
-                let front_wait = now.saturating_since(self.queue[0].at);
                 let fastest = views[0].id == path;
                 if fastest || front_wait <= wait + TOLERANCE {
                     Some(Pick(0))
                 } else {
                     // The oldest is late for this slower path (it would arrive after
                     // datagrams the faster paths carry next): take the newest due one and
-                    // leave the late ones to the faster paths.
+                    // leave the late ones to the faster paths. The queue is oldest first,
+                    // so the due datagrams are a prefix (found in log n: a long queue of
+                    // small datagrams must not cost a scan per datagram).
+                    let k = self.queue.partition_point(due);
                     Some(Pick(k - 1))
                 }
             }

@@ -263,6 +263,9 @@ async fn udp_associate(
     let relay = UdpSocket::bind(SocketAddr::new(bound.ip(), 0))
         .await
         .map_err(|e| e.to_string())?;
+    // Room for a burst of small datagrams while the session task is busy.
+    let _ = socket2::SockRef::from(&relay).set_recv_buffer_size(crate::udp::SOCKET_BUFFER);
+    crate::batch::enable_gro(&relay);
     let relay_addr = relay.local_addr().map_err(|e| e.to_string())?;
     let flow = shared.next_flow.fetch_add(1, Ordering::Relaxed);
     let (tx, mut rx) = mpsc::channel::<Bytes>(1024);
@@ -277,7 +280,8 @@ async fn udp_associate(
         .open("socks5", peer_of(&tcp), String::new(), Some(flow));
     conn.set_path("session".into());
     let mut client: Option<SocketAddr> = None;
-    let mut buf = vec![0u8; 65536];
+    let mut last_dest: Option<TargetAddr> = None;
+    let mut rbuf = BytesMut::new();
     let mut ctl = [0u8; 64];
     let result = loop {
         tokio::select! {
@@ -285,24 +289,39 @@ async fn udp_associate(
                 Ok(0) | Err(_) => break Ok(()),
                 Ok(_) => {}
             },
-            r = relay.recv_from(&mut buf) => {
-                let Ok((n, from)) = r else { break Err("relay socket failed".to_string()) };
-                // Only the client that asked (same IP as its control connection) may use it.
-                if tcp.peer_addr().map(|p| p.ip()).ok() != Some(from.ip()) {
-                    continue;
+            r = relay.readable() => {
+                if r.is_err() {
+                    break Err("relay socket failed".to_string());
                 }
-                client = Some(from);
-                let Ok(p) = socks5::parse_udp(&buf[..n]) else {
-                    debug!("dropped a malformed or fragmented SOCKS5 UDP datagram");
-                    continue;
-                };
-                let mut out = Vec::with_capacity(n + 8);
-                let dest = p.addr.to_target_addr();
-                conn.set_destination(dest.to_string());
-                conn.counters().up.fetch_add(p.payload.len() as u64, Ordering::Relaxed);
-                if datagram::emit(flow, &dest, p.payload, &mut out).is_ok() {
-                    if let Some(cmd) = shared.session.borrow().clone() {
-                        let _ = cmd.send(Cmd::Datagram(Bytes::from(out)));
+                // Take what waits on the socket (up to a batch; one receive may hold many
+                // datagrams of an application that sends with GSO) and hand the session
+                // all of it at once.
+                let session = shared.session.borrow().clone();
+                let peer = tcp.peer_addr().map(|p| p.ip()).ok();
+                for _ in 0..crate::batch::MAX_SEGMENTS {
+                    let got = match relay.try_io(tokio::io::Interest::READABLE, || {
+                        crate::batch::recv(&relay, &mut rbuf)
+                    }) {
+                        Ok(got) => got,
+                        Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => break,
+                        Err(_) => {
+                            rbuf.clear();
+                            continue;
+                        }
+                    };
+                    // Only the client that asked (same IP as its control connection) may
+                    // use it.
+                    if peer != Some(got.from.ip()) {
+                        rbuf.clear();
+                        continue;
+                    }
+                    client = Some(got.from);
+                    for d in crate::batch::split(&mut rbuf, got.segment_size) {
+                        if let Some(d) = from_client(flow, &d, &conn, &mut last_dest) {
+                            if let Some(cmd) = &session {
+                                let _ = cmd.send(Cmd::Datagram(d));
+                            }
+                        }
                     }
                 }
             }
@@ -320,6 +339,31 @@ async fn udp_associate(
         m.remove(&flow);
     }
     result
+}
+
+/// A SOCKS5 UDP datagram from the application as the session's DATAGRAM payload, counted on
+/// its connection; `None` (dropped) when it is malformed or fragmented.
+fn from_client(
+    flow: u32,
+    pkt: &[u8],
+    conn: &super::report::ConnGuard,
+    last_dest: &mut Option<TargetAddr>,
+) -> Option<Bytes> {
+    let Ok(p) = socks5::parse_udp(pkt) else {
+        debug!("dropped a malformed or fragmented SOCKS5 UDP datagram");
+        return None;
+    };
+    let mut out = Vec::with_capacity(pkt.len() + 8);
+    let dest = p.addr.to_target_addr();
+    if last_dest.as_ref() != Some(&dest) {
+        conn.set_destination(dest.to_string());
+        *last_dest = Some(dest.clone());
+    }
+    conn.counters()
+        .up
+        .fetch_add(p.payload.len() as u64, Ordering::Relaxed);
+    datagram::emit(flow, &dest, p.payload, &mut out).ok()?;
+    Some(Bytes::from(out))
 }
 
 /// The application's address, for the status board.

@@ -168,6 +168,10 @@ impl UdpBudget {
 
 /// UDP flows of one session: each flow gets its own socket towards its destinations. Ends
 /// when the session task drops its datagram channel; the flows' sockets close with it.
+///
+/// Datagrams are taken from the channel in batches; consecutive ones of one flow to one
+/// address and of one size leave in one system call (UDP GSO, see [`crate::batch`]), so a
+/// flow of small datagrams costs a fraction of a `sendto` each.
 pub async fn udp_flows(
     mut rx: mpsc::Receiver<Bytes>,
     cmd: mpsc::UnboundedSender<Cmd>,
@@ -176,55 +180,74 @@ pub async fn udp_flows(
     open_flows: Arc<std::sync::atomic::AtomicUsize>,
 ) {
     let budget = UdpBudget::new(UDP_RETURN_BYTES);
-    let mut flows: HashMap<u32, Arc<UdpSocket>> = HashMap::new();
+    // Each flow's socket, and whether it is an IPv6 (dual-stack) one.
+    let mut flows: HashMap<u32, (Arc<UdpSocket>, bool)> = HashMap::new();
     let mut returns = tokio::task::JoinSet::new();
     let mut refused_flows = 0u64;
-    while let Some(d) = rx.recv().await {
-        let Ok(p) = datagram::parse(&d) else {
-            debug!("dropped a malformed proxied datagram");
-            continue;
-        };
-        let sock = match flows.get(&p.flow_id) {
-            Some(s) => s.clone(),
-            None => {
-                if flows.len() >= max_flows {
-                    if refused_flows == 0 {
-                        warn!(
-                            session = format_args!("{session:016x}"),
-                            limit = max_flows,
-                            "UDP flow limit reached; datagrams of new flows are dropped \
-                             (counted, total logged when the session ends)"
-                        );
-                    }
-                    refused_flows += 1;
-                    continue;
-                }
-                let Ok(s) = crate::udp::flow_socket() else {
-                    continue;
-                };
-                let s = Arc::new(s);
-                flows.insert(p.flow_id, s.clone());
-                open_flows.store(flows.len(), std::sync::atomic::Ordering::Relaxed);
-                returns.spawn(udp_return(
-                    s.clone(),
-                    p.flow_id,
-                    cmd.clone(),
-                    budget.clone(),
-                ));
-                s
-            }
-        };
-        let mut dest = p.addr.to_target_addr();
-        if matches!(&dest, TargetAddr::Domain(n, _) if n == datagram::SERVER_RESOLVER) {
-            match resolver {
-                Some(r) => dest = TargetAddr::Ip(r),
+    let mut batch: Vec<Bytes> = Vec::with_capacity(crate::batch::MAX_SEGMENTS);
+    let mut run = Run::default();
+    while rx.recv_many(&mut batch, crate::batch::MAX_SEGMENTS).await > 0 {
+        for d in batch.drain(..) {
+            let Ok(p) = datagram::parse(&d) else {
+                debug!("dropped a malformed proxied datagram");
+                continue;
+            };
+            let (sock, v6) = match flows.get(&p.flow_id) {
+                Some(s) => s.clone(),
                 None => {
-                    debug!("a DNS query for the server's resolver dropped: none is configured");
-                    continue;
+                    if flows.len() >= max_flows {
+                        if refused_flows == 0 {
+                            warn!(
+                                session = format_args!("{session:016x}"),
+                                limit = max_flows,
+                                "UDP flow limit reached; datagrams of new flows are dropped \
+                                 (counted, total logged when the session ends)"
+                            );
+                        }
+                        refused_flows += 1;
+                        continue;
+                    }
+                    let Ok(s) = crate::udp::flow_socket() else {
+                        continue;
+                    };
+                    let v6 = s.local_addr().is_ok_and(|a| a.is_ipv6());
+                    let s = Arc::new(s);
+                    flows.insert(p.flow_id, (s.clone(), v6));
+                    open_flows.store(flows.len(), std::sync::atomic::Ordering::Relaxed);
+                    returns.spawn(udp_return(
+                        s.clone(),
+                        p.flow_id,
+                        cmd.clone(),
+                        budget.clone(),
+                    ));
+                    (s, v6)
+                }
+            };
+            let mut dest = p.addr.to_target_addr();
+            if matches!(&dest, TargetAddr::Domain(n, _) if n == datagram::SERVER_RESOLVER) {
+                match resolver {
+                    Some(r) => dest = TargetAddr::Ip(r),
+                    None => {
+                        debug!("a DNS query for the server's resolver dropped: none is configured");
+                        continue;
+                    }
+                }
+            }
+            match dest {
+                TargetAddr::Ip(to) => {
+                    let to = crate::udp::reachable_from(v6, to);
+                    if !run.extend(p.flow_id, to, p.payload) {
+                        run.flush().await;
+                        run.start(p.flow_id, sock, to, p.payload);
+                    }
+                }
+                TargetAddr::Domain(..) => {
+                    run.flush().await;
+                    send_datagram(&sock, &dest, p.payload).await;
                 }
             }
         }
-        send_datagram(&sock, &dest, p.payload).await;
+        run.flush().await;
     }
     // Dropping the set aborts the return tasks, which closes the flows' sockets.
     drop(returns);
@@ -235,6 +258,75 @@ pub async fn udp_flows(
             return_dropped = budget.dropped(),
             "UDP datagrams dropped over the session (flow limit, full return queue)"
         );
+    }
+}
+
+/// Datagrams of one flow to one address, of one size but perhaps the last, waiting to
+/// leave in one GSO send.
+#[derive(Default)]
+struct Run {
+    sock: Option<Arc<UdpSocket>>,
+    flow: u32,
+    to: Option<SocketAddr>,
+    segment: usize,
+    count: usize,
+    /// The last datagram was shorter than `segment`: nothing may follow it.
+    closed: bool,
+    buf: Vec<u8>,
+}
+
+impl Run {
+    /// Append `payload` if it may join this run.
+    fn extend(&mut self, flow: u32, to: SocketAddr, payload: &[u8]) -> bool {
+        let fits = self.sock.is_some()
+            && self.flow == flow
+            && self.to == Some(to)
+            && !self.closed
+            && !payload.is_empty()
+            && payload.len() <= self.segment
+            && self.count < crate::batch::max_segments(self.segment)
+            && self.buf.len() + payload.len() <= crate::batch::MAX_GSO_BYTES;
+        if fits {
+            self.buf.extend_from_slice(payload);
+            self.count += 1;
+            self.closed = payload.len() < self.segment;
+        }
+        fits
+    }
+
+    fn start(&mut self, flow: u32, sock: Arc<UdpSocket>, to: SocketAddr, payload: &[u8]) {
+        self.sock = Some(sock);
+        self.flow = flow;
+        self.to = Some(to);
+        self.segment = payload.len();
+        self.count = 1;
+        self.closed = payload.is_empty();
+        self.buf.clear();
+        self.buf.extend_from_slice(payload);
+    }
+
+    /// Send what the run holds (one system call while the kernel takes GSO), waiting for
+    /// room in the socket's buffer; a failure loses the run's datagrams (UDP semantics).
+    async fn flush(&mut self) {
+        let (Some(sock), Some(to)) = (self.sock.take(), self.to.take()) else {
+            return;
+        };
+        let (buf, seg) = (&self.buf, self.segment.max(1));
+        if buf.is_empty() {
+            // An empty datagram is a datagram too.
+            let _ = sock.send_to(&[], to).await;
+            return;
+        }
+        let sent = sock
+            .async_io(tokio::io::Interest::WRITABLE, || {
+                crate::batch::send(&*sock, to, buf, seg)
+            })
+            .await;
+        if let Err(e) = sent {
+            debug!(%to, "UDP flow send failed: {e}");
+        }
+        self.buf.clear();
+        self.count = 0;
     }
 }
 

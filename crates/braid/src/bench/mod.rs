@@ -206,7 +206,7 @@ pub fn run(o: &Options) -> Result<Report> {
         }
     };
     let udp = match o.udp {
-        Some(count) => Some(traffic::udp_flow(rig.socks[0], count)?),
+        Some(count) => Some(traffic::udp_flow(rig.socks[0], count, 300_000)?),
         None => None,
     };
     let idle = match o.idle_sessions {
