@@ -78,6 +78,12 @@ pub struct Incoming {
     pub data: BytesMut,
 }
 
+thread_local! {
+    /// Where session tasks on this thread build their batches of datagrams (used without
+    /// an await in between, so tasks of one thread never share it at once).
+    static SCRATCH: std::cell::RefCell<Vec<u8>> = const { std::cell::RefCell::new(Vec::new()) };
+}
+
 /// Where the handle of a newly opened stream goes.
 type OpenReply = tokio::sync::oneshot::Sender<Result<StreamHandle, braid_core::StreamError>>;
 
@@ -151,7 +157,6 @@ impl<P: PacketProtection, S: PathSender> SessionTask<P, S> {
         let max_segments = crate::batch::max_segments(mds);
         // Pacers may release a whole batch at once where the rate allows.
         self.session.set_max_burst(self.clock.now(), max_segments);
-        let mut buf = vec![0u8; mds * max_segments];
         let mut sleep = Box::pin(tokio::time::sleep_until(tokio::time::Instant::now()));
         loop {
             let now = self.clock.now();
@@ -166,13 +171,15 @@ impl<P: PacketProtection, S: PathSender> SessionTask<P, S> {
                     ),
                 }
             }
-            // Send everything the session has, in batches of one path's datagrams.
-            while let Some(b) = self
-                .session
-                .poll_transmit_batch(now, &mut buf, max_segments)
-            {
-                self.seal_and_send(b, &mut buf);
-            }
+            // Send everything the session has, in batches of one path's datagrams, built in
+            // the thread's scratch buffer (one per thread, not one per session: a thousand
+            // idle sessions must not each keep a batch's worth of memory).
+            SCRATCH.with_borrow_mut(|buf| {
+                buf.resize(mds * max_segments, 0);
+                while let Some(b) = self.session.poll_transmit_batch(now, buf, max_segments) {
+                    self.seal_and_send(b, buf);
+                }
+            });
             // Events.
             let mut closed = false;
             while let Some(ev) = self.session.poll_event() {
