@@ -186,7 +186,7 @@ async fn tcp_fallback_packets_reach_the_worker_of_their_session() {
     let mut got = Vec::new();
     for _ in &sids {
         let read = braid_net::tcp::read_frame(&mut tcp, &mut buf);
-        let reply = tokio::time::timeout(Duration::from_secs(5), read)
+        let reply = tokio::time::timeout(Duration::from_secs(15), read)
             .await
             .expect("a reply down the TCP connection")
             .unwrap()
