@@ -167,7 +167,8 @@ async fn hostile_input_everywhere_leaves_a_running_transfer_intact() {
 }
 
 /// Replays: every packet the agent sends on one path is sent to the server a second time
-/// 50 ms later, from another address, by a tampering relay. Without the AEAD replay window
+/// 5 ms later (within the transfer, which takes tens of milliseconds on loopback), from
+/// another address, by a tampering relay. Without the AEAD replay window
 /// the server would take the authentic replay as the path moving to the replayer's address
 /// (protocol section 18) and send there; with it, the replayer gets nothing and the
 /// transfers are exact. (A replay from the agent's own address would prove nothing: the
@@ -186,15 +187,18 @@ async fn replayed_packets_are_dropped() {
     let aa = agent_addr.clone();
     let replayed = Arc::new(std::sync::atomic::AtomicU64::new(0));
     let rp = replayed.clone();
+    let relayed = Arc::new(std::sync::atomic::AtomicU64::new(0));
+    let rl = relayed.clone();
     tokio::spawn(async move {
         let mut buf = vec![0u8; 65536];
         while let Ok((n, from)) = f2.recv_from(&mut buf).await {
             *aa.lock().unwrap() = Some(from);
+            rl.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
             let pkt = buf[..n].to_vec();
             let _ = b2.send_to(&pkt, server).await;
             let (r3, rp) = (r2.clone(), rp.clone());
             tokio::spawn(async move {
-                tokio::time::sleep(Duration::from_millis(50)).await;
+                tokio::time::sleep(Duration::from_millis(5)).await;
                 if r3.send_to(&pkt, server).await.is_ok() {
                     rp.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
                 }
@@ -249,8 +253,22 @@ async fn replayed_packets_are_dropped() {
     .await;
     let _ = std::fs::remove_file(&file);
     assert_eq!(String::from_utf8_lossy(&got), sha(&up));
+    // The transfers take a few tens of milliseconds on loopback, less than the replay delay:
+    // wait until every relayed packet has been replayed (regression: the count was read
+    // while most replays were still pending), then give the server time to answer them.
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
+    let relayed = relayed.load(std::sync::atomic::Ordering::Relaxed);
+    while replayed.load(std::sync::atomic::Ordering::Relaxed) < relayed
+        && tokio::time::Instant::now() < deadline
+    {
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    tokio::time::sleep(Duration::from_millis(300)).await;
     let replayed = replayed.load(std::sync::atomic::Ordering::Relaxed);
-    assert!(replayed > 1000, "only {replayed} packets replayed");
+    assert!(
+        replayed >= relayed && replayed > 1000,
+        "only {replayed} of {relayed} packets replayed"
+    );
     assert_eq!(
         misdirected.load(std::sync::atomic::Ordering::Relaxed),
         0,
