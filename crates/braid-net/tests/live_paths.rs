@@ -7,7 +7,9 @@
 //! the bytes by SHA-256 and measures the longest stall (gap between received bytes).
 //! Without root or namespaces each test prints why it skips.
 
+#[path = "net/common/mod.rs"]
 mod common;
+#[path = "net/nsrig/mod.rs"]
 mod nsrig;
 
 use braid_net::agent::{Agent, PathStatus};

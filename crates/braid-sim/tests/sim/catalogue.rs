@@ -2,7 +2,7 @@
 //! scheduler): deterministic simulator runs of the shipped scenarios, so these are exact
 //! regressions of the numbers in docs/results.md, with margins, not timing measurements.
 
-mod common;
+use crate::common;
 
 use braid_sim::Report;
 

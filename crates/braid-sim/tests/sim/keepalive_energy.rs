@@ -2,7 +2,7 @@
 //! standby" (walking, full coverage): with the agent's 25 s keepalive the idle 3G radio
 //! costs a fraction of what the core's 5 s default costs, and the transfer is as fast.
 
-mod common;
+use crate::common;
 
 #[test]
 fn a_25_s_keepalive_lets_an_idle_standby_radio_sleep() {

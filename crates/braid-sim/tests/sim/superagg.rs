@@ -3,7 +3,7 @@
 //! are exact regressions, and each compares the mechanism with the same stack without it
 //! in the same run, so a mechanism that stops working fails its test.
 
-mod common;
+use crate::common;
 
 use braid_sim::{Report, RunResult};
 

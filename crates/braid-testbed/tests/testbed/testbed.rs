@@ -13,10 +13,9 @@ use std::io::{BufRead, BufReader};
 use std::net::{SocketAddrV4, UdpSocket};
 use std::path::Path;
 use std::process::{Command, Stdio};
-use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
-static SERIAL: Mutex<()> = Mutex::new(());
+use crate::SERIAL;
 
 fn skip(test: &str) -> bool {
     match unavailable_reason() {
@@ -199,7 +198,7 @@ fn one_way_delay_within_1ms() {
         ("d50", "1Gbit", "50ms", 0.0),
         ("d200", "1Gbit", "200ms", 0.0),
     ]));
-    let topo = Topology::create(&format!("td{:x}", std::process::id()), 4).expect("topology");
+    let topo = Topology::create(&format!("xd{:x}", std::process::id()), 4).expect("topology");
     let emus: Vec<LinkEmu> = (0..4).map(|i| emu_for(&topo, &scn, i)).collect();
     for (i, &d) in delays.iter().enumerate() {
         // Further sets of probes when one misses: a busy moment of this 2-core machine (or
@@ -272,7 +271,7 @@ fn tcp_throughput_within_5_percent_and_emulator_cpu() {
         ("r50", "50Mbit", "5ms", 0.0),
         ("r200", "200Mbit", "5ms", 0.0),
     ]));
-    let topo = Topology::create(&format!("tr{:x}", std::process::id()), 3).expect("topology");
+    let topo = Topology::create(&format!("xr{:x}", std::process::id()), 3).expect("topology");
     let emus: Vec<LinkEmu> = (0..3).map(|i| emu_for(&topo, &scn, i)).collect();
     let server = TrafficServer::start(
         &topo.server,
@@ -356,7 +355,7 @@ fn loss_within_binomial_bound() {
         ("l5", "100Mbit", "1ms", 0.05),
         ("l1", "100Mbit", "1ms", 0.01),
     ]));
-    let topo = Topology::create(&format!("tl{:x}", std::process::id()), 2).expect("topology");
+    let topo = Topology::create(&format!("xl{:x}", std::process::id()), 2).expect("topology");
     let emus: Vec<LinkEmu> = (0..2).map(|i| emu_for(&topo, &scn, i)).collect();
     let n = 4000usize;
     for (i, p) in [(0usize, 0.05f64), (1, 0.01)] {

@@ -11,16 +11,15 @@
 //! Sizes: `BRAID_TUN_MB` (default 100) per download, `BRAID_TUN_UDP_SECS` (default 10) for
 //! the UDP stream (the figure is 30 s; docs/results.md has that run).
 
-mod tunrig;
+use crate::tunrig;
 
 use braid_testbed::lock::{RunLock, LOCK_FILE};
 use braid_testbed::unavailable_reason;
 use std::net::SocketAddr;
 use std::path::Path;
-use std::sync::Mutex;
 use tunrig::*;
 
-static SERIAL: Mutex<()> = Mutex::new(());
+use crate::SERIAL;
 
 fn skip(test: &str) -> bool {
     if let Some(why) = unavailable_reason() {
@@ -307,7 +306,7 @@ fn redirect_carries_a_lan_host_without_a_tun_device() {
 /// One TCP connection through TUN mode next to the same through SOCKS5, on fast links (two
 /// emulated 2.5 Gbit/s links, 1 ms): Gbit/s and CPU seconds per GB of agent and server.
 /// A benchmark, not a pass/fail test: it runs when `BRAID_TUN_BENCH` is set
-/// (`BRAID_TUN_BENCH=1 cargo test --profile ci -p braid-testbed --test tun tun_against_socks
+/// (`BRAID_TUN_BENCH=1 cargo test --profile ci -p braid-testbed --test testbed tun::tun_against_socks
 /// -- --nocapture`); docs/results.md has its figures.
 #[test]
 fn tun_against_socks_throughput() {

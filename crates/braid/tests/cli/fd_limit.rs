@@ -3,7 +3,7 @@
 //! (its CPU time over 3 s stays low: the accept back-off) and must serve again once they
 //! close.
 
-mod soakrig;
+use crate::soakrig;
 
 use soakrig::*;
 use std::os::unix::process::CommandExt;

@@ -4,7 +4,7 @@
 //! lifetime; a rotation attempted by another authorized agent for a session it does not own
 //! changes nothing.
 
-mod common;
+use crate::common;
 
 use braid_crypto::{ClientHandshake, RekeyPolicy, StaticKeypair};
 use braid_emu::Emulator;

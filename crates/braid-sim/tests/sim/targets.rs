@@ -1,7 +1,7 @@
 //! The foundation issue's simulated targets, checked on every test run. The simulator is
 //! deterministic, so these are exact regressions, not timing measurements.
 
-mod common;
+use crate::common;
 
 use braid_sim::Report;
 

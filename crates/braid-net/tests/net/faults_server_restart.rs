@@ -4,7 +4,7 @@
 //! packets with an "unknown session" hint; the agent shakes hands again at once, switches
 //! to the new session, and ends the old session's proxied connection with a RST.
 
-mod common;
+use crate::common;
 
 use braid_crypto::StaticKeypair;
 use braid_net::agent::{Agent, AgentConfig, AgentPath};

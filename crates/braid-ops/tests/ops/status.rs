@@ -2,7 +2,7 @@
 //! over two emulated paths (loopback link emulators: 40 Mbit/s, 15 ms and 20 Mbit/s,
 //! 30 ms each way).
 
-mod rig;
+use crate::rig;
 
 use rig::{download, path, rig, source, status, DELAY_MS};
 use std::sync::atomic::{AtomicU64, Ordering};

@@ -3,7 +3,7 @@
 //! handshake is answered, and the agent moves to the new session, retrying the proxied
 //! connection that was being opened. Loopback only (no root needed).
 
-mod common;
+use crate::common;
 
 use braid_crypto::StaticKeypair;
 use braid_net::agent::{Agent, AgentConfig, AgentPath, PathStatus};

@@ -3,7 +3,7 @@
 //! server key or an unknown key, garbage on the SOCKS5 and HTTP ports. Each gets a clean
 //! error or a silent drop; nothing panics; the running transfer arrives intact.
 
-mod common;
+use crate::common;
 
 use braid_crypto::StaticKeypair;
 use braid_net::agent::{Agent, AgentConfig, AgentPath};

@@ -1,5 +1,5 @@
 //! The live dashboard in a real headless browser (Debian's chromium), during a download
-//! over two emulated paths (the rig of tests/status.rs): after a few seconds the page's DOM
+//! over two emulated paths (the rig of tests/ops/status.rs): after a few seconds the page's DOM
 //! holds one chart series per path, and the series change while the transfer runs; the
 //! server's page lists the session's paths, the session and the limits.
 //!
@@ -8,8 +8,8 @@
 //! `BRAID_DASHBOARD_SCREENSHOT=docs/dashboard.png` also saves a screenshot of the page after
 //! 30 s of transfer (how docs/dashboard.png was made).
 
-mod browser;
-mod rig;
+use crate::browser;
+use crate::rig;
 
 use braid_ops::dashboard::{serve, DashboardConfig};
 use braid_ops::Source;

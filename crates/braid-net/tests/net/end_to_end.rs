@@ -2,7 +2,7 @@
 //! rates, delays and losses, and real clients: curl through SOCKS5 and HTTP CONNECT, and a
 //! SOCKS5 UDP ASSOCIATE client. Every transfer is checked with SHA-256.
 
-mod common;
+use crate::common;
 
 use common::{body, curl, http_server, rig, sha, socks_args};
 use std::net::SocketAddr;

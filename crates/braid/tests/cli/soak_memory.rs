@@ -6,7 +6,7 @@
 //! sessions and 100 agents x 50 streams (`BRAID_SOAK_SESSIONS`, `BRAID_SOAK_AGENTS`,
 //! `BRAID_SOAK_STREAMS`).
 
-mod soakrig;
+use crate::soakrig;
 
 use soakrig::*;
 use std::time::Duration;

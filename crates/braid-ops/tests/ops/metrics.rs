@@ -1,7 +1,7 @@
 //! `/metrics` of a real agent and server during a download over two emulated paths,
 //! parsed by a Prometheus text-format parser (the prometheus-parse crate).
 
-mod rig;
+use crate::rig;
 
 use braid_ops::http::serve_metrics;
 use braid_ops::Source;

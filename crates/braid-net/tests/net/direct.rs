@@ -5,7 +5,7 @@
 //! scheduler); a braid server that appears later is used for new connections.
 //! Without root or namespaces each test prints why it skips.
 
-mod common;
+use crate::common;
 
 use braid_crypto::StaticKeypair;
 use braid_net::agent::{Agent, AgentConfig, AgentPath, ConnPolicy, DirectMode};

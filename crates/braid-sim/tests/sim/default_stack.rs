@@ -2,7 +2,7 @@
 //! scenarios of the "one default" issue: reordering, random loss, blackouts and clean
 //! links. Deterministic simulations: exact regressions, not timing measurements.
 
-mod common;
+use crate::common;
 
 use braid_sim::{Report, RunResult};
 

@@ -9,8 +9,8 @@
 //! (length and SHA-256), and the session must be the same one at the end: the faults heal
 //! without a new handshake.
 
-mod common;
-mod nsrig;
+use crate::common;
+use crate::nsrig;
 
 use braid_crypto::StaticKeypair;
 use braid_emu::Emulator;

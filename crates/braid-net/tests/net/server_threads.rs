@@ -3,7 +3,7 @@
 //! kernel steers by session id, and a shutdown that closes the sessions of every worker.
 //! Loopback only (no root needed).
 
-mod common;
+use crate::common;
 
 use braid_crypto::StaticKeypair;
 use braid_net::agent::{Agent, AgentConfig, AgentPath};
@@ -152,11 +152,17 @@ async fn tcp_fallback_packets_reach_the_worker_of_their_session() {
     use braid_crypto::{parse_header, ClientHandshake, PacketType};
     use tokio::io::AsyncWriteExt;
     log();
-    let agent_key = StaticKeypair::generate().unwrap();
+    // One agent key per session: the replay guard refuses an agent's handshake older than
+    // its newest accepted one, and the two workers may take the two in either order
+    // (regression: with one key the reply to the older one never came, now and then).
+    let keys = [
+        StaticKeypair::generate().unwrap(),
+        StaticKeypair::generate().unwrap(),
+    ];
     let mut scfg = ServerConfig::new(
         "127.0.0.1:0".parse().unwrap(),
         StaticKeypair::generate().unwrap(),
-        vec![agent_key.public()],
+        keys.iter().map(|k| k.public()).collect(),
     );
     scfg.threads = 2;
     let server_pub = scfg.key.public();
@@ -173,12 +179,12 @@ async fn tcp_fallback_packets_reach_the_worker_of_their_session() {
         .unwrap()
         .as_millis() as u64;
     let mut sids = Vec::new();
-    for (w, ts) in [(1usize, now), (0, now + 1)] {
+    for (w, agent_key) in [(1usize, &keys[0]), (0, &keys[1])] {
         let sid = (1u64..)
             .find(|&s| steering.worker_of(s << 20) == w)
             .unwrap()
             << 20;
-        let (_, m1) = ClientHandshake::new(&agent_key, &server_pub, sid, 0, ts).unwrap();
+        let (_, m1) = ClientHandshake::new(agent_key, &server_pub, sid, 0, now).unwrap();
         tcp.write_all(&braid_net::tcp::frame(&m1)).await.unwrap();
         sids.push(sid);
     }

@@ -1,7 +1,7 @@
 //! Faults, each test named after its fault, over real UDP sockets on loopback (through link
 //! emulators where the fault is on a path).
 
-mod common;
+use crate::common;
 
 use braid_crypto::{parse_header, ClientHandshake, PacketType, StaticKeypair};
 use braid_net::agent::{Agent, AgentConfig, AgentPath};

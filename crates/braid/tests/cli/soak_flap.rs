@@ -8,7 +8,7 @@
 //! `scripts/soak flap` runs the 30 minutes (`BRAID_SOAK_SECS`). Memory is compared
 //! between the end and minute 5 (a third of the run when shorter).
 
-mod soakrig;
+use crate::soakrig;
 
 use braid_emu::Emulator;
 use soakrig::*;

@@ -4,8 +4,7 @@
 //! checked by SHA-256, with the longest stall measured. Without root, namespaces or
 //! nftables each test prints why it skips.
 
-mod common;
-mod nsrig;
+use crate::nsrig;
 
 use braid_net::agent::{Agent, PathStatus};
 use nsrig::{agent_cfg, check, download, nft_drop, nft_dropped, setup, skip, wait};
