@@ -313,14 +313,14 @@ fn rss() -> u64 {
 
 /// Links flapping every few hundred milliseconds (carrier on p0, address on p1) while
 /// downloads run back to back: every download completes exactly, and file descriptors and
-/// memory do not grow. `BRAID_SOAK_SECS` sets the duration (default 12 s; the soak
+/// memory do not grow. `BRAID_FLAP_SECS` sets the duration (default 12 s; the soak
 /// is 600).
 #[test]
 fn flapping_links_leak_no_descriptors_or_memory() {
     if skip() {
         return;
     }
-    let secs: u64 = std::env::var("BRAID_SOAK_SECS")
+    let secs: u64 = std::env::var("BRAID_FLAP_SECS")
         .ok()
         .and_then(|s| s.parse().ok())
         .unwrap_or(12);

@@ -461,6 +461,7 @@ fn udp_responder(at: SocketAddr, stop: Arc<AtomicBool>) {
     let s = UdpSocket::bind(at).unwrap_or_else(|e| panic!("udp responder on {at}: {e}"));
     s.set_read_timeout(Some(Duration::from_millis(100))).ok();
     let mut buf = [0u8; 2048];
+    let mut started = std::collections::HashSet::new();
     while !stop.load(Ordering::Relaxed) {
         let Ok((n, from)) = s.recv_from(&mut buf) else {
             continue;
@@ -478,7 +479,9 @@ fn udp_responder(at: SocketAddr, stop: Arc<AtomicBool>) {
                     .split_whitespace()
                     .filter_map(|x| x.parse().ok())
                     .collect();
-                if v.len() == 3 {
+                // The client repeats its request until the stream starts: one stream per
+                // client address and request.
+                if v.len() == 3 && started.insert((from, txt.clone())) {
                     let s2 = s.try_clone().expect("clone");
                     let stop = stop.clone();
                     std::thread::spawn(move || stream(&s2, from, v[0], v[1], v[2] as usize, &stop));
@@ -703,6 +706,11 @@ pub fn udp_stream(ns: &str, dest: SocketAddr, bps: f64, secs: f64, size: usize) 
             let Ok((n, _)) = s.recv_from(&mut buf) else {
                 if st.sent > 0 {
                     break;
+                }
+                // UDP: the request itself may be lost (a test link drops 5 %); ask again
+                // until the stream starts (the responder starts it once).
+                if first.is_none() {
+                    let _ = s.send_to(req.as_bytes(), dest);
                 }
                 continue;
             };
