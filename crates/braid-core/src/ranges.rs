@@ -36,6 +36,22 @@ impl RangeSet {
             return false;
         }
         let (mut start, mut end) = (r.start, r.end);
+        // The common case, data arriving in order: `r` reaches or follows the last range.
+        // One lookup, no removal and re-insertion.
+        if let Some(mut last) = self.map.last_entry() {
+            let (s, e) = (*last.key(), *last.get());
+            if start > e {
+                self.map.insert(start, end);
+                return true;
+            }
+            if start >= s {
+                if end <= e {
+                    return false;
+                }
+                *last.get_mut() = end;
+                return true;
+            }
+        }
         // A range starting at or before `start` that reaches it.
         if let Some((&s, &e)) = self.map.range(..=start).next_back() {
             if e >= end {

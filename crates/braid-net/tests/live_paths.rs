@@ -9,7 +9,7 @@
 
 #[path = "net/common/mod.rs"]
 mod common;
-#[path = "net/nsrig/mod.rs"]
+#[path = "netns/nsrig/mod.rs"]
 mod nsrig;
 
 use braid_net::agent::{Agent, PathStatus};

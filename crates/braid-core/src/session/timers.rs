@@ -27,10 +27,16 @@ pub enum Timer {
 }
 
 /// All armed timers and the earliest of them.
+///
+/// Rebuilt lazily: every input marks it stale (with its `now`), and the next read rebuilds
+/// it once. A batch of packets handled back to back costs one rebuild, not one per packet.
 #[derive(Debug, Default)]
 pub struct TimerTable {
     entries: Vec<(Timer, Instant)>,
     next: Option<Instant>,
+    /// The table no longer matches the session: rebuild it as of this instant (the `now`
+    /// of the latest input) before it is read.
+    stale: Option<Instant>,
 }
 
 impl TimerTable {
@@ -57,22 +63,34 @@ impl TimerTable {
 
 impl Session {
     /// When [`Session::handle_timeout`] must next be called (`None`: only on new input).
-    pub fn poll_timeout(&self) -> Option<Instant> {
+    pub fn poll_timeout(&mut self) -> Option<Instant> {
         if self.stash.is_some() {
             // A datagram left out of a batch waits (`poll_transmit_batch`): due now.
             return Some(Instant(0));
         }
+        self.rebuild_timers();
         self.timers.next()
     }
 
-    /// Armed timers, for diagnostics.
-    pub fn timers(&self) -> &[(Timer, Instant)] {
-        self.timers.entries()
+    /// Armed timers, for diagnostics (a copy: the table is rebuilt first if stale).
+    pub fn timers(&mut self) -> Vec<(Timer, Instant)> {
+        self.rebuild_timers();
+        self.timers.entries().to_vec()
     }
 
-    /// Rebuild the timer table from the session's state.
+    /// The session's state changed at `now`: refresh the paths' congestion coupling (the
+    /// next acknowledgement may use it) and mark the timer table stale; the next
+    /// [`Session::poll_timeout`] rebuilds it.
     pub(super) fn update_timers(&mut self, now: Instant) {
         self.refresh_coupling();
+        self.timers.stale = Some(self.timers.stale.map_or(now, |t| t.max(now)));
+    }
+
+    /// Rebuild the timer table from the session's state, if an input changed it.
+    fn rebuild_timers(&mut self) {
+        let Some(now) = self.timers.stale.take() else {
+            return;
+        };
         self.timers.clear();
         match self.state {
             State::Closed => return,

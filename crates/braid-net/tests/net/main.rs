@@ -1,16 +1,11 @@
 //! braid-net's integration tests, in one binary (one build and link instead of one per file):
-//! real sockets on loopback, and network namespaces when root. `live_paths` stays a binary of
-//! its own: it measures this process's descriptors and memory.
+//! real sockets on loopback. The namespace tests are in `netns` and `live_paths`.
 
 mod common;
-mod nsrig;
 
 mod bad_input;
-mod blocked;
-mod direct;
 mod end_to_end;
 mod faults;
-mod faults_paths;
 mod faults_server_restart;
 mod hardening;
 mod hardening_flood;
