@@ -187,6 +187,9 @@ struct BenchArgs {
     /// Datagrams of the --udp flow.
     #[arg(long, default_value_t = 300_000)]
     udp_datagrams: u64,
+    /// Datagrams a second the --udp flow's sender offers (0: as fast as it can).
+    #[arg(long, default_value_t = 300_000)]
+    udp_rate: u64,
     /// Also open N idle sessions on a server and report its memory per session.
     #[arg(long, value_name = "N")]
     idle_sessions: Option<usize>,
@@ -214,6 +217,7 @@ fn bench_cmd(a: BenchArgs) -> Result<bool> {
         threads: a.threads,
         ciphers,
         udp: a.udp.then_some(a.udp_datagrams),
+        udp_rate: a.udp_rate,
         idle_sessions: a.idle_sessions,
         progress: std::io::IsTerminal::is_terminal(&std::io::stderr()),
         aead_time: std::time::Duration::from_millis(300),

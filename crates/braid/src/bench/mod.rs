@@ -46,6 +46,8 @@ pub struct Options {
     pub ciphers: Ciphers,
     /// Datagrams of the UDP flow (None: no UDP flow).
     pub udp: Option<u64>,
+    /// Datagrams a second the UDP flow's sender offers (0: as fast as it can).
+    pub udp_rate: u64,
     /// Idle sessions for the memory figure (None: not measured).
     pub idle_sessions: Option<usize>,
     /// A progress line on stderr.
@@ -206,7 +208,7 @@ pub fn run(o: &Options) -> Result<Report> {
         }
     };
     let udp = match o.udp {
-        Some(count) => Some(traffic::udp_flow(rig.socks[0], count, 300_000)?),
+        Some(count) => Some(traffic::udp_flow(rig.socks[0], count, o.udp_rate)?),
         None => None,
     };
     let idle = match o.idle_sessions {
@@ -276,10 +278,14 @@ pub fn print(r: &Report) {
     }
     if let Some(u) = &r.udp {
         println!(
-            "udp: {} of {} datagrams of {} bytes delivered in {:.2} s: {:.0} datagrams/s, loss {:.1}%",
+            "udp: {} of {} datagrams of {} bytes ({}) delivered in {:.2} s: {:.0} datagrams/s, loss {:.1}%",
             u.delivered,
             u.sent,
             u.datagram_bytes,
+            match u.offered_per_s {
+                0 => "sent as fast as possible".to_string(),
+                r => format!("offered at {r}/s"),
+            },
             u.seconds,
             u.datagrams_per_s,
             u.loss * 100.0

@@ -260,6 +260,8 @@ async fn socks_connect(proxy: SocketAddr, target: SocketAddr) -> Result<TcpStrea
 pub struct UdpReport {
     /// Payload bytes of each datagram.
     pub datagram_bytes: usize,
+    /// Datagrams a second the sender offered (0: as fast as it could).
+    pub offered_per_s: u64,
     /// Datagrams sent to the agent's relay.
     pub sent: u64,
     /// Datagrams that reached the sink.
@@ -295,8 +297,9 @@ pub const DATAGRAM: usize = 200;
 const SENDER_BATCH: usize = 32;
 
 /// `count` datagrams of 200 bytes through SOCKS5 UDP ASSOCIATE at `proxy` to a UDP sink,
-/// offered at `rate` datagrams a second (0: as fast as the sender can); the flow is warmed up first (until one datagram got
-/// through) so that the session's flow set-up is not counted.
+/// offered at `rate` datagrams a second (0: as fast as the sender can); the flow is warmed
+/// up first (until one datagram got through) so that the session's flow set-up is not
+/// counted.
 pub fn udp_flow(proxy: SocketAddr, count: u64, rate: u64) -> Result<UdpReport> {
     let sink = std::net::UdpSocket::bind("127.0.0.1:0")?;
     big_receive_buffer(&sink);
@@ -400,6 +403,7 @@ pub fn udp_flow(proxy: SocketAddr, count: u64, rate: u64) -> Result<UdpReport> {
     let seconds = last.map_or(0.0, |l| l.duration_since(start).as_secs_f64());
     Ok(UdpReport {
         datagram_bytes: DATAGRAM,
+        offered_per_s: rate,
         sent,
         delivered: got,
         seconds,
