@@ -306,8 +306,29 @@ impl PacketKey {
     /// (path, packet number) under one key.
     pub fn seal_in_place(&self, packet: &mut [u8], header_len: usize) -> Result<(), AeadError> {
         let h = Self::check(packet, header_len)?;
+        self.seal_parsed(packet, &h)
+    }
+
+    /// The length checks for a header the caller parsed already.
+    fn check_parsed(packet: &[u8], h: &HeaderInfo) -> Result<(), AeadError> {
+        if h.ptype != PacketType::Transport {
+            return Err(AeadError::NotTransport);
+        }
+        if packet.len() < h.header_len + TAG_LEN {
+            return Err(AeadError::TooShort {
+                len: packet.len(),
+                header_len: h.header_len,
+            });
+        }
+        Ok(())
+    }
+
+    /// [`PacketKey::seal_in_place`] with the header already parsed (`h` must be
+    /// `parse_header(packet)`; the type byte's key phase may differ).
+    pub(crate) fn seal_parsed(&self, packet: &mut [u8], h: &HeaderInfo) -> Result<(), AeadError> {
+        Self::check_parsed(packet, h)?;
         let len = packet.len();
-        let (header, rest) = packet.split_at_mut(header_len);
+        let (header, rest) = packet.split_at_mut(h.header_len);
         let (body, tag_space) = rest.split_at_mut(rest.len() - TAG_LEN);
         let tag = self
             .key
@@ -327,7 +348,14 @@ impl PacketKey {
     /// failure the body's content is unspecified and the packet must be dropped.
     pub fn open_in_place(&self, packet: &mut [u8], header_len: usize) -> Result<(), AeadError> {
         let h = Self::check(packet, header_len)?;
-        let (header, rest) = packet.split_at_mut(header_len);
+        self.open_parsed(packet, &h)
+    }
+
+    /// [`PacketKey::open_in_place`] with the header already parsed (`h` must be
+    /// `parse_header(packet)`).
+    pub(crate) fn open_parsed(&self, packet: &mut [u8], h: &HeaderInfo) -> Result<(), AeadError> {
+        Self::check_parsed(packet, h)?;
+        let (header, rest) = packet.split_at_mut(h.header_len);
         let (body, tag_bytes) = rest.split_at_mut(rest.len() - TAG_LEN);
         let mut tag_arr = [0u8; TAG_LEN];
         tag_arr.copy_from_slice(tag_bytes);

@@ -24,7 +24,7 @@
 use std::time::Duration;
 
 use crate::aead::{AeadError, PacketKey, SessionKeys};
-use crate::header::{parse_header, TRANSPORT_ODD_PHASE};
+use crate::header::{parse_header, HeaderInfo, TRANSPORT_ODD_PHASE};
 
 /// When keys are replaced and how long old ones may be used.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -225,7 +225,7 @@ impl KeyRing {
                 0
             };
         }
-        self.send.seal_in_place(packet, h.header_len)?;
+        self.send.seal_parsed(packet, &h)?;
         self.sealed += 1;
         Ok(())
     }
@@ -236,6 +236,17 @@ impl KeyRing {
     /// packet under the pending epoch makes it seal.
     pub fn open(&mut self, packet: &mut [u8], now: Duration) -> Result<(), AeadError> {
         let h = parse_header(packet)?;
+        self.open_parsed(packet, &h, now)
+    }
+
+    /// [`KeyRing::open`] for a packet whose header the caller already parsed (`h` must be
+    /// `parse_header(packet)`): the receive path parses each header once.
+    pub fn open_parsed(
+        &mut self,
+        packet: &mut [u8],
+        h: &HeaderInfo,
+        now: Duration,
+    ) -> Result<(), AeadError> {
         let mut err = AeadError::Authentication {
             path_id: h.path_id,
             packet_number: h.packet_number,
@@ -247,7 +258,7 @@ impl KeyRing {
         // its overlap and a pending one of the same parity) keep the bytes for the second.
         let copy = (self.recv.iter().filter(live).count() > 1).then(|| packet.to_vec());
         for k in self.recv.iter().rev().filter(live) {
-            match k.key.open_in_place(packet, h.header_len) {
+            match k.key.open_parsed(packet, h) {
                 Ok(()) => {
                     opened = Some(k.epoch);
                     break;

@@ -263,7 +263,7 @@ impl PacketProtection for Aead {
             return None;
         }
         self.check_inbox();
-        if self.ring.open(packet, self.now).is_err() {
+        if self.ring.open_parsed(packet, &h, self.now).is_err() {
             self.stats.unopened.fetch_add(1, Ordering::Relaxed);
             return None;
         }
