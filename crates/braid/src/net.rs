@@ -163,7 +163,7 @@ pub struct AgentArgs {
     #[arg(long)]
     pub scheduler: Option<String>,
     /// OPERETTA's utility for --scheduler operetta: 0 (least energy per bit) to 1 (most
-    /// throughput) [default: 0.5].
+    /// throughput) [default: 1].
     #[arg(long)]
     pub alpha: Option<f64>,
     /// How UDP (datagrams) uses the paths, both directions: spread (default: over the paths
