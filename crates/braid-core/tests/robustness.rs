@@ -1097,6 +1097,32 @@ fn transfer_without_interference_delivers_every_byte() {
     assert_eq!(net.client.stats().malformed_packets, 0);
 }
 
+/// `buffered_bytes` is what arrived and was not read: it grows while the application does
+/// not read (up to the session window) and falls to 0 once it has read everything.
+#[test]
+fn buffered_bytes_count_received_unread_stream_data() {
+    let mut net = Net::established();
+    let data = payload(60_000, 3);
+    let id = net.client.open_stream().expect("open_stream");
+    assert_eq!(net.client.stream_write(id, &data), Ok(data.len()));
+    net.client.stream_finish(id).unwrap();
+    assert_eq!(net.server.buffered_bytes(), 0);
+    net.run(20_000, &mut no_tamper, &mut |n| {
+        n.server.buffered_bytes() == data.len() as u64
+    });
+    assert_eq!(net.server.buffered_bytes(), data.len() as u64);
+    let mut got = Vec::new();
+    while let Ok(Some(b)) = net.server.stream_read(id, 10_000) {
+        if b.is_empty() {
+            break;
+        }
+        got.extend_from_slice(&b);
+        assert_eq!(net.server.buffered_bytes(), (data.len() - got.len()) as u64);
+    }
+    assert_eq!(got, data);
+    assert_eq!(net.server.buffered_bytes(), 0);
+}
+
 /// Every kind of unparseable datagram, in front of every genuine datagram to the server,
 /// together with a replay of the previous one: the stream arrives intact, each garbage
 /// datagram is counted as malformed, and no replay is processed (the path counts only the

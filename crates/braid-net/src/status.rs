@@ -75,14 +75,27 @@ pub fn core_paths(s: &Session, now: braid_core::Instant) -> Vec<CorePath> {
         .collect()
 }
 
-/// Every path's view and the open stream count, read by the session task through its
-/// command channel (`None` when the session is gone).
-pub async fn query_core(
-    cmd: &tokio::sync::mpsc::UnboundedSender<Cmd>,
-) -> Option<(Vec<CorePath>, u64)> {
+/// What [`query_core`] reads from a session.
+#[derive(Debug, Clone, Default)]
+pub struct CoreQuery {
+    /// Every path's view.
+    pub paths: Vec<CorePath>,
+    /// Open streams.
+    pub streams: u64,
+    /// Stream bytes received and not yet read ([`braid_core::Session::buffered_bytes`]).
+    pub buffered: u64,
+}
+
+/// Every path's view, the open stream count and the buffered bytes, read by the session
+/// task through its command channel (`None` when the session is gone).
+pub async fn query_core(cmd: &tokio::sync::mpsc::UnboundedSender<Cmd>) -> Option<CoreQuery> {
     let (tx, rx) = tokio::sync::oneshot::channel();
     cmd.send(Cmd::Session(SessionFn(Box::new(move |s, now| {
-        let _ = tx.send((core_paths(s, now), s.stream_count() as u64));
+        let _ = tx.send(CoreQuery {
+            paths: core_paths(s, now),
+            streams: s.stream_count() as u64,
+            buffered: s.buffered_bytes(),
+        });
     }))))
     .ok()?;
     rx.await.ok()
@@ -403,8 +416,8 @@ pub struct ServerLimits {
     pub sessions: Limit,
     /// Streams per session (`--max-streams`); `used` = the busiest session's.
     pub streams_per_session: Limit,
-    /// Bytes buffered per session (`--max-buffered`); `used` is not measured yet (0: the
-    /// core has no accessor for a session's received-but-unread bytes).
+    /// Bytes buffered per session (`--max-buffered`); `used` = the most any session holds
+    /// received but not yet read by its destination.
     pub buffered_bytes_per_session: Limit,
     /// UDP flows per session; `used` = the busiest session's open flows.
     pub udp_flows_per_session: Limit,

@@ -341,6 +341,12 @@ impl Session {
         self.events.pop_front()
     }
 
+    /// Stream bytes received from the peer that the application has not read yet: what the
+    /// session's receive window (`Config::session_window`) bounds.
+    pub fn buffered_bytes(&self) -> u64 {
+        self.received_data.saturating_sub(self.consumed_data)
+    }
+
     /// Counters.
     pub fn stats(&self) -> SessionStats {
         let mut s = self.stats;

@@ -441,9 +441,9 @@ impl Runner {
                     let stats = query_stats(&cmd_tx).await;
                     self.count_caps(&cmd_tx, &stats, &mut counted);
                     self.watch_silence(&cmd_tx, &stats, &mut silence);
-                    if let Some((core, streams)) = crate::status::query_core(&cmd_tx).await {
+                    if let Some(q) = crate::status::query_core(&cmd_tx).await {
                         let view = self.policy_view(&links.table);
-                        shared.board.publish(&self.cfg, &core, streams, &view, &meta);
+                        shared.board.publish(&self.cfg, &q.paths, q.streams, &view, &meta);
                     }
                 }
                 r = async { (&mut silence.probe.as_mut().expect("checked").0).await }, if silence.probe.is_some() => {

@@ -118,15 +118,16 @@ impl ServerBoard {
             .unwrap_or_default();
         let mut sessions = Vec::new();
         let mut totals = Totals::default();
-        let (mut busiest, mut most_flows) = (0, 0);
+        let (mut busiest, mut most_flows, mut most_buffered) = (0, 0, 0);
         for (id, fp, age_s, open_streams, flows, cmd, addrs) in asks {
             let core =
                 tokio::time::timeout(Duration::from_secs(1), crate::status::query_core(&cmd))
                     .await
                     .ok()
                     .flatten()
-                    .map(|c| c.0)
                     .unwrap_or_default();
+            most_buffered = most_buffered.max(core.buffered);
+            let core = core.paths;
             let mut st = Totals::default();
             let paths: Vec<PathReport> = core
                 .iter()
@@ -162,6 +163,7 @@ impl ServerBoard {
         limits.sessions.used = sessions.len() as u64;
         limits.streams_per_session.used = busiest;
         limits.udp_flows_per_session.used = most_flows;
+        limits.buffered_bytes_per_session.used = most_buffered;
         ServerStatus {
             version: STATUS_VERSION,
             uptime_s: now.duration_since(self.started).as_secs_f64(),
