@@ -278,22 +278,14 @@ impl PacketKey {
         self.cipher
     }
 
-    /// Parse and check the header of `packet` against `header_len` and the tag space.
+    /// Parse the header of `packet` and check it against `header_len` (the type and the tag
+    /// space are `check_parsed`'s).
     fn check(packet: &[u8], header_len: usize) -> Result<HeaderInfo, AeadError> {
         let h = parse_header(packet)?;
-        if h.ptype != PacketType::Transport {
-            return Err(AeadError::NotTransport);
-        }
-        if h.header_len != header_len {
+        if h.ptype == PacketType::Transport && h.header_len != header_len {
             return Err(AeadError::HeaderLenMismatch {
                 given: header_len,
                 actual: h.header_len,
-            });
-        }
-        if packet.len() < header_len + TAG_LEN {
-            return Err(AeadError::TooShort {
-                len: packet.len(),
-                header_len,
             });
         }
         Ok(h)
