@@ -15,7 +15,7 @@
 
 #![no_main]
 
-use braid_core::wire::{PacketHeader, PacketType, Writer};
+use braid_core::wire::{Header, PacketType};
 use braid_core::{Config, Instant, Session};
 use bytes::Bytes;
 use libfuzzer_sys::fuzz_target;
@@ -114,17 +114,9 @@ impl Pair {
 }
 
 fn header(path: u8, pn: u64) -> Vec<u8> {
+    let h = Header::new(PacketType::Transport, SID, path, pn).unwrap();
     let mut buf = [0u8; 32];
-    let mut w = Writer::new(&mut buf);
-    PacketHeader {
-        ptype: PacketType::Transport,
-        session_id: SID,
-        path_id: path,
-        packet_number: pn,
-    }
-    .emit(&mut w)
-    .unwrap();
-    let n = w.pos();
+    let n = h.write_into(&mut buf).unwrap();
     buf[..n].to_vec()
 }
 

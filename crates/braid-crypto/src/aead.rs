@@ -23,7 +23,7 @@ use ring::aead::{
     Aad, LessSafeKey, Nonce, Tag, UnboundKey, AES_256_GCM, CHACHA20_POLY1305, NONCE_LEN,
 };
 
-use crate::header::{parse_header, HeaderError, HeaderInfo, PacketType};
+use braid_wire::{parse_header, Header, HeaderError, PacketType};
 
 /// Bytes of the AEAD tag at the end of every transport packet.
 pub const TAG_LEN: usize = 16;
@@ -280,7 +280,7 @@ impl PacketKey {
 
     /// Parse the header of `packet` and check it against `header_len` (the type and the tag
     /// space are `check_parsed`'s).
-    fn check(packet: &[u8], header_len: usize) -> Result<HeaderInfo, AeadError> {
+    fn check(packet: &[u8], header_len: usize) -> Result<Header, AeadError> {
         let h = parse_header(packet)?;
         if h.ptype == PacketType::Transport && h.header_len != header_len {
             return Err(AeadError::HeaderLenMismatch {
@@ -302,7 +302,7 @@ impl PacketKey {
     }
 
     /// The length checks for a header the caller parsed already.
-    fn check_parsed(packet: &[u8], h: &HeaderInfo) -> Result<(), AeadError> {
+    fn check_parsed(packet: &[u8], h: &Header) -> Result<(), AeadError> {
         if h.ptype != PacketType::Transport {
             return Err(AeadError::NotTransport);
         }
@@ -317,7 +317,7 @@ impl PacketKey {
 
     /// [`PacketKey::seal_in_place`] with the header already parsed (`h` must be
     /// `parse_header(packet)`; the type byte's key phase may differ).
-    pub(crate) fn seal_parsed(&self, packet: &mut [u8], h: &HeaderInfo) -> Result<(), AeadError> {
+    pub(crate) fn seal_parsed(&self, packet: &mut [u8], h: &Header) -> Result<(), AeadError> {
         Self::check_parsed(packet, h)?;
         let len = packet.len();
         let (header, rest) = packet.split_at_mut(h.header_len);
@@ -345,7 +345,7 @@ impl PacketKey {
 
     /// [`PacketKey::open_in_place`] with the header already parsed (`h` must be
     /// `parse_header(packet)`).
-    pub(crate) fn open_parsed(&self, packet: &mut [u8], h: &HeaderInfo) -> Result<(), AeadError> {
+    pub(crate) fn open_parsed(&self, packet: &mut [u8], h: &Header) -> Result<(), AeadError> {
         Self::check_parsed(packet, h)?;
         let (header, rest) = packet.split_at_mut(h.header_len);
         let (body, tag_bytes) = rest.split_at_mut(rest.len() - TAG_LEN);
@@ -422,7 +422,7 @@ impl SessionKeys {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::header::write_header;
+    use braid_wire::write_header;
 
     fn pair() -> (SessionKeys, SessionKeys) {
         pair_with(Cipher::ChaCha20Poly1305)

@@ -33,9 +33,9 @@ use ring::aead::{Aad, LessSafeKey, Nonce, UnboundKey, CHACHA20_POLY1305, NONCE_L
 use ring::digest::{digest, SHA256};
 use ring::hmac;
 
-use crate::header::{parse_header, write_header, PacketType};
 use crate::keys::{wipe, PublicKey};
 use crate::random::{self, RandomError};
+use braid_wire::{parse_header, write_header, PacketType};
 
 /// Bytes of one MAC.
 pub const MAC_LEN: usize = 16;

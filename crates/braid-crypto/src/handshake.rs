@@ -56,8 +56,8 @@
 use crate::aead::{Cipher, Ciphers, Role, SessionKeys};
 use crate::cookie::{self, CookieError, Mac1Key, COOKIE_LEN, MACS_LEN, MAC_LEN};
 use crate::guard::ReplayGuard;
-use crate::header::{parse_header, write_header, HeaderError, PacketType};
 use crate::keys::{wipe, PublicKey, StaticKeypair};
+use braid_wire::{parse_header, write_header, HeaderError, PacketType};
 
 /// The Noise protocol name.
 pub const NOISE_PARAMS: &str = "Noise_IK_25519_ChaChaPoly_BLAKE2s";

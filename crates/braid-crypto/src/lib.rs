@@ -2,11 +2,12 @@
 //!
 //! Owns: long-term X25519 key files ([`keys`]), the Noise IK handshake that authenticates
 //! client and server and derives per-session keys ([`handshake`]), per-packet AEAD
-//! protection of transport packets ([`aead`]), the per-path replay window ([`replay`]), a
-//! small bounds-checked parser/builder of the braid packet header ([`header`]), the cheap
-//! checks in front of the handshake's Diffie-Hellman (mac1, mac2 and cookies: [`cookie`]),
+//! protection of transport packets ([`aead`]), the per-path replay window ([`replay`]), the
+//! cheap checks in front of the handshake's Diffie-Hellman (mac1, mac2 and cookies: [`cookie`]),
 //! the handshake replay guard and its state file ([`guard`]), unguessable values from
 //! the system CSPRNG ([`random`]) and the key epochs of key rotation ([`rekey`]).
+//!
+//! The packet header's codec is `braid-wire`'s, the same one the core uses.
 //!
 //! Must not touch: `braid-core` (this crate does not depend on it and never parses frames),
 //! sockets, clocks and global state (the operating system's random generator aside, read
@@ -36,7 +37,6 @@ pub mod aead;
 pub mod cookie;
 pub mod guard;
 pub mod handshake;
-pub mod header;
 pub mod keys;
 pub mod random;
 pub mod rekey;
@@ -45,14 +45,15 @@ pub mod replay;
 pub use aead::{
     cpu_has_aes, AeadError, Cipher, CipherError, Ciphers, PacketKey, Role, SessionKeys, TAG_LEN,
 };
+/// The packet header codec, shared with `braid-core` (see the `braid-wire` crate).
+pub use braid_wire::{
+    parse_header, session_limit_refusal, session_unknown_hint, write_header, Header, HeaderError,
+    PacketType,
+};
 pub use cookie::{CookieChecker, CookieError, Mac1Key};
 pub use guard::{GuardFileError, ReplayGuard};
 pub use handshake::{
     ClientHandshake, HandshakeError, Responder, ServerHandshake, NOISE_PARAMS, PROLOGUE,
-};
-pub use header::{
-    parse_header, session_limit_refusal, session_unknown_hint, write_header, HeaderError,
-    HeaderInfo, PacketType,
 };
 pub use keys::{
     parse_authorized, parse_public_key, read_authorized, read_private_key, read_public_key,

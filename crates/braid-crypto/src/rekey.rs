@@ -24,7 +24,7 @@
 use std::time::Duration;
 
 use crate::aead::{AeadError, PacketKey, SessionKeys};
-use crate::header::{parse_header, HeaderInfo, TRANSPORT_ODD_PHASE};
+use braid_wire::{parse_header, Header, TRANSPORT_ODD_PHASE};
 
 /// When keys are replaced and how long old ones may be used.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -244,7 +244,7 @@ impl KeyRing {
     pub fn open_parsed(
         &mut self,
         packet: &mut [u8],
-        h: &HeaderInfo,
+        h: &Header,
         now: Duration,
     ) -> Result<(), AeadError> {
         let mut err = AeadError::Authentication {
@@ -304,7 +304,7 @@ impl KeyRing {
 mod tests {
     use super::*;
     use crate::aead::Role;
-    use crate::header::{write_header, PacketType};
+    use braid_wire::{write_header, PacketType};
 
     const MS: Duration = Duration::from_millis(1);
 

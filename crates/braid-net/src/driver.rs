@@ -8,7 +8,7 @@
 //! wall-clock time into its `now`.
 
 use crate::bridge::{Cmd, StreamBridge, StreamHandle};
-use braid_core::wire::PacketHeader;
+use braid_core::wire::Header;
 use braid_core::{Event, Instant, PathId, Session, StreamId};
 use bytes::{Bytes, BytesMut};
 use std::collections::HashMap;
@@ -20,10 +20,11 @@ use tracing::{debug, info, warn};
 pub trait PacketProtection: Send + 'static {
     /// Encrypt `packet` in place (its last `tag_len` bytes are the tag space).
     fn seal(&mut self, packet: &mut [u8]) -> bool;
-    /// Verify and decrypt in place, returning the header it parsed to do so (the session
-    /// takes it as it is: the header is parsed once per packet); `None`: drop the packet
-    /// (or it was a key-management packet the protection consumed).
-    fn open(&mut self, packet: &mut [u8]) -> Option<Opened>;
+    /// Verify and decrypt in place, returning the header it parsed to do so, as a transport
+    /// header of key phase 0 (the session takes it as it is: the header is parsed once per
+    /// packet); `None`: drop the packet (or it was a key-management packet the protection
+    /// consumed).
+    fn open(&mut self, packet: &mut [u8]) -> Option<Header>;
     /// Called on every turn of the session loop with the time: what key management needs
     /// done now (nothing by default).
     fn poll_control(&mut self, _now: Instant) -> Option<Control> {
@@ -33,15 +34,6 @@ pub trait PacketProtection: Send + 'static {
     fn poll_timeout(&self) -> Option<Instant> {
         None
     }
-}
-
-/// An authenticated transport packet's header, as packet protection parsed it.
-#[derive(Debug, Clone, Copy)]
-pub struct Opened {
-    /// The header (its type is transport).
-    pub header: PacketHeader,
-    /// Its length: the payload follows.
-    pub header_len: usize,
 }
 
 /// What packet protection asks the session task to do.
@@ -316,12 +308,11 @@ impl<P: PacketProtection, S: PathSender> SessionTask<P, S> {
         };
         let now = self.clock.now();
         if let Some(hook) = self.on_packet.as_mut() {
-            if !hook(&mut self.session, now, hdr.header.path_id, pkt.from) {
+            if !hook(&mut self.session, now, hdr.path_id, pkt.from) {
                 return;
             }
         }
-        self.session
-            .handle_packet(now, hdr.header, hdr.header_len, pkt.data.freeze());
+        self.session.handle_packet(now, hdr, pkt.data.freeze());
     }
 
     fn open(&mut self, reply: OpenReply, bridges: &mut HashMap<StreamId, StreamBridge>) {

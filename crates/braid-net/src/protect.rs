@@ -1,5 +1,5 @@
-//! Packet protection with the session keys of the Noise handshake: ChaCha20-Poly1305 on
-//! every transport packet (header as associated data), a per-path replay window, and key
+//! Packet protection with the session keys of the Noise handshake: the negotiated AEAD
+//! (AES-256-GCM or ChaCha20-Poly1305) on every transport packet (header as associated data), a per-path replay window, and key
 //! rotation (docs/protocol.md section 16a).
 //!
 //! Owns: turning braid-crypto's keys into the driver's [`PacketProtection`]; the key epochs
@@ -10,11 +10,10 @@
 //! ([`RekeyInbox`]). Must not touch: the session, sockets (handshake packets go out
 //! through the driver's [`Control::Send`]) or the server's handshake policy.
 
-use crate::driver::{Control, Opened, PacketProtection};
-use braid_core::wire::{PacketHeader, PacketType as CorePacketType};
+use crate::driver::{Control, PacketProtection};
 use braid_core::{Instant, PathId};
 use braid_crypto::{
-    parse_header, Ciphers, ClientHandshake, KeyRing, PacketType, PublicKey, RekeyPolicy,
+    parse_header, Ciphers, ClientHandshake, Header, KeyRing, PacketType, PublicKey, RekeyPolicy,
     ReplayWindow, SessionKeys, StaticKeypair,
 };
 use std::collections::HashMap;
@@ -256,7 +255,7 @@ impl PacketProtection for Aead {
         self.ring.seal(packet).is_ok()
     }
 
-    fn open(&mut self, packet: &mut [u8]) -> Option<Opened> {
+    fn open(&mut self, packet: &mut [u8]) -> Option<Header> {
         let h = parse_header(packet).ok()?;
         if h.ptype != PacketType::Transport {
             self.handshake_packet(packet, h.ptype, h.session_id);
@@ -283,15 +282,7 @@ impl PacketProtection for Aead {
         self.last_path = h.path_id;
         // The header as the session reads it (the type byte is transport once opened,
         // whatever the key phase was).
-        Some(Opened {
-            header: PacketHeader {
-                ptype: CorePacketType::Transport,
-                session_id: h.session_id,
-                path_id: h.path_id,
-                packet_number: h.packet_number,
-            },
-            header_len: h.header_len,
-        })
+        Some(Header { key_phase: 0, ..h })
     }
 
     fn poll_control(&mut self, now: Instant) -> Option<Control> {
@@ -363,8 +354,7 @@ impl PacketProtection for Plain {
     fn seal(&mut self, _: &mut [u8]) -> bool {
         true
     }
-    fn open(&mut self, packet: &mut [u8]) -> Option<Opened> {
-        let (header, header_len) = PacketHeader::parse(packet).ok()?;
-        Some(Opened { header, header_len })
+    fn open(&mut self, packet: &mut [u8]) -> Option<Header> {
+        parse_header(packet).ok()
     }
 }

@@ -5,7 +5,7 @@ use crate::path::Path;
 use crate::sched::PathId;
 use crate::stream::{RecvOutcome, StreamId};
 use crate::time::Instant;
-use crate::wire::{Frame, FrameIter, PacketHeader, PacketType};
+use crate::wire::{parse_header, Frame, FrameIter, Header, PacketType};
 use bytes::Bytes;
 use smallvec::SmallVec;
 
@@ -17,17 +17,19 @@ impl Session {
         if self.state == State::Closed || self.state == State::Closing {
             return;
         }
-        let Ok((hdr, hlen)) = PacketHeader::parse(&data) else {
+        let Ok(hdr) = parse_header(&data) else {
             self.stats.malformed_packets += 1;
             return;
         };
-        self.handle_packet(now, hdr, hlen, data);
+        self.handle_packet(now, hdr, data);
     }
 
     /// [`Session::handle_datagram`] for a driver that parsed the header already (to
-    /// authenticate the packet): `hdr` and `hlen` must be what `PacketHeader::parse` gives
-    /// for `data`, so the header is parsed once per packet.
-    pub fn handle_packet(&mut self, now: Instant, hdr: PacketHeader, hlen: usize, data: Bytes) {
+    /// authenticate the packet): `hdr` must be what [`parse_header`] gives for `data`, so the
+    /// header is parsed once per packet. Its key phase is not looked at (it is the packet
+    /// protection's business).
+    pub fn handle_packet(&mut self, now: Instant, hdr: Header, data: Bytes) {
+        let hlen = hdr.header_len;
         if self.state == State::Closed || self.state == State::Closing {
             return;
         }

@@ -9,7 +9,7 @@ use crate::path::{SentFrame, MAX_ACK_RANGES};
 use crate::sched::PathId;
 use crate::time::Instant;
 use crate::wire::frame::emit;
-use crate::wire::{HelloParams, PacketHeader, PacketType, Writer};
+use crate::wire::{Header, HelloParams, PacketType, Writer};
 use smallvec::SmallVec;
 
 mod batch;
@@ -68,13 +68,8 @@ impl Session {
         let p = self.paths.get(&pid)?;
         let end = buf.len() - self.cfg.tag_len;
         let mut w = Writer::new(&mut buf[..end]);
-        PacketHeader {
-            ptype: PacketType::Transport,
-            session_id: self.id,
-            path_id: pid,
-            packet_number: p.next_pn,
-        }
-        .emit(&mut w)?;
+        let h = Header::new(PacketType::Transport, self.id, pid, p.next_pn).ok()?;
+        h.write_into(w.slot(h.header_len)?)?;
         Some(Packet {
             w,
             frames: SmallVec::new(),

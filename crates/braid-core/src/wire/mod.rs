@@ -1,6 +1,9 @@
 //! The wire format: packet headers and frames as zero-copy views with parse and emit.
 //!
-//! Owns: the byte layout documented in `docs/protocol.md`. Must not touch: session state,
+//! The packet header's codec is the `braid-wire` crate, shared with `braid-crypto` so that
+//! a header is parsed once per packet by one parser; it is re-exported here.
+//!
+//! Owns: the frames' byte layout documented in `docs/protocol.md`. Must not touch: session state,
 //! timers, congestion control. Parsing borrows from the datagram (no copies); emitting writes
 //! into a caller-provided buffer.
 //!
@@ -10,11 +13,12 @@
 //! buffer is too small. The fuzz targets in `fuzz/` exercise these contracts.
 
 pub mod frame;
-pub mod packet;
 pub mod varint;
 
+pub use braid_wire::{
+    parse_header, Header, HeaderError, PacketType, MAX_HEADER_LEN, MIN_HEADER_LEN, VERSION,
+};
 pub use frame::{features, AckFrame, Frame, FrameIter, HelloParams, PathState};
-pub use packet::{PacketHeader, PacketType, VERSION};
 
 /// What is wrong with a received packet.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]

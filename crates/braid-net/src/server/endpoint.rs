@@ -314,7 +314,7 @@ impl<H: SessionHandle> Endpoint<H> {
         now_ms: u64,
         from: SocketAddr,
         pkt: &[u8],
-        h: &braid_crypto::HeaderInfo,
+        h: &braid_crypto::Header,
     ) -> Outcome<'_, H> {
         let (sid, path) = (h.session_id, h.path_id);
         let shared = self.shared.clone();
