@@ -1,7 +1,8 @@
 //! The handshake messages on arbitrary bytes: `ServerHandshake::respond` (raw bytes, and a
 //! genuine message 1 with bytes XORed in and its mac1 made again so that the Noise layer is
 //! reached), the server's mac1/mac2/cookie checks, and the client's
-//! `ClientHandshake::finish` and `handle_cookie_reply` (raw, and genuine replies mutated).
+//! `ClientHandshake::finish` and `handle_cookie_reply` (raw, and genuine replies mutated),
+//! and the client's reading of a cipher refusal (`read_cipher_refusal`).
 //! Never a panic; a mutated message 1 is accepted only when the mutation changed nothing
 //! the server reads, and a mutated reply never gives keys or a cookie unless unchanged.
 //!
@@ -12,7 +13,7 @@
 
 use braid_crypto::cookie::{Mac1Key, MACS_LEN, MAC_LEN};
 use braid_crypto::{
-    Ciphers, ClientHandshake, CookieChecker, ReplayGuard, Responder, ServerHandshake,
+    cipher_refusal, read_cipher_refusal, Ciphers, ClientHandshake, CookieChecker, ReplayGuard, Responder, ServerHandshake,
     StaticKeypair,
 };
 use libfuzzer_sys::fuzz_target;
@@ -119,6 +120,14 @@ fuzz_target!(|data: &[u8]| {
             let _ = hs.handle_cookie_reply(rest);
             let m2 = xor(&f.m2, rest);
             let _ = hs.finish(&m2);
+            // A cipher refusal: raw, then a genuine one mutated.
+            let _ = read_cipher_refusal(rest);
+            let h = braid_crypto::parse_header(&f.m1).unwrap();
+            let refusal = cipher_refusal(&h, &Ciphers::for_cpu(false));
+            if let Some((h2, list)) = read_cipher_refusal(&xor(&refusal, rest)) {
+                assert!(list.len() <= 8);
+                assert_eq!(h2.ptype, braid_crypto::PacketType::CipherRefused);
+            }
         }
         _ => {
             // A mutated genuine cookie reply: accepted only unchanged.

@@ -5,7 +5,8 @@
 //! protection of transport packets ([`aead`]), the per-path replay window ([`replay`]), the
 //! cheap checks in front of the handshake's Diffie-Hellman (mac1, mac2 and cookies: [`cookie`]),
 //! the handshake replay guard and its state file ([`guard`]), unguessable values from
-//! the system CSPRNG ([`random`]) and the key epochs of key rotation ([`rekey`]).
+//! the system CSPRNG ([`random`]), the key epochs of key rotation ([`rekey`]) and the
+//! server's refusal of a client that offers no cipher it accepts ([`refusal`]).
 //!
 //! The packet header's codec is `braid-wire`'s, the same one the core uses.
 //!
@@ -39,6 +40,7 @@ pub mod guard;
 pub mod handshake;
 pub mod keys;
 pub mod random;
+pub mod refusal;
 pub mod rekey;
 pub mod replay;
 
@@ -60,5 +62,6 @@ pub use keys::{
     write_keypair, KeyError, PublicKey, StaticKeypair,
 };
 pub use random::RandomError;
+pub use refusal::{cipher_refusal, read_cipher_refusal};
 pub use rekey::{KeyRing, RekeyPolicy};
 pub use replay::ReplayWindow;

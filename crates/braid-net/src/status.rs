@@ -381,6 +381,11 @@ pub struct AgentStatus {
     /// mode is off.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub mode: Option<String>,
+    /// Why there is no session: the last handshake's failure, as the agent's log says it
+    /// (no answer, the server's session limit, no common packet cipher); absent while a
+    /// session runs and before the first attempt ends.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub session_error: Option<String>,
 }
 
 /// One agent session on the server.

@@ -48,7 +48,7 @@ pub enum PacketType {
     Transport,
     /// Type 1: a Noise handshake message.
     Handshake,
-    /// Type 2: the server's cookie reply to a handshake message 1 (see [`crate::cookie`]).
+    /// Type 2: the server's cookie reply to a handshake message 1 (`braid_crypto::cookie`).
     Cookie,
     /// Type 4: the server's "unknown session" hint (a bare 12-byte header, server to client
     /// only) in answer to a transport packet of a session it does not know. Not
@@ -58,6 +58,12 @@ pub enum PacketType {
     /// limit (a bare 12-byte header naming the message's session and path, server to client
     /// only). Not authenticated: a client reports it and retries later.
     SessionLimit,
+    /// Type 6: the server's refusal of a handshake message 1 of an authorized client
+    /// because none of the packet ciphers it offers is one the server accepts: a 12-byte
+    /// header naming the message's session and path, then the server's cipher list
+    /// (`braid_crypto::refusal`). Server to client only; not authenticated: a client
+    /// reports it and retries later.
+    CipherRefused,
 }
 
 impl PacketType {
@@ -69,6 +75,7 @@ impl PacketType {
             PacketType::Cookie => 2,
             PacketType::SessionUnknown => 4,
             PacketType::SessionLimit => 5,
+            PacketType::CipherRefused => 6,
         }
     }
 }
@@ -91,10 +98,11 @@ pub enum HeaderError {
     #[error("packet version byte is {0}, this build speaks only version 1: drop the packet")]
     BadVersion(u8),
     /// Byte 1 is not 0 or 3 (transport), 1 (handshake), 2 (cookie reply), 4 (unknown
-    /// session) or 5 (session limit).
+    /// session), 5 (session limit) or 6 (cipher refused).
     #[error(
         "packet type byte is {0}, expected 0 or 3 (transport), 1 (handshake), 2 (cookie \
-         reply), 4 (unknown session) or 5 (session limit): drop the packet"
+         reply), 4 (unknown session), 5 (session limit) or 6 (cipher refused): drop the \
+         packet"
     )]
     BadType(u8),
     /// A packet number above 2^62 - 1 cannot be written as a varint.
@@ -196,6 +204,7 @@ pub fn parse_header(packet: &[u8]) -> Result<Header, HeaderError> {
         2 => (PacketType::Cookie, 0),
         4 => (PacketType::SessionUnknown, 0),
         5 => (PacketType::SessionLimit, 0),
+        6 => (PacketType::CipherRefused, 0),
         TRANSPORT_ODD_PHASE => (PacketType::Transport, 1),
         other => return Err(HeaderError::BadType(other)),
     };
@@ -292,6 +301,7 @@ mod tests {
                 PacketType::Cookie,
                 PacketType::SessionUnknown,
                 PacketType::SessionLimit,
+                PacketType::CipherRefused,
             ] {
                 let mut buf = Vec::new();
                 let n = write_header(&mut buf, ptype, 0xdead_beef_0102_0304, 7, pn).unwrap();
@@ -327,8 +337,10 @@ mod tests {
         buf[0] = 2;
         assert_eq!(parse_header(&buf), Err(HeaderError::BadVersion(2)));
         buf[0] = 1;
-        buf[1] = 6;
-        assert_eq!(parse_header(&buf), Err(HeaderError::BadType(6)));
+        for t in [7, 8, 0x80, 0xff] {
+            buf[1] = t;
+            assert_eq!(parse_header(&buf), Err(HeaderError::BadType(t)));
+        }
         buf[1] = 3;
         let h = parse_header(&buf).unwrap();
         assert_eq!((h.ptype, h.key_phase), (PacketType::Transport, 1));
@@ -378,7 +390,7 @@ mod tests {
         /// came from, and every shorter prefix is refused.
         #[test]
         fn parsed_headers_rewrite_to_their_bytes(bytes in proptest::collection::vec(
-            proptest::prelude::any::<u8>(), 0..24), version_ok: bool, type_byte in 0u8..7) {
+            proptest::prelude::any::<u8>(), 0..24), version_ok: bool, type_byte in 0u8..8) {
             let mut bytes = bytes;
             if version_ok && bytes.len() >= 2 {
                 bytes[0] = VERSION;

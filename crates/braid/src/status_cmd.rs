@@ -194,6 +194,9 @@ fn render_agent(a: &AgentStatus) -> String {
         }
         None => {
             let _ = writeln!(out, "agent, up {:.0} s; no session", a.uptime_s);
+            if let Some(e) = &a.session_error {
+                let _ = writeln!(out, "last handshake: {e}");
+            }
         }
     }
     if let Some(m) = &a.mode {

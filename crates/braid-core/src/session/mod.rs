@@ -296,7 +296,7 @@ impl Session {
         s.pending.hello = true;
         s.first_path = first_path;
         s.insert_path(now, first_path);
-        s.update_timers(now);
+        s.state_changed(now);
         s
     }
 
@@ -398,7 +398,7 @@ impl Session {
         // An abandonment the peer has not been told about yet is moot now.
         self.pending.path_abandon.remove(&id);
         self.insert_path(now, id);
-        self.update_timers(now);
+        self.state_changed(now);
         Ok(())
     }
 
@@ -414,7 +414,7 @@ impl Session {
         }
         self.abandon_path(now, id);
         self.pending.path_abandon.insert(id);
-        self.update_timers(now);
+        self.state_changed(now);
         Ok(())
     }
 
@@ -444,7 +444,7 @@ impl Session {
             p.bytes_received_unvalidated = 0;
             p.bytes_sent_unvalidated = 0;
         }
-        self.update_timers(now);
+        self.state_changed(now);
     }
 
     /// Ask for a path to be used as active, standby or frozen; the peer is told too.
@@ -462,7 +462,7 @@ impl Session {
         p.local_state = state;
         p.status_seq += 1;
         self.pending.path_status.insert(id);
-        self.update_timers(now);
+        self.state_changed(now);
         Ok(())
     }
 
@@ -473,7 +473,7 @@ impl Session {
         for p in self.paths.values_mut().filter(|p| !p.abandoned) {
             p.probes_due = p.probes_due.max(1);
         }
-        self.update_timers(now);
+        self.state_changed(now);
     }
 
     /// Say what using a path costs: the interface's power while active, above its idle
@@ -499,7 +499,7 @@ impl Session {
         });
         p.cost_seq += 1;
         self.pending.path_cost.insert(id);
-        self.update_timers(now);
+        self.state_changed(now);
         Ok(())
     }
 
@@ -528,7 +528,7 @@ impl Session {
                 self.process_acked_and_lost(now);
             }
         }
-        self.update_timers(now);
+        self.state_changed(now);
     }
 
     /// True when the driver said path `id` runs over a reliable transport.
@@ -791,7 +791,7 @@ impl Session {
             code,
             reason,
         );
-        self.update_timers(now);
+        self.state_changed(now);
     }
 
     fn fail(&mut self, err: SessionError, code: u64, reason: &str) {

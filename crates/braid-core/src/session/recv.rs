@@ -77,7 +77,7 @@ impl Session {
             }
         }
         self.process_acked_and_lost(now);
-        self.update_timers(now);
+        self.state_changed(now);
     }
 
     /// Find or create the path a packet arrived on. False: drop the packet.

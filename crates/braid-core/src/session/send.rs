@@ -59,7 +59,7 @@ impl Session {
             buf[t.len - self.cfg.tag_len..t.len].fill(0);
         }
         if t.is_some() || self.state == State::Closed {
-            self.update_timers(now);
+            self.state_changed(now);
         }
         t
     }

@@ -81,7 +81,7 @@ impl Session {
     /// The session's state changed at `now`: refresh the paths' congestion coupling (the
     /// next acknowledgement may use it) and mark the timer table stale; the next
     /// [`Session::poll_timeout`] rebuilds it.
-    pub(super) fn update_timers(&mut self, now: Instant) {
+    pub(super) fn state_changed(&mut self, now: Instant) {
         self.refresh_coupling();
         self.timers.stale = Some(self.timers.stale.map_or(now, |t| t.max(now)));
     }
@@ -183,7 +183,7 @@ impl Session {
             );
             // Nobody is listening: do not bother sending CLOSE.
             self.state = State::Closed;
-            self.update_timers(now);
+            self.state_changed(now);
             return;
         }
         let expired: Vec<PathId> = self
@@ -205,7 +205,7 @@ impl Session {
         }
         self.on_blackout_timers(now);
         self.process_acked_and_lost(now);
-        self.update_timers(now);
+        self.state_changed(now);
     }
 
     /// A probe timeout on `pid`: re-arm the handshake and validation, and move the path's

@@ -14,7 +14,9 @@ use super::AgentConfig;
 use crate::pathmgr::Attach;
 use crate::udp::{bind_path, bind_udp, PathBind};
 use braid_core::PathId;
-use braid_crypto::{parse_header, ClientHandshake, PacketType, SessionKeys};
+use braid_crypto::{
+    parse_header, read_cipher_refusal, Cipher, ClientHandshake, PacketType, SessionKeys,
+};
 use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Duration;
@@ -185,8 +187,10 @@ pub(super) async fn handshake(
         .collect();
     let mut won = None;
     let mut over_tcp = Vec::new();
-    // Servers that said they are at their session limit (unauthenticated: only reported).
+    // Servers that said they are at their session limit, or that they accept none of the
+    // ciphers offered (unauthenticated: only reported).
     let mut full: Vec<SocketAddr> = Vec::new();
+    let mut no_cipher: Vec<(SocketAddr, Vec<Cipher>)> = Vec::new();
     let servers = {
         let mut v: Vec<SocketAddr> = hs.iter().map(|x| x.1).collect();
         v.sort();
@@ -221,27 +225,33 @@ pub(super) async fn handshake(
         while let Ok(Some((i, pkt, from, stream))) =
             tokio::time::timeout_at(deadline, rrx.recv()).await
         {
-            let (cookie, refused) = match parse_header(&pkt) {
-                Ok(h) if h.session_id == sid && h.ptype == PacketType::Handshake => (false, false),
-                Ok(h) if h.session_id == sid && h.ptype == PacketType::Cookie => (true, false),
-                Ok(h) if h.session_id == sid && h.ptype == PacketType::SessionLimit => {
-                    (false, true)
-                }
+            let ptype = match parse_header(&pkt) {
+                Ok(h) if h.session_id == sid => h.ptype,
                 _ => continue,
             };
             let Some(k) = hs.iter().position(|x| x.0 == i && x.2 == from) else {
                 continue;
             };
-            if refused {
-                if !full.contains(&hs[k].1) {
-                    full.push(hs[k].1);
+            let server = hs[k].1;
+            match ptype {
+                PacketType::SessionLimit if !full.contains(&server) => full.push(server),
+                PacketType::CipherRefused if no_cipher.iter().all(|x| x.0 != server) => {
+                    if let Some((_, accepted)) = read_cipher_refusal(&pkt) {
+                        warn!(%server, accepted = %names(&accepted), offered = %names(cfg.ciphers.as_slice()),
+                            "the server accepts none of the packet ciphers this agent offers");
+                        no_cipher.push((server, accepted));
+                    }
                 }
-                if full.len() >= servers {
+                PacketType::Handshake | PacketType::Cookie => {}
+                _ => continue,
+            }
+            if matches!(ptype, PacketType::SessionLimit | PacketType::CipherRefused) {
+                if full.len() + no_cipher.len() >= servers {
                     break 'attempts;
                 }
                 continue;
             }
-            if cookie {
+            if ptype == PacketType::Cookie {
                 // The server is under load and wants proof that we receive at our address:
                 // message 1 again, now with mac2 from its cookie, at once (and in every
                 // later round). A forged reply fails to open and changes nothing.
@@ -291,6 +301,18 @@ pub(super) async fn handshake(
         r.abort();
     }
     drop(over_tcp);
+    if won.is_none() && !no_cipher.is_empty() {
+        let said: Vec<String> = no_cipher
+            .iter()
+            .map(|(s, list)| format!("{s} accepts only [{}]", names(list)))
+            .collect();
+        return Err(format!(
+            "no common packet cipher: {}, and this agent offers [{}]. Give agent and server the \
+             same --cipher, or auto on both",
+            said.join("; "),
+            names(cfg.ciphers.as_slice())
+        ));
+    }
     if won.is_none() && !full.is_empty() {
         return Err(format!(
             "the server(s) {full:?} refused the session: at their session limit (`braid server \
@@ -314,4 +336,9 @@ pub(super) async fn handshake(
         first_tcp,
         paths: paths.iter().map(|b| b.towards(cfg, server)).collect(),
     })
+}
+
+/// Cipher names for a message: `aes-256-gcm, chacha20-poly1305`.
+fn names(list: &[Cipher]) -> String {
+    list.iter().map(|c| c.name()).collect::<Vec<_>>().join(", ")
 }

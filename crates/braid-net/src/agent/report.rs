@@ -123,6 +123,8 @@ pub struct StatusBoard {
     next: AtomicU64,
     /// `session` or `direct` (direct mode on), see [`StatusBoard::set_mode`].
     mode: Mutex<Option<String>>,
+    /// Why the last handshake failed, until a session starts.
+    session_error: Mutex<Option<String>>,
 }
 
 fn interface(b: &PathBind) -> Option<String> {
@@ -169,6 +171,7 @@ impl StatusBoard {
             conns: Mutex::new(BTreeMap::new()),
             next: AtomicU64::new(1),
             mode: Mutex::new(None),
+            session_error: Mutex::new(None),
         })
     }
 
@@ -178,6 +181,9 @@ impl StatusBoard {
         let mut s = self.latest.lock().map(|s| s.clone()).unwrap_or_default();
         s.uptime_s = now.duration_since(self.started).as_secs_f64();
         s.mode = self.mode.lock().ok().and_then(|m| m.clone());
+        if s.session.is_none() {
+            s.session_error = self.session_error.lock().ok().and_then(|e| e.clone());
+        }
         if let Ok(d) = self.down_at.lock() {
             for (p, at) in s.paths.iter_mut().zip(d.iter()) {
                 if at.is_some_and(|t| now >= t) && p.state == Some(ShownState::Frozen) {
@@ -274,6 +280,16 @@ impl StatusBoard {
     /// A session started: its counts add to those of the sessions before.
     pub(super) fn session_started(&self) {
         self.fold_counts();
+        if let Ok(mut e) = self.session_error.lock() {
+            *e = None;
+        }
+    }
+
+    /// A handshake failed: `braid status` shows why while there is no session.
+    pub(super) fn handshake_failed(&self, why: &str) {
+        if let Ok(mut e) = self.session_error.lock() {
+            *e = Some(why.to_string());
+        }
     }
 
     /// No session: every path down, with its counters and energy so far.
@@ -391,6 +407,7 @@ impl StatusBoard {
                 flows: Vec::new(),
                 totals,
                 mode: None,
+                session_error: None,
             };
         }
     }

@@ -138,6 +138,7 @@ pub(super) async fn keep_session(
                     Ok(est) => est,
                     Err(e) => {
                         warn!("cannot establish a session: {e}; retrying in {backoff:?} (or when a path appears)");
+                        shared.board.handshake_failed(&e);
                         r.pause(backoff).await;
                         let most = if probing { 1 } else { 10 };
                         backoff = (backoff * 2).min(Duration::from_secs(most));

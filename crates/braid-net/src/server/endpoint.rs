@@ -17,7 +17,8 @@
 //! dropped silently) -> an existing session's retransmission (the cached reply, only to an
 //! address of that session) or key rotation (section 16a) -> the address's token bucket ->
 //! under load, mac2 (else a cookie reply) -> the session limit (a 12-byte refusal) -> the
-//! Noise handshake with the replay guard -> a new session.
+//! Noise handshake with the replay guard (an authorized client that offers no cipher the
+//! server accepts gets the cipher refusal, type 6) -> a new session.
 
 use super::gate::{HintGate, LoadMeter, RateLimiter};
 use super::logs::{DropLog, Dropped};
@@ -25,8 +26,8 @@ use super::steer::Steering;
 use super::{AuthorizedKeys, HandshakeCounters, MAX_SKEW_MS};
 use braid_core::PathId;
 use braid_crypto::{
-    parse_header, CookieChecker, Mac1Key, PacketType, PublicKey, RandomError, ReplayGuard,
-    Responder, SessionKeys, StaticKeypair,
+    parse_header, CookieChecker, HandshakeError, Mac1Key, PacketType, PublicKey, RandomError,
+    ReplayGuard, Responder, SessionKeys, StaticKeypair,
 };
 use std::collections::HashMap;
 use std::net::SocketAddr;
@@ -298,7 +299,10 @@ impl<H: SessionHandle> Endpoint<H> {
                 }
                 Outcome::Drop(Dropped::UnknownSession)
             }
-            PacketType::Cookie | PacketType::SessionUnknown | PacketType::SessionLimit => {
+            PacketType::Cookie
+            | PacketType::SessionUnknown
+            | PacketType::SessionLimit
+            | PacketType::CipherRefused => {
                 self.log.count(Dropped::NotBraid, Some(from), || {
                     "a server-to-client packet sent to the server".into()
                 });
@@ -403,6 +407,13 @@ impl<H: SessionHandle> Endpoint<H> {
                 HandshakeCounters::bump(&c.refused);
                 self.log
                     .count(Dropped::Refused, Some(from), || e.to_string());
+                if matches!(e, HandshakeError::NoCommonCipher { .. }) {
+                    // An authorized client that offers no cipher we accept: tell it which
+                    // we do (a few bytes, less than its message 1), so that its operator
+                    // learns what to change instead of watching it time out.
+                    let bytes = braid_crypto::cipher_refusal(h, &shared.ciphers);
+                    return Outcome::Send { to: from, bytes };
+                }
                 Outcome::Drop(Dropped::Refused)
             }
         }

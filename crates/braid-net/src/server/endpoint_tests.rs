@@ -27,6 +27,24 @@ fn rig(max_sessions: usize, load_threshold: u64, burst: u32) -> Rig {
 }
 
 fn rig_on(max: usize, load: u64, burst: u32, steering: Steering, worker: usize) -> Rig {
+    rig_with(
+        max,
+        load,
+        burst,
+        steering,
+        worker,
+        braid_crypto::Ciphers::auto(),
+    )
+}
+
+fn rig_with(
+    max: usize,
+    load: u64,
+    burst: u32,
+    steering: Steering,
+    worker: usize,
+    ciphers: braid_crypto::Ciphers,
+) -> Rig {
     let server = Arc::new(StaticKeypair::generate().unwrap());
     let agents: Vec<_> = (0..2).map(|_| StaticKeypair::generate().unwrap()).collect();
     let keys = agents.iter().map(|a| a.public()).collect();
@@ -35,7 +53,7 @@ fn rig_on(max: usize, load: u64, burst: u32, steering: Steering, worker: usize) 
     let cfg = SharedConfig {
         key: server.clone(),
         unicast: None,
-        ciphers: braid_crypto::Ciphers::auto(),
+        ciphers,
         max_sessions: max,
         rate: (80, burst),
         load_threshold: load,
@@ -171,6 +189,55 @@ fn under_load_a_cookie_comes_first_and_message_1_with_mac2_gets_in() {
     hs.handle_cookie_reply(&bytes).unwrap();
     let o = r.handle(addr("192.0.2.77:5000"), &hs.message1());
     assert!(matches!(o, Outcome::Send { .. }), "another cookie, no work");
+}
+
+/// Regression for "an agent whose --cipher the server does not accept only times out": an
+/// authorized agent that offers no cipher the server accepts is told which the server
+/// accepts (packet type 6), and no session is made; an agent that offers one gets in.
+#[test]
+fn an_agent_offering_no_accepted_cipher_is_told_which_the_server_accepts() {
+    use braid_crypto::{read_cipher_refusal, Cipher, Ciphers};
+    let aes = Ciphers::only(Cipher::Aes256Gcm);
+    let mut r = rig_with(4, 1000, 10, Steering::new(1, 1), 0, aes.clone());
+    let offer = |r: &Rig, sid, dt, c| {
+        let k = &r.agents[0];
+        ClientHandshake::offering(k, &r.server.public(), sid, 2, r.ms + dt, &Ciphers::only(c))
+            .unwrap()
+            .1
+    };
+    let m1 = offer(&r, 5, 1, Cipher::ChaCha20Poly1305);
+    match r.handle(addr("192.0.2.1:5000"), &m1) {
+        Outcome::Send { to, bytes } => {
+            assert_eq!(to, addr("192.0.2.1:5000"));
+            assert!(bytes.len() < m1.len(), "never more bytes than message 1");
+            let (h, accepted) = read_cipher_refusal(&bytes).expect("a cipher refusal");
+            assert_eq!((h.session_id, h.path_id), (5, 2));
+            assert_eq!(accepted, aes.as_slice());
+        }
+        _ => panic!("not told"),
+    }
+    assert_eq!(HandshakeCounters::get(&r.counters.refused), 1);
+    assert_eq!(HandshakeCounters::get(&r.counters.accepted), 0);
+    // An unauthorized key offering the wrong cipher learns nothing.
+    let stranger = StaticKeypair::generate().unwrap();
+    let (_, m1) = ClientHandshake::offering(
+        &stranger,
+        &r.server.public(),
+        6,
+        0,
+        r.ms + 2,
+        &Ciphers::only(Cipher::ChaCha20Poly1305),
+    )
+    .unwrap();
+    assert!(matches!(
+        r.handle(addr("192.0.2.1:5000"), &m1),
+        Outcome::Drop(Dropped::Refused)
+    ));
+    let m1 = offer(&r, 7, 3, Cipher::Aes256Gcm);
+    assert!(matches!(
+        r.handle(addr("192.0.2.1:5000"), &m1),
+        Outcome::Accept { .. }
+    ));
 }
 
 #[test]

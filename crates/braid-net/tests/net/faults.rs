@@ -35,6 +35,63 @@ fn loopback_agent(server: SocketAddr, server_pub: braid_crypto::PublicKey) -> Ag
     }
 }
 
+/// Regression for "an agent whose --cipher the server does not accept only times out": the
+/// server says which ciphers it accepts, the agent stops waiting for that round and
+/// `braid status` says what to change; once both accept a common cipher (here the agent
+/// restarted with `auto`) the session starts.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn agent_with_no_cipher_the_server_accepts_is_told_what_to_change() {
+    use braid_crypto::{Cipher, Ciphers};
+    log();
+    let server_key = StaticKeypair::generate().unwrap();
+    let server_pub = server_key.public();
+    let a = loopback_agent("127.0.0.1:1".parse().unwrap(), server_pub);
+    let mut cfg = ServerConfig::new(
+        "127.0.0.1:0".parse().unwrap(),
+        server_key,
+        vec![a.key.public()],
+    );
+    cfg.ciphers = Ciphers::only(Cipher::Aes256Gcm);
+    let server = Server::bind(cfg).await.unwrap();
+    let addr = server.local_addr().unwrap();
+    let _task = tokio::spawn(server.run());
+    let mut agent = Agent::start(AgentConfig {
+        servers: vec![addr],
+        ciphers: Ciphers::only(Cipher::ChaCha20Poly1305),
+        ..a.clone()
+    })
+    .await
+    .unwrap();
+    // Without the refusal the first round waits 0.5 + 1 + 2 + 4 + 4 + 4 s for an answer.
+    let mut said = None;
+    for _ in 0..40 {
+        said = agent.status().snapshot().session_error;
+        if said.is_some() {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let said = said.expect("no reason for the missing session within 2 s");
+    assert!(
+        said.contains("no common packet cipher")
+            && said.contains(&format!("{addr} accepts only [aes-256-gcm]"))
+            && said.contains("this agent offers [chacha20-poly1305]")
+            && said.contains("--cipher"),
+        "{said}"
+    );
+    assert!(!agent.wait_established(Duration::from_millis(100)).await);
+    agent.shutdown(Duration::from_secs(2)).await;
+    let mut agent = Agent::start(AgentConfig {
+        servers: vec![addr],
+        ciphers: Ciphers::auto(),
+        ..a
+    })
+    .await
+    .unwrap();
+    assert!(agent.wait_established(Duration::from_secs(5)).await);
+    assert_eq!(agent.status().snapshot().session_error, None);
+}
+
 /// A server at its session limit (1 here) tells a new agent so (a 12-byte refusal naming
 /// its handshake, instead of silence), and the session it has keeps working.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
