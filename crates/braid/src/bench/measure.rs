@@ -21,9 +21,27 @@ pub fn cpu_seconds() -> f64 {
 /// else in the process but the main thread is braid.
 pub const LOAD: &str = "load-";
 
+/// The names of the server's threads: its runtime's (the rig names it) and its extra
+/// workers' (`--threads` above 1).
+const SERVER: [&str; 2] = ["bench-server", "braid-worker-"];
+
+/// One braid thread's CPU seconds so far, and whether it is the server's.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct ThreadCpu {
+    /// User + system seconds.
+    pub seconds: f64,
+    /// A server thread (else an agent's).
+    pub server: bool,
+}
+
+/// The number of cores this process may run on.
+pub fn cores() -> usize {
+    std::thread::available_parallelism().map_or(1, |n| n.get())
+}
+
 /// CPU seconds of each live thread (by thread id) that is not a traffic thread nor the
 /// main thread, from /proc/self/task/*/stat (clock-tick resolution).
-pub fn braid_threads() -> HashMap<u32, f64> {
+pub fn braid_threads() -> HashMap<u32, ThreadCpu> {
     let mut out = HashMap::new();
     let pid = std::process::id();
     // SAFETY: sysconf has no preconditions.
@@ -45,9 +63,11 @@ pub fn braid_threads() -> HashMap<u32, f64> {
         let (Some(open), Some(close)) = (stat.find('('), stat.rfind(')')) else {
             continue;
         };
-        if stat[open + 1..close].starts_with(LOAD) {
+        let comm = &stat[open + 1..close];
+        if comm.starts_with(LOAD) {
             continue;
         }
+        let server = SERVER.iter().any(|s| comm.starts_with(s));
         let f: Vec<&str> = stat[close + 1..].split_whitespace().collect();
         // After the comm: state is field 3, utime 14 and stime 15 (1-based, whole line).
         let ticks = |i: usize| {
@@ -55,19 +75,31 @@ pub fn braid_threads() -> HashMap<u32, f64> {
                 .and_then(|v| v.parse::<f64>().ok())
                 .unwrap_or(0.0)
         };
-        out.insert(tid, (ticks(14) + ticks(15)) / hz);
+        let seconds = (ticks(14) + ticks(15)) / hz;
+        out.insert(tid, ThreadCpu { seconds, server });
     }
     out
 }
 
 /// CPU seconds braid's threads spent between two [`braid_threads`] snapshots (threads
-/// that started in between count from zero; those that ended are missing).
-pub fn braid_cpu_between(before: &HashMap<u32, f64>, after: &HashMap<u32, f64>) -> f64 {
-    after
-        .iter()
-        .map(|(t, s)| s - before.get(t).copied().unwrap_or(0.0))
-        .filter(|d| *d > 0.0)
-        .sum()
+/// that started in between count from zero; those that ended are missing): all of them,
+/// and the server's alone.
+pub fn braid_cpu_between(
+    before: &HashMap<u32, ThreadCpu>,
+    after: &HashMap<u32, ThreadCpu>,
+) -> (f64, f64) {
+    let mut all = 0.0;
+    let mut server = 0.0;
+    for (t, c) in after {
+        let d = c.seconds - before.get(t).map_or(0.0, |b| b.seconds);
+        if d > 0.0 {
+            all += d;
+            if c.server {
+                server += d;
+            }
+        }
+    }
+    (all, server)
 }
 
 /// Resident set size of this process in KiB (VmRSS of /proc/self/status).
@@ -147,11 +179,17 @@ mod tests {
         };
         let (a, stop_a, ha) = busy("load-test");
         let (b, stop_b, hb) = busy("braid-test");
+        let (w, stop_w, hw) = busy("braid-worker-9");
         let snap = braid_threads();
         assert!(!snap.contains_key(&a), "a load- thread counted as braid");
-        assert!(snap.get(&b).copied().unwrap_or(0.0) >= 0.1, "{snap:?}");
-        drop((stop_a, stop_b));
+        let cpu = |t| snap.get(&t).map_or(0.0, |c: &ThreadCpu| c.seconds);
+        assert!(cpu(b) >= 0.1 && cpu(w) >= 0.1, "{snap:?}");
+        assert!(!snap[&b].server && snap[&w].server, "{snap:?}");
+        let (all, server) = braid_cpu_between(&HashMap::new(), &snap);
+        assert!(server >= cpu(w) && all >= server + cpu(b), "{all} {server}");
+        drop((stop_a, stop_b, stop_w));
         ha.join().unwrap();
         hb.join().unwrap();
+        hw.join().unwrap();
     }
 }

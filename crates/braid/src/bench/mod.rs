@@ -22,7 +22,7 @@ pub mod traffic;
 
 use anyhow::{bail, Result};
 use braid_crypto::Ciphers;
-use measure::{braid_cpu_between, braid_threads, cpu_seconds};
+use measure::{braid_cpu_between, braid_threads, cores, cpu_seconds};
 use serde::Serialize;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
@@ -69,9 +69,18 @@ pub struct Row {
     pub gbit_per_s: f64,
     /// Process CPU seconds (user + system) per GB moved.
     pub cpu_s_per_gb: f64,
+    /// Cores the process kept busy on average: CPU seconds / wall-clock seconds (the
+    /// machine is saturated near [`Report::cores`]).
+    pub cores_busy: f64,
     /// braid rows: CPU seconds per GB of braid's threads alone (agents and server).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub braid_cpu_s_per_gb: Option<f64>,
+    /// braid rows: CPU seconds per GB of the server's threads alone.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub server_cpu_s_per_gb: Option<f64>,
+    /// braid rows: cores the server's threads kept busy on average (at most `--threads`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub server_cores_busy: Option<f64>,
     /// Why the row was not measured (its figures are then 0).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub skipped: Option<String>,
@@ -105,6 +114,8 @@ pub struct Report {
     pub goodput_ratio: f64,
     /// braid CPU per GB / TCP CPU per GB.
     pub cpu_ratio: f64,
+    /// The cores the benchmark may use (agents, server, source and sink share them).
+    pub cores: usize,
     /// The UDP flow (`--udp`).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub udp: Option<traffic::UdpReport>,
@@ -123,7 +134,10 @@ fn row(name: &str, bytes: u64, seconds: f64, cpu: f64) -> Row {
         seconds,
         gbit_per_s: bytes as f64 * 8.0 / seconds / 1e9,
         cpu_s_per_gb: cpu / (bytes as f64 / 1e9),
+        cores_busy: cpu / seconds,
         braid_cpu_s_per_gb: None,
+        server_cpu_s_per_gb: None,
+        server_cores_busy: None,
         skipped: None,
     }
 }
@@ -172,7 +186,11 @@ fn measure_row(
     r?;
     let mut x = row(name, total, seconds, cpu);
     if name == "braid" {
-        x.braid_cpu_s_per_gb = Some(braid_cpu_between(&b0, &b1) / (total as f64 / 1e9));
+        let (all, server) = braid_cpu_between(&b0, &b1);
+        let gb = total as f64 / 1e9;
+        x.braid_cpu_s_per_gb = Some(all / gb);
+        x.server_cpu_s_per_gb = Some(server / gb);
+        x.server_cores_busy = Some(server / seconds);
     }
     Ok(x)
 }
@@ -231,6 +249,7 @@ pub fn run(o: &Options) -> Result<Report> {
         },
         goodput_ratio: braid.gbit_per_s / tcp.gbit_per_s,
         cpu_ratio: braid.cpu_s_per_gb / tcp.cpu_s_per_gb,
+        cores: cores(),
         rows: vec![tcp, braid, mptcp],
         aead: aead::measure(o.aead_time)?,
         udp,
@@ -270,6 +289,23 @@ pub fn print(r: &Report) {
         "braid / tcp: goodput {:.3}, CPU per GB {:.1}x (encrypted, loopback)",
         r.goodput_ratio, r.cpu_ratio
     );
+    if let Some(b) = r.rows.iter().find(|x| x.name == "braid" && x.skipped.is_none()) {
+        let server = b.server_cores_busy.unwrap_or(0.0);
+        println!(
+            "braid row: {:.2} of {} cores busy, the server's {} thread(s) {:.2} of them ({:.2} CPU s/GB)",
+            b.cores_busy,
+            r.cores,
+            s.threads,
+            server,
+            b.server_cpu_s_per_gb.unwrap_or(0.0)
+        );
+        if b.cores_busy >= 0.9 * r.cores as f64 {
+            println!(
+                "  the machine was saturated: agents, server, source and sink share its cores, \
+                 so more server threads cannot raise this row here"
+            );
+        }
+    }
     for a in &r.aead {
         println!(
             "{}: one core seals {:.2} and opens {:.2} Gbit/s of {}-byte packets: {:.2} CPU s per GB sealed and opened",
