@@ -8,6 +8,10 @@
 //! lifecycle, applying [`Action`]s. Must not touch: the decisions (`pathmgr`), the
 //! handshake details (`handshake`), the proxy front ends.
 
+mod caps;
+mod silence;
+use silence::{Silence, CONFIRM};
+
 use super::handshake::{self, Established};
 use super::links::{Connected, Links, PathSockets, Route, SocketTable, Task};
 use super::report::{PolicyView, SessionMeta};
@@ -507,72 +511,6 @@ impl Runner {
         }
     }
 
-    /// Make the session send a PING on every path now (answered by an ACK if the server
-    /// still knows the session).
-    fn poke(&self, cmd: &mpsc::UnboundedSender<Cmd>) {
-        let _ = cmd.send(Cmd::Session(SessionFn(Box::new(|s, now| {
-            s.ping_paths(now)
-        }))));
-    }
-
-    /// Watch for a server that stopped answering: packets sent, none received for
-    /// [`SUSPECT_AFTER`]. Then probe with a new handshake on every path to every server
-    /// while the session goes on: an answer means the server restarted (or another one is
-    /// reachable) and the agent switches to that new session; no answer means the network
-    /// is out (a blackout) and the session is kept, probing again with backoff.
-    fn watch_silence(
-        &mut self,
-        cmd: &mpsc::UnboundedSender<Cmd>,
-        stats: &[(PathId, PathStats)],
-        w: &mut Silence,
-    ) {
-        let rx: u64 = stats.iter().map(|s| s.1.packets_received).sum();
-        let tx: u64 = stats.iter().map(|s| s.1.packets_sent).sum();
-        w.srtt = Duration::from_micros(stats.iter().map(|s| s.1.srtt_us).max().unwrap_or(0));
-        let now = tokio::time::Instant::now();
-        if rx != w.rx {
-            // Several packets in one tick: data is flowing, so a sudden silence is news.
-            w.busy = rx.saturating_sub(w.rx) >= 3;
-            w.poked = false;
-            w.last_rx = now;
-            w.unanswered_since = None;
-            w.probe_wait = SUSPECT_AFTER;
-            if w.pending.take().is_some() {
-                info!("the old session answered again (the network was out): keeping it");
-            }
-            if let Some((p, _)) = w.probe.take() {
-                p.abort();
-            }
-        } else if tx != w.tx && w.unanswered_since.is_none() {
-            w.unanswered_since = Some(now);
-        }
-        (w.rx, w.tx) = (rx, tx);
-        // A transfer that stops dead (a download waits; the agent has nothing to send):
-        // ask the server once, so that silence (or a restarted server's hint) shows soon.
-        if w.busy && !w.poked && now.duration_since(w.last_rx) >= STALL {
-            w.poked = true;
-            self.poke(cmd);
-        }
-        let hints = self.keys.hints.load(std::sync::atomic::Ordering::Relaxed);
-        let hinted = hints != w.hints;
-        w.hints = hints;
-        if hinted && w.probe.is_none() && w.pending.is_none() && now >= w.next_probe {
-            // Not authenticated: only a reason to try a handshake now. The session is
-            // replaced only if it succeeds and the old session stays silent.
-            info!(server = %self.server, "the server says it does not know this session: shaking hands again now");
-            w.next_probe = now + SUSPECT_AFTER;
-            self.start_probe(w, now);
-            return;
-        }
-        let suspect = w
-            .unanswered_since
-            .is_some_and(|t| now.duration_since(t) >= SUSPECT_AFTER);
-        if suspect && w.probe.is_none() && w.pending.is_none() && now >= w.next_probe {
-            info!(server = %self.server, "no answer from the server for {:?}: probing with a new handshake", now.duration_since(w.last_rx));
-            self.start_probe(w, now);
-        }
-    }
-
     /// A TCP connection for a path finished connecting: add the path to the session over
     /// it, as a reliable path.
     fn tcp_connected(&mut self, c: Connected, cmd: &mpsc::UnboundedSender<Cmd>, links: &mut Links) {
@@ -588,17 +526,6 @@ impl Runner {
             }
             policy(s, now);
         }))));
-    }
-
-    /// A new handshake on every available path to every server, while the session goes on.
-    fn start_probe(&mut self, w: &mut Silence, now: tokio::time::Instant) {
-        let avail = self.avail();
-        if avail.is_empty() {
-            return;
-        }
-        let cfg = self.cfg.clone();
-        let probe = tokio::spawn(async move { handshake::handshake(&cfg, &avail, 2).await });
-        w.probe = Some((probe, now));
     }
 
     /// Apply everything the path manager decided.
@@ -659,136 +586,6 @@ impl Runner {
                     }))));
                 }
             }
-        }
-    }
-
-    /// Count the bytes of capped paths (both directions), warn at 80 %, put a path over its
-    /// cap on standby, save the ledger.
-    fn count_caps(
-        &mut self,
-        cmd: &mpsc::UnboundedSender<Cmd>,
-        stats: &[(PathId, PathStats)],
-        counted: &mut HashMap<PathId, u64>,
-    ) {
-        if self.cfg.paths.iter().all(|p| p.policy.cap.is_none()) {
-            return;
-        }
-        let totals = stats
-            .iter()
-            .map(|(id, st)| (*id, st.bytes_sent + st.bytes_received));
-        let now = unix_secs();
-        // A new period: paths that were over their cap are active again (unless backups).
-        for slot in 0..self.slots.len() {
-            let p = &self.cfg.paths[slot];
-            let Some(cap) = p.policy.cap else { continue };
-            if self.slots[slot].over_cap
-                && self.ledger.status(&p.name, &cap, now) != CapStatus::Over
-            {
-                info!(path = %p.name, "a new cap period began: the path carries data again");
-                self.slots[slot] = SlotState::default();
-                if !p.policy.backup {
-                    for id in [slot as PathId, slot as PathId + 8] {
-                        let _ = cmd.send(Cmd::Session(SessionFn(Box::new(move |s, now| {
-                            let _ = s.set_path_state(now, id, PathState::Active);
-                        }))));
-                    }
-                }
-            }
-        }
-        let mut changed = false;
-        for (id, total) in totals {
-            let last = counted.insert(id, total).unwrap_or(0);
-            // A re-added path starts its counters again.
-            let delta = if total >= last { total - last } else { total };
-            let Some(slot) = self.mgr.slot_of(id).or_else(|| {
-                let s = (id as usize) % 8;
-                (s < self.cfg.paths.len()).then_some(s)
-            }) else {
-                continue;
-            };
-            let p = &self.cfg.paths[slot];
-            let Some(cap) = p.policy.cap else { continue };
-            if delta == 0 {
-                continue;
-            }
-            changed = true;
-            let st = self.ledger.add(&p.name, &cap, now, delta);
-            let used = self.ledger.used(&p.name, &cap, now);
-            match st {
-                CapStatus::Near if !self.slots[slot].warned => {
-                    warn!(path = %p.name, used, cap = cap.bytes, "path has used 80 % of its cap");
-                    self.slots[slot].warned = true;
-                }
-                CapStatus::Over if !self.slots[slot].over_cap => {
-                    warn!(path = %p.name, used, cap = cap.bytes, "path reached its cap: it is a backup until the period ends");
-                    self.slots[slot].over_cap = true;
-                    for id in [slot as PathId, slot as PathId + 8] {
-                        let _ = cmd.send(Cmd::Session(SessionFn(Box::new(move |s, now| {
-                            let _ = s.set_path_state(now, id, PathState::Standby);
-                        }))));
-                    }
-                }
-                _ => {}
-            }
-        }
-        if changed {
-            if let Err(e) = self.ledger.save() {
-                warn!("{e}");
-            }
-        }
-    }
-}
-
-/// How long packets may go unanswered before the agent probes the servers.
-const SUSPECT_AFTER: Duration = Duration::from_secs(2);
-
-/// How long a busy session may receive nothing before the agent pings the server once.
-const STALL: Duration = Duration::from_millis(600);
-
-/// How long the old session gets to answer once a probe handshake was answered (at least;
-/// three times the largest smoothed RTT if that is longer).
-const CONFIRM: Duration = Duration::from_millis(600);
-
-/// The silence watch of one session.
-struct Silence {
-    /// A probe's new session, used unless the old one answers before the instant.
-    pending: Option<(Established, tokio::time::Instant)>,
-    rx: u64,
-    tx: u64,
-    last_rx: tokio::time::Instant,
-    unanswered_since: Option<tokio::time::Instant>,
-    probe: Option<(
-        JoinHandle<Result<Established, String>>,
-        tokio::time::Instant,
-    )>,
-    next_probe: tokio::time::Instant,
-    probe_wait: Duration,
-    /// The largest smoothed RTT of the session's paths.
-    srtt: Duration,
-    /// Data was flowing when packets last arrived...
-    busy: bool,
-    /// ...and the server was pinged once since they stopped.
-    poked: bool,
-    /// "Unknown session" hints seen so far.
-    hints: u64,
-}
-
-impl Silence {
-    fn new() -> Silence {
-        let now = tokio::time::Instant::now();
-        Silence {
-            pending: None,
-            rx: 0,
-            tx: 0,
-            last_rx: now,
-            unanswered_since: None,
-            probe: None,
-            next_probe: now,
-            probe_wait: SUSPECT_AFTER,
-            srtt: Duration::ZERO,
-            busy: false,
-            poked: false,
-            hints: 0,
         }
     }
 }

@@ -289,7 +289,11 @@ pub fn print(r: &Report) {
         "braid / tcp: goodput {:.3}, CPU per GB {:.1}x (encrypted, loopback)",
         r.goodput_ratio, r.cpu_ratio
     );
-    if let Some(b) = r.rows.iter().find(|x| x.name == "braid" && x.skipped.is_none()) {
+    if let Some(b) = r
+        .rows
+        .iter()
+        .find(|x| x.name == "braid" && x.skipped.is_none())
+    {
         let server = b.server_cores_busy.unwrap_or(0.0);
         println!(
             "braid row: {:.2} of {} cores busy, the server's {} thread(s) {:.2} of them ({:.2} CPU s/GB)",

@@ -30,10 +30,19 @@ fn a_tiny_bench_has_every_row_and_moves_every_byte() {
         assert!(x.gbit_per_s > 0.0 && x.cpu_s_per_gb >= 0.0, "{x:?}");
     }
     let b = &r.rows[1];
-    let (all, server) = (b.braid_cpu_s_per_gb.unwrap(), b.server_cpu_s_per_gb.unwrap());
+    let (all, server) = (
+        b.braid_cpu_s_per_gb.unwrap(),
+        b.server_cpu_s_per_gb.unwrap(),
+    );
     // A tiny run is shorter than the per-thread clock tick (10 ms): only the order holds.
-    assert!(server >= 0.0 && server <= all && all <= b.cpu_s_per_gb + 5.0, "{b:?}");
-    assert!(b.server_cores_busy.unwrap() >= 0.0 && b.cores_busy > 0.0, "{b:?}");
+    assert!(
+        server >= 0.0 && server <= all && all <= b.cpu_s_per_gb + 5.0,
+        "{b:?}"
+    );
+    assert!(
+        b.server_cores_busy.unwrap() >= 0.0 && b.cores_busy > 0.0,
+        "{b:?}"
+    );
     assert!(r.cores >= 1);
     assert!(r.goodput_ratio > 0.0 && r.cpu_ratio > 0.0);
     let ciphers: Vec<&str> = r.aead.iter().map(|a| a.cipher.as_str()).collect();

@@ -1,0 +1,143 @@
+//! The silence watch of the agent's session: a server that stopped answering is probed
+//! with a new handshake on every path while the session goes on; an answer (a restarted
+//! server, or another one reachable) replaces the session, no answer (a blackout) keeps it.
+//! A busy transfer that stops dead pings the server once; the server's "unknown session"
+//! hint starts a probe at once.
+//!
+//! Owns: [`Silence`] and the decisions taken from the paths' counters once per tick. Must
+//! not touch: the handshake itself (`handshake`), switching sessions (`run`).
+
+use super::*;
+
+/// How long packets may go unanswered before the agent probes the servers.
+pub(super) const SUSPECT_AFTER: Duration = Duration::from_secs(2);
+
+/// How long a busy session may receive nothing before the agent pings the server once.
+pub(super) const STALL: Duration = Duration::from_millis(600);
+
+/// How long the old session gets to answer once a probe handshake was answered (at least;
+/// three times the largest smoothed RTT if that is longer).
+pub(super) const CONFIRM: Duration = Duration::from_millis(600);
+
+/// The silence watch of one session.
+pub(super) struct Silence {
+    /// A probe's new session, used unless the old one answers before the instant.
+    pub(super) pending: Option<(Established, tokio::time::Instant)>,
+    pub(super) rx: u64,
+    pub(super) tx: u64,
+    pub(super) last_rx: tokio::time::Instant,
+    pub(super) unanswered_since: Option<tokio::time::Instant>,
+    pub(super) probe: Option<(
+        JoinHandle<Result<Established, String>>,
+        tokio::time::Instant,
+    )>,
+    pub(super) next_probe: tokio::time::Instant,
+    pub(super) probe_wait: Duration,
+    /// The largest smoothed RTT of the session's paths.
+    pub(super) srtt: Duration,
+    /// Data was flowing when packets last arrived...
+    pub(super) busy: bool,
+    /// ...and the server was pinged once since they stopped.
+    pub(super) poked: bool,
+    /// "Unknown session" hints seen so far.
+    pub(super) hints: u64,
+}
+
+impl Silence {
+    pub(super) fn new() -> Silence {
+        let now = tokio::time::Instant::now();
+        Silence {
+            pending: None,
+            rx: 0,
+            tx: 0,
+            last_rx: now,
+            unanswered_since: None,
+            probe: None,
+            next_probe: now,
+            probe_wait: SUSPECT_AFTER,
+            srtt: Duration::ZERO,
+            busy: false,
+            poked: false,
+            hints: 0,
+        }
+    }
+}
+
+impl Runner {
+    /// Make the session send a PING on every path now (answered by an ACK if the server
+    /// still knows the session).
+    pub(super) fn poke(&self, cmd: &mpsc::UnboundedSender<Cmd>) {
+        let _ = cmd.send(Cmd::Session(SessionFn(Box::new(|s, now| {
+            s.ping_paths(now)
+        }))));
+    }
+
+    /// Watch for a server that stopped answering: packets sent, none received for
+    /// [`SUSPECT_AFTER`]. Then probe with a new handshake on every path to every server
+    /// while the session goes on: an answer means the server restarted (or another one is
+    /// reachable) and the agent switches to that new session; no answer means the network
+    /// is out (a blackout) and the session is kept, probing again with backoff.
+    pub(super) fn watch_silence(
+        &mut self,
+        cmd: &mpsc::UnboundedSender<Cmd>,
+        stats: &[(PathId, PathStats)],
+        w: &mut Silence,
+    ) {
+        let rx: u64 = stats.iter().map(|s| s.1.packets_received).sum();
+        let tx: u64 = stats.iter().map(|s| s.1.packets_sent).sum();
+        w.srtt = Duration::from_micros(stats.iter().map(|s| s.1.srtt_us).max().unwrap_or(0));
+        let now = tokio::time::Instant::now();
+        if rx != w.rx {
+            // Several packets in one tick: data is flowing, so a sudden silence is news.
+            w.busy = rx.saturating_sub(w.rx) >= 3;
+            w.poked = false;
+            w.last_rx = now;
+            w.unanswered_since = None;
+            w.probe_wait = SUSPECT_AFTER;
+            if w.pending.take().is_some() {
+                info!("the old session answered again (the network was out): keeping it");
+            }
+            if let Some((p, _)) = w.probe.take() {
+                p.abort();
+            }
+        } else if tx != w.tx && w.unanswered_since.is_none() {
+            w.unanswered_since = Some(now);
+        }
+        (w.rx, w.tx) = (rx, tx);
+        // A transfer that stops dead (a download waits; the agent has nothing to send):
+        // ask the server once, so that silence (or a restarted server's hint) shows soon.
+        if w.busy && !w.poked && now.duration_since(w.last_rx) >= STALL {
+            w.poked = true;
+            self.poke(cmd);
+        }
+        let hints = self.keys.hints.load(std::sync::atomic::Ordering::Relaxed);
+        let hinted = hints != w.hints;
+        w.hints = hints;
+        if hinted && w.probe.is_none() && w.pending.is_none() && now >= w.next_probe {
+            // Not authenticated: only a reason to try a handshake now. The session is
+            // replaced only if it succeeds and the old session stays silent.
+            info!(server = %self.server, "the server says it does not know this session: shaking hands again now");
+            w.next_probe = now + SUSPECT_AFTER;
+            self.start_probe(w, now);
+            return;
+        }
+        let suspect = w
+            .unanswered_since
+            .is_some_and(|t| now.duration_since(t) >= SUSPECT_AFTER);
+        if suspect && w.probe.is_none() && w.pending.is_none() && now >= w.next_probe {
+            info!(server = %self.server, "no answer from the server for {:?}: probing with a new handshake", now.duration_since(w.last_rx));
+            self.start_probe(w, now);
+        }
+    }
+
+    /// A new handshake on every available path to every server, while the session goes on.
+    pub(super) fn start_probe(&mut self, w: &mut Silence, now: tokio::time::Instant) {
+        let avail = self.avail();
+        if avail.is_empty() {
+            return;
+        }
+        let cfg = self.cfg.clone();
+        let probe = tokio::spawn(async move { handshake::handshake(&cfg, &avail, 2).await });
+        w.probe = Some((probe, now));
+    }
+}
