@@ -204,13 +204,21 @@ impl Direct {
         DirectGuard(self.clone(), id)
     }
 
-    /// A path and an IPv4 UDP socket bound to it for a new UDP association.
-    pub(super) fn udp_path(self: &Arc<Self>) -> Option<(usize, ConnId, tokio::net::UdpSocket)> {
+    /// A path and a UDP socket bound to it (IPv6 when `v6`, else IPv4) for a new UDP
+    /// association or flow.
+    pub(super) fn udp_path(
+        self: &Arc<Self>,
+        v6: bool,
+    ) -> Option<(usize, ConnId, tokio::net::UdpSocket)> {
         let mut tried = Vec::new();
         for _ in 0..2 {
             let (id, path) = self.choose("udp", &tried)?;
             tried.push(path);
-            let any: SocketAddr = (std::net::Ipv4Addr::UNSPECIFIED, 0).into();
+            let any: SocketAddr = if v6 {
+                (std::net::Ipv6Addr::UNSPECIFIED, 0).into()
+            } else {
+                (std::net::Ipv4Addr::UNSPECIFIED, 0).into()
+            };
             match crate::udp::bind_path(&self.binds[path], any) {
                 Ok(s) => return Some((path, id, s)),
                 Err(e) => {

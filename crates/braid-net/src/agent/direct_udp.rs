@@ -30,7 +30,7 @@ pub(super) async fn associate(
     board: &Arc<StatusBoard>,
     bound: SocketAddr,
 ) -> Result<(), String> {
-    let Some((path, id, sock)) = direct.udp_path() else {
+    let Some((path, id, sock)) = direct.udp_path(false) else {
         let _ = socks5::reply(&mut tcp, ReplyCode::NetworkUnreachable, bound).await;
         return Err("UDP ASSOCIATE: no path can take a flow now".into());
     };

@@ -26,6 +26,7 @@ mod redirect;
 mod report;
 mod run;
 mod tun;
+mod tun_direct;
 
 pub use tun::{tun_mtu, TunSettings};
 

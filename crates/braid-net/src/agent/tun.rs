@@ -6,12 +6,15 @@
 //!
 //! One task owns the device and the stack. Per connection, a task opens the stream and
 //! relays it; between the two, bounded channels one way and a byte credit the other, so a
-//! slow application or a slow stream holds back only its own connection.
+//! slow application or a slow stream holds back only its own connection. While no session
+//! is up (direct mode), connections go whole on one path (`direct`) and UDP flows each on
+//! one path's socket (`tun_direct`).
 //!
 //! Owns: the TUN device, its routing, the stack and the connection and flow tables. Must
 //! not touch: the session's lifecycle (`run`), the stream-open exchange (`front::open`).
 
 use super::direct::{self, Relay};
+use super::tun_direct::{Back, DirectFlow};
 use super::Shared;
 use crate::bridge::{Cmd, StreamMsg};
 use crate::splice::TCP_FAILED;
@@ -127,6 +130,8 @@ struct Conn {
 struct Flow {
     id: u32,
     last: std::time::Instant,
+    /// Direct mode: the flow's own path socket (it started while no session was up).
+    direct: Option<DirectFlow>,
 }
 
 /// Runs TUN mode until the agent stops; the device and its routes go with it.
@@ -154,6 +159,7 @@ pub(super) async fn run(tun: Tun, shared: Shared) {
     );
     let (ctl_tx, mut ctl_rx) = mpsc::unbounded_channel::<ToTun>();
     let (dgram_tx, mut dgram_rx) = mpsc::channel::<Bytes>(1024);
+    let (back_tx, mut back_rx) = mpsc::channel::<Back>(1024);
     let mut conns: HashMap<ConnId, Conn> = HashMap::new();
     // Flows by the application's socket; a DNS query's flow also by the resolver it asked
     // (its answer must come back from that address).
@@ -191,6 +197,18 @@ pub(super) async fn run(tun: Tun, shared: Shared) {
                 // A DNS answer from the server's resolver, as from the resolver asked.
                 let from = asked.unwrap_or(from);
                 if let Err(e) = stack.send_udp(from, app, p.payload) {
+                    debug!("a datagram for {app} dropped: {e}");
+                }
+            }
+            Some((app, from, payload)) = back_rx.recv() => {
+                // A direct flow's answer: as from its sender (for DNS, the resolver asked).
+                for key in [(app, Some(from)), (app, None)] {
+                    if let Some(f) = flows.get_mut(&key) {
+                        f.last = std::time::Instant::now();
+                        break;
+                    }
+                }
+                if let Err(e) = stack.send_udp(from, app, &payload) {
                     debug!("a datagram for {app} dropped: {e}");
                 }
             }
@@ -257,7 +275,7 @@ pub(super) async fn run(tun: Tun, shared: Shared) {
                     let flow = match flows.get_mut(&key) {
                         Some(f) => {
                             f.last = std::time::Instant::now();
-                            f.id
+                            f
                         }
                         None if full => {
                             debug!(%src, "TUN: too many UDP flows; a datagram dropped");
@@ -268,17 +286,26 @@ pub(super) async fn run(tun: Tun, shared: Shared) {
                             if let Ok(mut m) = shared.flows.lock() {
                                 m.insert(id, dgram_tx.clone());
                             }
-                            flows.insert(
-                                key,
-                                Flow {
-                                    id,
-                                    last: std::time::Instant::now(),
-                                },
-                            );
                             flow_apps.insert(id, key);
-                            id
+                            flows.entry(key).or_insert(Flow {
+                                id,
+                                last: std::time::Instant::now(),
+                                direct: None,
+                            })
                         }
                     };
+                    let session = shared.session.borrow().clone();
+                    if let (None, None, Some(d)) = (&session, &flow.direct, &shared.direct) {
+                        // No session: this flow goes on a path of its own (a flow that
+                        // began in the session moves here when the session is gone).
+                        flow.direct =
+                            DirectFlow::start(d, &shared.board, src, flow.id, back_tx.clone());
+                    }
+                    if let Some(df) = &flow.direct {
+                        df.send(dst, payload);
+                        continue;
+                    }
+                    let flow = flow.id;
                     let target = if dns {
                         TargetAddr::Domain(datagram::SERVER_RESOLVER.into(), DNS_PORT)
                     } else {
@@ -286,7 +313,7 @@ pub(super) async fn run(tun: Tun, shared: Shared) {
                     };
                     let mut out = Vec::with_capacity(payload.len() + 32);
                     if datagram::emit(flow, &target, &payload, &mut out).is_ok() {
-                        if let Some(cmd) = shared.session.borrow().clone() {
+                        if let Some(cmd) = session {
                             let _ = cmd.send(Cmd::Datagram(Bytes::from(out)));
                         }
                     }

@@ -355,7 +355,9 @@ fn tun_against_socks_throughput() {
 }
 
 /// TUN mode with no server (direct mode, issue 15): each connection the stack terminates goes
-/// straight to its destination on one path (here the destination is reachable over both).
+/// straight to its destination on one path (here the destination is reachable over both),
+/// and so does each UDP flow, DNS included (to the resolver asked). Regression for "TUN's
+/// UDP flows are dropped in direct mode" (name resolution failed without a server).
 #[test]
 fn tun_without_a_server_connects_directly() {
     let _g = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
@@ -381,6 +383,30 @@ fn tun_without_a_server_connects_directly() {
     assert!(
         rig.agent_log().contains("mode: direct"),
         "the agent says it is in direct mode:\n{}",
+        rig.agent_log()
+    );
+    let dest4 = SocketAddr::new(DEST4.into(), UDP_PORT);
+    let (ok4, bad4) = udp_queries(&c, dest4, 500, 10);
+    // A "resolver" on port 53 at the destinations' side: TUN mode's routing sends every
+    // DNS query into the device; without a server it goes to the resolver asked.
+    let resolver = SocketAddr::new(DEST4.into(), 53);
+    rig.udp_responder_at(resolver);
+    std::thread::sleep(std::time::Duration::from_millis(200));
+    let (okd, badd) = udp_queries(&c, resolver, 100, 5);
+    println!(
+        "TUN, direct mode: UDP queries {ok4} of 500 answered ({bad4} wrong), DNS {okd} of 100 \
+         ({badd} wrong)"
+    );
+    assert_eq!(
+        (ok4, bad4),
+        (500, 0),
+        "every UDP query answered directly\n{}",
+        rig.agent_log()
+    );
+    assert_eq!(
+        (okd, badd),
+        (100, 0),
+        "every DNS query answered by the resolver asked\n{}",
         rig.agent_log()
     );
     rig.signal_agent(libc::SIGTERM);

@@ -194,6 +194,13 @@ impl Rig {
 
     /// Starts `braid agent --tun` with `extra` arguments and waits until a small download
     /// through the tunnel works.
+    /// One more UDP responder in the server namespace (the destinations' side), at `at`;
+    /// it stops with the rig.
+    pub fn udp_responder_at(&self, at: SocketAddr) {
+        let stop = self.stop.clone();
+        spawn_in(&self.topo.server, move || udp_responder(at, stop));
+    }
+
     pub fn start_agent(&mut self, extra: &[&str]) {
         let mut args = vec!["--tun", TUN];
         args.extend_from_slice(extra);
