@@ -51,6 +51,14 @@ impl Session {
         Ok(())
     }
 
+    /// Path `id`, unless it is unknown or abandoned.
+    fn live_path_mut(&mut self, id: PathId) -> Result<&mut Path, PathError> {
+        self.paths
+            .get_mut(&id)
+            .filter(|p| !p.abandoned)
+            .ok_or(PathError::Unknown(id))
+    }
+
     pub(super) fn live_paths(&self) -> usize {
         self.paths.values().filter(|p| !p.abandoned).count()
     }
@@ -103,11 +111,7 @@ impl Session {
         id: PathId,
         state: PathState,
     ) -> Result<(), PathError> {
-        let p = self
-            .paths
-            .get_mut(&id)
-            .filter(|p| !p.abandoned)
-            .ok_or(PathError::Unknown(id))?;
+        let p = self.live_path_mut(id)?;
         p.local_state = state;
         p.status_seq += 1;
         self.pending.path_status.insert(id);
@@ -137,11 +141,7 @@ impl Session {
         power_mw: u64,
         rate_kbps: u64,
     ) -> Result<(), PathError> {
-        let p = self
-            .paths
-            .get_mut(&id)
-            .filter(|p| !p.abandoned)
-            .ok_or(PathError::Unknown(id))?;
+        let p = self.live_path_mut(id)?;
         p.cost = Some(crate::path::PathCost {
             power_mw,
             rate_kbps,
