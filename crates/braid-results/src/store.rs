@@ -602,6 +602,7 @@ impl Store {
                     energy_j: nan_if_null(c.get(11)?),
                     retransmitted_bytes: bits_u64(c.get(12)?),
                     paths,
+                    latency: Default::default(),
                     error: c.get(13)?,
                 },
             });

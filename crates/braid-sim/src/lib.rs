@@ -8,10 +8,12 @@
 //!   connections side by side,
 //! - [`world`]: the event loop joining two sessions through the links,
 //! - [`runner`]: transfers and metrics, [`report`]: results as JSON and tables,
-//! - [`payload`]: deterministic transfer bytes and their hash.
+//! - [`payload`]: deterministic transfer bytes and their hash,
+//! - [`latency`]: the sparse probe flow's shape and its idle/loaded percentiles.
 
 pub mod connmix;
 pub mod energy;
+pub mod latency;
 pub mod link;
 pub mod payload;
 pub mod report;
@@ -23,6 +25,7 @@ pub mod units;
 pub mod world;
 
 pub use energy::EnergyMeter;
+pub use latency::Latency;
 pub use link::{Dir, LinkStats, Nanos, PathModel};
 pub use report::{PathResult, Report, RunResult};
 pub use runner::{run_scenario, run_sweep};

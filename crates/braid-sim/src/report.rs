@@ -58,6 +58,9 @@ pub struct RunResult {
     pub retransmitted_bytes: u64,
     /// Per path.
     pub paths: Vec<PathResult>,
+    /// What a sparse probe flow waited beside the transfer (idle and loaded percentiles).
+    #[serde(flatten)]
+    pub latency: crate::latency::Latency,
     /// Why the transfer failed, if it did.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub error: Option<String>,
@@ -79,6 +82,7 @@ impl RunResult {
             energy_j: 0.0,
             retransmitted_bytes: 0,
             paths: Vec::new(),
+            latency: Default::default(),
             error: None,
         }
     }
@@ -125,8 +129,17 @@ impl Report {
             .max(14);
         let _ = writeln!(
             s,
-            "{:<w$} {:>4} {:>10} {:>10} {:>13} {:>13} {:>6} {:>9} {:>10}  per path",
-            "variant", "rep", "size", "time", "goodput", "capacity", "eff", "energy", "retx",
+            "{:<w$} {:>4} {:>10} {:>10} {:>13} {:>13} {:>6} {:>9} {:>10} {:>17}  per path",
+            "variant",
+            "rep",
+            "size",
+            "time",
+            "goodput",
+            "capacity",
+            "eff",
+            "energy",
+            "retx",
+            "probe idle/load/95",
         );
         for r in &self.results {
             let per_path: Vec<String> = r
@@ -150,7 +163,7 @@ impl Report {
                 .collect();
             let _ = writeln!(
                 s,
-                "{:<w$} {:>4} {:>10} {:>9.3}s {:>13} {:>13} {:>6.3} {:>8.2}J {:>10}  {}{}",
+                "{:<w$} {:>4} {:>10} {:>9.3}s {:>13} {:>13} {:>6.3} {:>8.2}J {:>10} {:>17}  {}{}",
                 r.variant,
                 r.repetition,
                 format_size(r.size_bytes),
@@ -160,6 +173,7 @@ impl Report {
                 r.efficiency,
                 r.energy_j,
                 format_size(r.retransmitted_bytes),
+                probe_cell(&r.latency),
                 per_path.join(", "),
                 match (&r.error, r.verified) {
                     (Some(e), _) => format!("  FAILED: {e}"),
@@ -179,4 +193,18 @@ impl Report {
         }
         s
     }
+}
+
+/// "idle/loaded p50/loaded p95" in milliseconds, "-" where the probe did not run.
+fn probe_cell(l: &crate::latency::Latency) -> String {
+    let f = |v: Option<f64>| v.map_or("-".to_string(), |ms| format!("{ms:.1}"));
+    if l.latency_load_p50_ms.is_none() && l.latency_idle_p50_ms.is_none() {
+        return "-".to_string();
+    }
+    format!(
+        "{}/{}/{}",
+        f(l.latency_idle_p50_ms),
+        f(l.latency_load_p50_ms),
+        f(l.latency_load_p95_ms)
+    )
 }
