@@ -14,6 +14,9 @@ pub const PROBE_PAYLOAD: usize = 160;
 /// How long the probe runs on an idle session before the transfer starts.
 pub const IDLE_PROBE: Duration = Duration::from_secs(1);
 
+/// A probe not answered within this long is lost.
+pub const PROBE_LOSS_AFTER: Duration = Duration::from_secs(2);
+
 /// The interval between two probe packets.
 pub fn probe_interval() -> Duration {
     Duration::from_secs(1) / PROBE_RATE_PER_S

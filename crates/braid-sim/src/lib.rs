@@ -9,13 +9,15 @@
 //! - [`world`]: the event loop joining two sessions through the links,
 //! - [`runner`]: transfers and metrics, [`report`]: results as JSON and tables,
 //! - [`payload`]: deterministic transfer bytes and their hash,
-//! - [`latency`]: the sparse probe flow's shape and its idle/loaded percentiles.
+//! - [`latency`]: the sparse probe flow's shape and its idle/loaded percentiles, [`probe`]:
+//!   the probe application that measures them.
 
 pub mod connmix;
 pub mod energy;
 pub mod latency;
 pub mod link;
 pub mod payload;
+pub mod probe;
 pub mod report;
 pub mod runner;
 pub mod scenario;

@@ -5,8 +5,10 @@
 //! into session configuration, and the metrics (completion time, goodput, capacity,
 //! efficiency, energy, per-path bytes). Must not touch: link behaviour or the protocol.
 
+use crate::latency::{IDLE_PROBE, PROBE_LOSS_AFTER};
 use crate::link::{Dir, Nanos};
 use crate::payload::{expected_digest, Checker, Generator};
+use crate::probe::{Phase, Probe, ProbeOnly, Probed};
 use crate::report::{PathResult, Report, RunResult};
 use crate::scenario::{Direction, PathSpec, Scenario, ScenarioError, VariantKind, VariantSpec};
 use crate::world::{App, Endpoints, Outcome, World};
@@ -356,6 +358,20 @@ pub fn run_transfer(
         Direction::Down => Dir::Down,
         Direction::Up => Dir::Up,
     };
+    let mut probe = Probe::default();
+    if scn.workload.probe {
+        // The probe alone first: what a call sees on the idle session.
+        probe.set_phase(world.now(), Phase::Idle);
+        let until = world.now() + IDLE_PROBE.as_nanos() as Nanos;
+        world.run(
+            until,
+            &mut ProbeOnly {
+                probe: &mut probe,
+                until_answered: None,
+            },
+        );
+        probe.set_phase(world.now(), Phase::Loaded);
+    }
     let start = world.now();
     let mut before = Vec::new();
     for &id in ids {
@@ -384,7 +400,15 @@ pub fn run_transfer(
                 * 1_000_000,
         );
     }
-    let outcome = world.run(start + scn.time_limit, app);
+    let outcome = if scn.workload.probe {
+        let mut both = Probed {
+            probe: &mut probe,
+            inner: app,
+        };
+        world.run(start + scn.time_limit, &mut both)
+    } else {
+        world.run(start + scn.time_limit, app)
+    };
     debug_dump(world, ids);
     let end = app.completed.unwrap_or(world.now());
     match outcome {
@@ -462,6 +486,20 @@ pub fn run_transfer(
     };
     result.energy_j = energy;
     result.retransmitted_bytes = sender_retx(world) - retx0;
+    if scn.workload.probe && app.completed.is_some() {
+        // Answers to the last loaded probes are still on their way: wait for them (at most
+        // the probe's loss timeout), sending nothing new.
+        probe.set_phase(world.now(), Phase::Off);
+        let until = world.now() + PROBE_LOSS_AFTER.as_nanos() as Nanos;
+        world.run(
+            until,
+            &mut ProbeOnly {
+                probe: &mut probe,
+                until_answered: Some(Phase::Loaded),
+            },
+        );
+        result.latency = probe.latency();
+    }
 }
 
 /// Loss and super-aggregation counters of path `id`: random losses (sender), blackouts (the

@@ -158,6 +158,9 @@ pub struct Workload {
     pub shared_session: bool,
     /// Idle time between transfers on a shared session.
     pub gap: Nanos,
+    /// Run the sparse latency probe (`latency.rs`) idle before each transfer and beside it
+    /// (`probe = false` turns it off where its packets would disturb what is measured).
+    pub probe: bool,
 }
 
 /// Which system a variant runs. Only `Braid` runs in the simulator.
@@ -319,6 +322,7 @@ struct RawWorkload {
     repetitions: Option<u32>,
     session: Option<String>,
     gap: Option<UnitStr>,
+    probe: Option<bool>,
 }
 
 #[derive(Deserialize)]
@@ -845,6 +849,7 @@ impl Resolver<'_> {
             repetitions,
             shared_session,
             gap,
+            probe: w.probe.unwrap_or(true),
         })
     }
 
