@@ -94,6 +94,11 @@ async fn a_dual_stack_socket_reads_and_answers_ipv6_too() {
     assert_eq!(r.local, Some(Ipv6Addr::LOCALHOST.into()));
     batch::send_from(&server, r.from, r.local, b"back", 4).unwrap();
     assert_eq!(answered(&p).await.as_deref(), Some(&b"back"[..]));
+    let batch: Vec<u8> = (0..10 * 1300).map(|i| i as u8).collect();
+    batch::send_from(&server, r.from, r.local, &batch, 1300).unwrap();
+    for chunk in batch.chunks(1300) {
+        assert_eq!(answered(&p).await.as_deref(), Some(chunk));
+    }
 }
 
 /// A socket on one address gets no packet info: nothing changes there.
