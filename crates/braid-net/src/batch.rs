@@ -112,11 +112,7 @@ pub fn send_from(
         let (chunk, tail) = rest.split_at(take);
         let segment = (gso && chunk.len() > seg).then_some(seg);
         let mut sent = sendmsg(fd, &addr, chunk, segment, src);
-        if src.is_some()
-            && sent
-                .as_ref()
-                .is_err_and(|e| e.kind() != io::ErrorKind::WouldBlock)
-        {
+        if src.is_some() && sent.as_ref().is_err_and(source_refused) {
             sent = sendmsg(fd, &addr, chunk, segment, None);
         }
         match sent {
@@ -132,6 +128,15 @@ pub fn send_from(
         }
     }
     Ok(())
+}
+
+/// An error of a send from a chosen source that says the source is not usable (not, or no
+/// longer, an address of this host; the route from it).
+fn source_refused(e: &io::Error) -> bool {
+    matches!(
+        e.raw_os_error(),
+        Some(libc::EINVAL | libc::EADDRNOTAVAIL | libc::ENETUNREACH)
+    )
 }
 
 fn sendmsg(

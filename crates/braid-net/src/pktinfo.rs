@@ -106,9 +106,9 @@ pub fn enable(sock: &impl AsRawFd, bound: SocketAddr) -> Result<bool, PktInfoErr
 /// `c` points at a control message header the kernel wrote, inside the control buffer of
 /// the `msghdr` it came with, its data `cmsg_len` long.
 pub(crate) unsafe fn read(c: *const libc::cmsghdr) -> Option<IpAddr> {
-    let (level, kind, len) = ((*c).cmsg_level, (*c).cmsg_type, (*c).cmsg_len as usize);
+    let (level, kind, len) = ((*c).cmsg_level, (*c).cmsg_type, (*c).cmsg_len);
     let ip: IpAddr = if level == libc::IPPROTO_IP && kind == libc::IP_PKTINFO {
-        if len < libc::CMSG_LEN(size_of::<libc::in_pktinfo>() as u32) as usize {
+        if len < libc::CMSG_LEN(size_of::<libc::in_pktinfo>() as u32) as _ {
             return None;
         }
         let p = std::ptr::read_unaligned(libc::CMSG_DATA(c).cast::<libc::in_pktinfo>());
@@ -116,7 +116,7 @@ pub(crate) unsafe fn read(c: *const libc::cmsghdr) -> Option<IpAddr> {
         // address of the receiving interface for a broadcast one.
         Ipv4Addr::from(u32::from_be(p.ipi_spec_dst.s_addr)).into()
     } else if level == libc::IPPROTO_IPV6 && kind == libc::IPV6_PKTINFO {
-        if len < libc::CMSG_LEN(size_of::<libc::in6_pktinfo>() as u32) as usize {
+        if len < libc::CMSG_LEN(size_of::<libc::in6_pktinfo>() as u32) as _ {
             return None;
         }
         let p = std::ptr::read_unaligned(libc::CMSG_DATA(c).cast::<libc::in6_pktinfo>());

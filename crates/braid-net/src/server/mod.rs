@@ -27,6 +27,9 @@
 //! status board) is shared ([`endpoint::Shared`]). Worker 0 runs on the caller's runtime
 //! inside [`Server::run`]; with one worker the server is one loop on one socket.
 //!
+//! On a wildcard listen address (`0.0.0.0`, `[::]`) every answer goes from the address its
+//! agent sent to ([`crate::pktinfo`]); each session path remembers it.
+//!
 //! Channels and their bounds: packets to a session task, 4096 (dropped when full, like a
 //! full socket buffer); packets handed to another worker (TCP fallback, or no BPF
 //! program), 4096 per worker (dropped when full); datagrams from the session to its UDP

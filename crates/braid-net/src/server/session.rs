@@ -43,10 +43,10 @@ pub(super) struct SessionCtx {
     pub peers: TcpPeers,
 }
 
-/// Start session `id`, first seen on path `path` from `from` (to the local address in it),
-/// on the current runtime,
-/// sending through `out`. Its end goes to `ends.0`, an unfinished first exchange to
-/// `ends.1`. Returns where its packets go, its path addresses and where rotated keys go.
+/// Start session `id`, first seen on path `path` from `from` (and to the local address in
+/// it), on the current runtime, sending through `out`. Its end goes to `ends.0`, an
+/// unfinished first exchange to `ends.1`. Returns where its packets go, its path addresses
+/// and where rotated keys go.
 pub(super) fn spawn_session(
     ctx: &SessionCtx,
     out: &Outbound,
