@@ -7,6 +7,8 @@
 //! Receive: with `UDP_GRO` on (Linux 5.0+), one `recvmsg` returns several datagrams of one
 //! sender back to back, and a `UDP_GRO` control message says their size; without it, one
 //! datagram per call, as before.
+//! Where packet info is on (a socket on a wildcard address, see `pktinfo`), each receive
+//! says the local address its datagrams were sent to, and a send can name its source.
 //!
 //! Owns: the socket options and system calls of batched sends and receives, and splitting
 //! a received buffer into its datagrams. Must not touch: what the datagrams carry, which
@@ -16,7 +18,7 @@ use bytes::BytesMut;
 use socket2::SockAddr;
 use std::io;
 use std::mem::{size_of, MaybeUninit};
-use std::net::SocketAddr;
+use std::net::{IpAddr, SocketAddr};
 use std::os::fd::{AsFd, AsRawFd};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::OnceLock;
@@ -74,14 +76,28 @@ pub fn enable_gro(sock: &impl AsRawFd) -> bool {
     set_int(sock, libc::SOL_UDP, libc::UDP_GRO, 1).is_ok()
 }
 
-/// Control-message space, aligned for `cmsghdr`.
+/// Control-message space, aligned for `cmsghdr`: room for UDP_GRO or UDP_SEGMENT and both
+/// kinds of packet info.
 #[repr(C, align(8))]
-struct Cmsgs([u8; 64]);
+struct Cmsgs([u8; 128]);
 
 /// Send `buf`, datagrams of `segment_size` bytes back to back (the last may be shorter),
 /// to `to` on the non-blocking socket `sock`. The first error ends the send (the rest
 /// count as lost, as UDP may lose them).
 pub fn send(sock: &impl AsFd, to: SocketAddr, buf: &[u8], segment_size: usize) -> io::Result<()> {
+    send_from(sock, to, None, buf, segment_size)
+}
+
+/// [`send`] from the local address `src` (a socket on a wildcard address with packet
+/// info on, see `pktinfo`); `None` lets the kernel choose, as [`send`]. Where the kernel
+/// refuses `src` (an address no longer on this host), the kernel chooses instead.
+pub fn send_from(
+    sock: &impl AsFd,
+    to: SocketAddr,
+    src: Option<IpAddr>,
+    buf: &[u8],
+    segment_size: usize,
+) -> io::Result<()> {
     let fd = sock.as_fd().as_raw_fd();
     let addr = SockAddr::from(to);
     let seg = segment_size.max(1);
@@ -94,7 +110,12 @@ pub fn send(sock: &impl AsFd, to: SocketAddr, buf: &[u8], segment_size: usize) -
             rest.len().min(seg)
         };
         let (chunk, tail) = rest.split_at(take);
-        match sendmsg(fd, &addr, chunk, (gso && chunk.len() > seg).then_some(seg)) {
+        let segment = (gso && chunk.len() > seg).then_some(seg);
+        let mut sent = sendmsg(fd, &addr, chunk, segment, src);
+        if src.is_some() && sent.as_ref().is_err_and(source_refused) {
+            sent = sendmsg(fd, &addr, chunk, segment, None);
+        }
+        match sent {
             Ok(()) => rest = tail,
             Err(e) if gso && matches!(e.raw_os_error(), Some(libc::EIO | libc::EINVAL)) => {
                 // The device cannot segment (no checksum offload) or the kernel refuses:
@@ -109,30 +130,53 @@ pub fn send(sock: &impl AsFd, to: SocketAddr, buf: &[u8], segment_size: usize) -
     Ok(())
 }
 
-fn sendmsg(fd: i32, to: &SockAddr, data: &[u8], segment: Option<usize>) -> io::Result<()> {
+/// An error of a send from a chosen source that says the source is not usable (not, or no
+/// longer, an address of this host; the route from it).
+fn source_refused(e: &io::Error) -> bool {
+    matches!(
+        e.raw_os_error(),
+        Some(libc::EINVAL | libc::EADDRNOTAVAIL | libc::ENETUNREACH)
+    )
+}
+
+fn sendmsg(
+    fd: i32,
+    to: &SockAddr,
+    data: &[u8],
+    segment: Option<usize>,
+    src: Option<IpAddr>,
+) -> io::Result<()> {
     let mut iov = libc::iovec {
         iov_base: data.as_ptr() as *mut libc::c_void,
         iov_len: data.len(),
     };
-    let mut cmsgs = Cmsgs([0; 64]);
+    let mut cmsgs = Cmsgs([0; 128]);
     // SAFETY: msghdr is plain data; every pointer in it points at live locals of the
-    // lengths given, and the control message is written inside `cmsgs` (CMSG_SPACE of a
-    // u16 is far below its 64 bytes).
+    // lengths given, and the control messages are written inside `cmsgs` (CMSG_SPACE of a
+    // u16 and of an in6_pktinfo together are 40 of its 128 bytes), each within the
+    // control length set before it is written.
     unsafe {
         let mut msg: libc::msghdr = std::mem::zeroed();
         msg.msg_name = to.as_ptr() as *mut libc::c_void;
         msg.msg_namelen = to.len();
         msg.msg_iov = &mut iov;
         msg.msg_iovlen = 1;
-        if let Some(seg) = segment {
-            let space = libc::CMSG_SPACE(size_of::<u16>() as u32) as usize;
+        let seg_space = libc::CMSG_SPACE(size_of::<u16>() as u32) as usize;
+        let space = segment.map_or(0, |_| seg_space) + src.map_or(0, crate::pktinfo::space);
+        if space > 0 {
             msg.msg_control = cmsgs.0.as_mut_ptr().cast();
             msg.msg_controllen = space as _;
-            let c = libc::CMSG_FIRSTHDR(&msg);
-            (*c).cmsg_level = libc::SOL_UDP;
-            (*c).cmsg_type = libc::UDP_SEGMENT;
-            (*c).cmsg_len = libc::CMSG_LEN(size_of::<u16>() as u32) as _;
-            std::ptr::write_unaligned(libc::CMSG_DATA(c).cast::<u16>(), seg as u16);
+            let mut c = libc::CMSG_FIRSTHDR(&msg);
+            if let Some(seg) = segment {
+                (*c).cmsg_level = libc::SOL_UDP;
+                (*c).cmsg_type = libc::UDP_SEGMENT;
+                (*c).cmsg_len = libc::CMSG_LEN(size_of::<u16>() as u32) as _;
+                std::ptr::write_unaligned(libc::CMSG_DATA(c).cast::<u16>(), seg as u16);
+                c = libc::CMSG_NXTHDR(&msg, c);
+            }
+            if let Some(src) = src {
+                crate::pktinfo::write(c, src);
+            }
         }
         loop {
             if libc::sendmsg(fd, &msg, 0) >= 0 {
@@ -156,6 +200,8 @@ pub struct Received {
     pub len: usize,
     /// The size of each datagram but the last (`len` when there is one datagram).
     pub segment_size: usize,
+    /// The local address they were sent to, where packet info is on (see `pktinfo`).
+    pub local: Option<IpAddr>,
 }
 
 /// Receive once (non-blocking: `WouldBlock` when nothing waits) into the spare capacity of
@@ -169,8 +215,9 @@ pub fn recv(sock: &impl AsFd, buf: &mut BytesMut) -> io::Result<Received> {
         iov_base: spare.as_mut_ptr().cast(),
         iov_len: spare.len(),
     };
-    let mut cmsgs = Cmsgs([0; 64]);
+    let mut cmsgs = Cmsgs([0; 128]);
     let mut segment = None;
+    let mut local = None;
     // SAFETY: the kernel writes at most `iov_len` bytes into the spare capacity, the
     // address into the storage `try_init` provides (with its length), and control messages
     // into `cmsgs`, whose headers are then read with the CMSG macros inside the length the
@@ -200,6 +247,8 @@ pub fn recv(sock: &impl AsFd, buf: &mut BytesMut) -> io::Result<Received> {
                 if (*c).cmsg_level == libc::SOL_UDP && (*c).cmsg_type == libc::UDP_GRO {
                     let v = std::ptr::read_unaligned(libc::CMSG_DATA(c).cast::<libc::c_int>());
                     segment = usize::try_from(v).ok().filter(|&s| s > 0);
+                } else if let Some(ip) = crate::pktinfo::read(c) {
+                    local = Some(ip);
                 }
                 c = libc::CMSG_NXTHDR(&msg, c);
             }
@@ -215,6 +264,7 @@ pub fn recv(sock: &impl AsFd, buf: &mut BytesMut) -> io::Result<Received> {
         from,
         len: n,
         segment_size: segment.unwrap_or(n).min(n).max(1),
+        local,
     })
 }
 

@@ -66,6 +66,9 @@ pub trait PathSender: Send + 'static {
 pub struct Incoming {
     /// Where it came from (the server uses this to follow the peer's addresses).
     pub from: std::net::SocketAddr,
+    /// The local address it was sent to, where the socket says it (a server on a wildcard
+    /// address, see `pktinfo`): the server's replies on its path go from there.
+    pub local: Option<std::net::IpAddr>,
     /// The whole UDP payload.
     pub data: BytesMut,
 }
@@ -108,10 +111,13 @@ impl Default for Clock {
     }
 }
 
-/// Called for every authenticated packet before the session sees it; the server uses it
-/// to learn and re-validate peer addresses. Returns false to drop the packet.
-pub type AddressHook =
-    Box<dyn FnMut(&mut Session, Instant, PathId, std::net::SocketAddr) -> bool + Send>;
+/// Called for every authenticated packet before the session sees it, with where it came
+/// from and the local address it was sent to (`Incoming`); the server uses it to learn and
+/// re-validate peer addresses. Returns false to drop the packet.
+pub type AddressHook = Box<
+    dyn FnMut(&mut Session, Instant, PathId, std::net::SocketAddr, Option<std::net::IpAddr>) -> bool
+        + Send,
+>;
 
 /// Everything a session task needs.
 pub struct SessionTask<P: PacketProtection, S: PathSender> {
@@ -308,7 +314,7 @@ impl<P: PacketProtection, S: PathSender> SessionTask<P, S> {
         };
         let now = self.clock.now();
         if let Some(hook) = self.on_packet.as_mut() {
-            if !hook(&mut self.session, now, hdr.path_id, pkt.from) {
+            if !hook(&mut self.session, now, hdr.path_id, pkt.from, pkt.local) {
                 return;
             }
         }

@@ -18,7 +18,7 @@ use crate::udp::{PathBind, SOCKET_BUFFER};
 use bytes::{BufMut, Bytes, BytesMut};
 use std::collections::HashMap;
 use std::io;
-use std::net::SocketAddr;
+use std::net::{IpAddr, SocketAddr};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWriteExt};
@@ -160,7 +160,11 @@ pub fn agent_link<Id: Copy + Send + 'static>(
             loop {
                 match tokio::time::timeout(IDLE, read_frame(&mut r, &mut buf)).await {
                     Ok(Ok(Some(data))) => {
-                        let pkt = Incoming { from: server, data };
+                        let pkt = Incoming {
+                            from: server,
+                            local: None,
+                            data,
+                        };
                         if incoming.send(pkt).await.is_err() {
                             return "the session ended".to_string();
                         }
@@ -222,12 +226,17 @@ pub struct Outbound {
 }
 
 impl Outbound {
-    /// Send one packet to `to`.
-    pub fn send_to(&self, packet: &[u8], to: SocketAddr) -> io::Result<()> {
+    /// Send one packet to `to`, over UDP from the local address `src` where given (the
+    /// address the peer sent to, on a wildcard listener; see `pktinfo`). A TCP peer's
+    /// connection already goes from the address the peer connected to.
+    pub fn send_to(&self, packet: &[u8], to: SocketAddr, src: Option<IpAddr>) -> io::Result<()> {
         if self.tcp.send(&to, packet) {
             return Ok(());
         }
-        self.udp.try_send_to(packet, to).map(|_| ())
+        match src {
+            None => self.udp.try_send_to(packet, to).map(|_| ()),
+            Some(_) => crate::batch::send_from(self.udp.as_ref(), to, src, packet, packet.len()),
+        }
     }
 }
 
@@ -253,12 +262,9 @@ pub async fn listen(addr: SocketAddr) -> io::Result<TcpListener> {
 
 /// Accept TCP connections and hand every packet they carry to `packets` with the
 /// connection's peer address, as the UDP socket does; register each connection in `peers`
-/// so replies go back down it.
-pub async fn serve(
-    listener: TcpListener,
-    peers: TcpPeers,
-    packets: mpsc::Sender<(BytesMut, SocketAddr)>,
-) {
+/// so replies go back down it. (No local address with them: a connection accepted on a
+/// wildcard listener answers from the address the agent connected to by itself.)
+pub async fn serve(listener: TcpListener, peers: TcpPeers, packets: mpsc::Sender<Incoming>) {
     loop {
         let (stream, from) = match listener.accept().await {
             Ok(x) => x,
@@ -286,8 +292,13 @@ pub async fn serve(
                 let mut buf = BytesMut::with_capacity(64 << 10);
                 loop {
                     match tokio::time::timeout(IDLE, read_frame(&mut r, &mut buf)).await {
-                        Ok(Ok(Some(pkt))) => {
-                            if packets.send((pkt, from)).await.is_err() {
+                        Ok(Ok(Some(data))) => {
+                            let pkt = Incoming {
+                                from,
+                                local: None,
+                                data,
+                            };
+                            if packets.send(pkt).await.is_err() {
                                 return "the server stopped".to_string();
                             }
                         }

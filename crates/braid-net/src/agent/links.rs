@@ -236,7 +236,15 @@ fn udp_reader(b: &Bound, in_tx: mpsc::Sender<Incoming>) -> Task {
             }
             for data in batch::split(&mut buf, r.segment_size) {
                 let from = r.from;
-                if in_tx.send(Incoming { from, data }).await.is_err() {
+                if in_tx
+                    .send(Incoming {
+                        from,
+                        local: None,
+                        data,
+                    })
+                    .await
+                    .is_err()
+                {
                     return;
                 }
             }

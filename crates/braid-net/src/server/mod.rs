@@ -27,6 +27,9 @@
 //! status board) is shared ([`endpoint::Shared`]). Worker 0 runs on the caller's runtime
 //! inside [`Server::run`]; with one worker the server is one loop on one socket.
 //!
+//! On a wildcard listen address (`0.0.0.0`, `[::]`) every answer goes from the address its
+//! agent sent to ([`crate::pktinfo`]); each session path remembers it.
+//!
 //! Channels and their bounds: packets to a session task, 4096 (dropped when full, like a
 //! full socket buffer); packets handed to another worker (TCP fallback, or no BPF
 //! program), 4096 per worker (dropped when full); datagrams from the session to its UDP
@@ -278,6 +281,19 @@ impl Server {
             (sockets, attached)
         };
         let local = sockets[0].local_addr()?;
+        // On a wildcard address, every reply goes from the address its agent sent to (an
+        // address on the loopback device, a second or floating one): packet info.
+        let mut reply_from_destination = false;
+        for s in &sockets {
+            match crate::pktinfo::enable(s, local) {
+                Ok(on) => reply_from_destination = on,
+                Err(e) => {
+                    warn!("{e}: replies go from the address the kernel picks, which agents that sent to another address of this server drop");
+                    reply_from_destination = false;
+                    break;
+                }
+            }
+        }
         // The same port over TCP, for agents on networks that block UDP (docs/protocol.md
         // section 18a). A port the operator chose must be free; an ephemeral one (tests)
         // may happen to be taken over TCP, and then only the fallback is missing.
@@ -289,7 +305,7 @@ impl Server {
                 None
             }
         };
-        info!(listen = %local, tcp = tcp.is_some(), threads, kernel_steering, "braid server listening");
+        info!(listen = %local, tcp = tcp.is_some(), threads, kernel_steering, reply_from_destination, "braid server listening");
         let counters: Arc<HandshakeCounters> = Arc::default();
         let board = Arc::new(ServerBoard::new(&cfg, local, counters.clone()));
         let authorized = Arc::new(std::sync::RwLock::new(cfg.authorized.clone()));

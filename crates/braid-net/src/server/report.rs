@@ -12,9 +12,8 @@ use crate::status::{
     Totals, STATUS_VERSION,
 };
 use braid_core::path::PathStats;
-use braid_core::PathId;
 use braid_crypto::PublicKey;
-use std::collections::{BTreeMap, HashMap};
+use std::collections::BTreeMap;
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
@@ -39,7 +38,7 @@ pub(super) struct Live {
     pub open_streams: Arc<AtomicUsize>,
     /// UDP flows open (the relay's count).
     pub udp_flows: Arc<AtomicUsize>,
-    pub addrs: Arc<Mutex<HashMap<PathId, SocketAddr>>>,
+    pub addrs: super::session::PathAddrs,
 }
 
 /// The server's status, readable while it runs (see `Server::status`).
@@ -134,7 +133,7 @@ impl ServerBoard {
                 .map(|c| {
                     let mut p = PathReport {
                         name: c.id.to_string(),
-                        remote_address: addrs.get(&c.id).map(|a| a.to_string()),
+                        remote_address: addrs.get(&c.id).map(|a| a.peer.to_string()),
                         ..Default::default()
                     };
                     let mut sum = PathStats::default();

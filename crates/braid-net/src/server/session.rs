@@ -15,14 +15,25 @@ use crate::tcp::{Outbound, TcpPeers};
 use braid_core::{Event, PathId, Session};
 use braid_crypto::{PublicKey, SessionKeys};
 use std::collections::HashMap;
-use std::net::SocketAddr;
+use std::net::{IpAddr, SocketAddr};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use tokio::sync::mpsc;
 use tracing::{debug, info, warn};
 
-/// Each path's peer address of one session.
-pub(super) type PathAddrs = Arc<Mutex<HashMap<PathId, SocketAddr>>>;
+/// Where one path's packets go.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) struct PathAddr {
+    /// The agent's address.
+    pub peer: SocketAddr,
+    /// The server's address the agent sends to, where the socket says it (a wildcard
+    /// listener, see `pktinfo`): replies go from there. `None`: the kernel chooses (a
+    /// listener on one address, a TCP path).
+    pub local: Option<IpAddr>,
+}
+
+/// Each path's addresses of one session.
+pub(super) type PathAddrs = Arc<Mutex<HashMap<PathId, PathAddr>>>;
 
 /// What every session of a server needs.
 pub(super) struct SessionCtx {
@@ -32,13 +43,14 @@ pub(super) struct SessionCtx {
     pub peers: TcpPeers,
 }
 
-/// Start session `id`, first seen on path `path` from `from`, on the current runtime,
-/// sending through `out`. Its end goes to `ends.0`, an unfinished first exchange to
-/// `ends.1`. Returns where its packets go, its path addresses and where rotated keys go.
+/// Start session `id`, first seen on path `path` from `from` (and to the local address in
+/// it), on the current runtime, sending through `out`. Its end goes to `ends.0`, an
+/// unfinished first exchange to `ends.1`. Returns where its packets go, its path addresses
+/// and where rotated keys go.
 pub(super) fn spawn_session(
     ctx: &SessionCtx,
     out: &Outbound,
-    (id, first_path, from): (u64, PathId, SocketAddr),
+    (id, first_path, from): (u64, PathId, PathAddr),
     (client, keys): (PublicKey, SessionKeys),
     (done, expire): (mpsc::UnboundedSender<u64>, mpsc::UnboundedSender<u64>),
 ) -> (mpsc::Sender<Incoming>, PathAddrs, Arc<RekeyInbox>) {
@@ -76,15 +88,21 @@ pub(super) fn spawn_session(
     addrs.lock().map(|mut m| m.insert(first_path, from)).ok();
     let hook_addrs = addrs.clone();
     let tcp = ctx.peers.clone();
-    let hook: AddressHook = Box::new(move |s: &mut Session, now, path, from| {
+    let hook: AddressHook = Box::new(move |s: &mut Session, now, path, from, local| {
         let Ok(mut m) = hook_addrs.lock() else {
             return false;
         };
+        let addr = PathAddr { peer: from, local };
         match m.get(&path) {
-            Some(a) if *a == from => {}
+            Some(a) if *a == addr => {}
+            // The agent now asks another address of this server (a unicast address after
+            // an anycast one): replies follow it.
+            Some(a) if a.peer == from => {
+                m.insert(path, addr);
+            }
             Some(a) => {
-                info!(path, old = %a, new = %from, "path moved; validating the new address");
-                m.insert(path, from);
+                info!(path, old = %a.peer, new = %from, "path moved; validating the new address");
+                m.insert(path, addr);
                 s.path_address_changed(now, path);
                 s.set_path_reliable(now, path, tcp.contains(&from));
             }
@@ -92,7 +110,7 @@ pub(super) fn spawn_session(
                 if m.len() >= 16 {
                     return false;
                 }
-                m.insert(path, from);
+                m.insert(path, addr);
                 s.set_path_reliable(now, path, tcp.contains(&from));
             }
         }
@@ -164,7 +182,7 @@ pub(super) fn spawn_session(
 }
 
 /// Sends on the worker's socket (or down a TCP connection) to each path's current peer
-/// address.
+/// address, from the local address that path's agent sends to.
 struct SharedSocketSender {
     out: Outbound,
     addrs: PathAddrs,
@@ -174,7 +192,7 @@ impl PathSender for SharedSocketSender {
     fn send(&mut self, path: PathId, packet: &[u8]) {
         let to = self.addrs.lock().ok().and_then(|m| m.get(&path).copied());
         if let Some(to) = to {
-            if let Err(e) = self.out.send_to(packet, to) {
+            if let Err(e) = self.out.send_to(packet, to.peer, to.local) {
                 debug!(path, "send failed: {e}");
             }
         }
@@ -182,11 +200,13 @@ impl PathSender for SharedSocketSender {
 
     fn send_batch(&mut self, path: PathId, packets: &[u8], segment_size: usize) {
         let to = self.addrs.lock().ok().and_then(|m| m.get(&path).copied());
-        let Some(to) = to else { return };
-        let r = if self.out.tcp.contains(&to) {
-            (packets.chunks(segment_size.max(1))).try_for_each(|p| self.out.send_to(p, to))
+        let Some(PathAddr { peer, local }) = to else {
+            return;
+        };
+        let r = if self.out.tcp.contains(&peer) {
+            (packets.chunks(segment_size.max(1))).try_for_each(|p| self.out.send_to(p, peer, None))
         } else {
-            crate::batch::send(self.out.udp.as_ref(), to, packets, segment_size)
+            crate::batch::send_from(self.out.udp.as_ref(), peer, local, packets, segment_size)
         };
         if let Err(e) = r {
             debug!(path, "send failed: {e}");

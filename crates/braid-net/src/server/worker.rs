@@ -10,7 +10,7 @@
 //! sessions' protocol (the session tasks').
 
 use super::endpoint::{Endpoint, Outcome, SessionHandle, Shared};
-use super::session::{spawn_session, SessionCtx};
+use super::session::{spawn_session, PathAddr, SessionCtx};
 use super::steer::Steering;
 use crate::driver::Incoming;
 use crate::protect::RekeyInbox;
@@ -41,8 +41,9 @@ pub struct WorkerCounters {
     pub sessions: AtomicU64,
 }
 
-/// A packet on its way to a worker, and where it came from.
-pub(super) type Handoff = (BytesMut, SocketAddr);
+/// A packet on its way to a worker, where it came from and the local address it was sent
+/// to.
+pub(super) type Handoff = Incoming;
 
 /// How many packets may wait in a worker's hand-over channel (dropped beyond, like a full
 /// socket buffer).
@@ -59,7 +60,7 @@ impl SessionHandle for Handle {
     fn has_address(&self, addr: SocketAddr) -> bool {
         self.addrs
             .lock()
-            .is_ok_and(|m| m.values().any(|a| *a == addr))
+            .is_ok_and(|m| m.values().any(|a| a.peer == addr))
     }
 }
 
@@ -119,13 +120,14 @@ impl Worker {
             tokio::select! {
                 r = crate::batch::recv_async(&socket, &mut buf) => match r {
                     Ok(r) => {
-                        for pkt in crate::batch::split(&mut buf, r.segment_size) {
-                            self.packet(pkt, r.from, true, &ends);
+                        for data in crate::batch::split(&mut buf, r.segment_size) {
+                            let pkt = Incoming { from: r.from, local: r.local, data };
+                            self.packet(pkt, true, &ends);
                         }
                     }
                     Err(_) => buf.clear(),
                 },
-                Some((pkt, from)) = inbox.recv() => self.packet(pkt, from, false, &ends),
+                Some(pkt) = inbox.recv() => self.packet(pkt, false, &ends),
                 Some(id) = done_rx.recv() => if self.endpoint.session_ended(id) {
                     let active = self.common.shared.sessions();
                     info!(session = format_args!("{id:016x}"), active, worker = self.index, "session ended");
@@ -138,11 +140,11 @@ impl Worker {
         }
     }
 
-    /// One datagram from `from`: received on this worker's socket (`own`), or handed over.
+    /// One datagram: received on this worker's socket (`own`), or handed over. Every reply
+    /// goes from the local address it was sent to (where the socket says it).
     fn packet(
         &mut self,
-        pkt: BytesMut,
-        from: SocketAddr,
+        pkt: Incoming,
         own: bool,
         ends: &(mpsc::UnboundedSender<u64>, mpsc::UnboundedSender<u64>),
     ) {
@@ -150,20 +152,21 @@ impl Worker {
         if own {
             stats.received.fetch_add(1, Ordering::Relaxed);
         }
+        let (from, local) = (pkt.from, pkt.local);
         let now = std::time::Instant::now();
-        match self.endpoint.handle(now, super::unix_ms(), from, &pkt) {
+        match self.endpoint.handle(now, super::unix_ms(), from, &pkt.data) {
             Outcome::Deliver(h) => {
-                let _ = h.tx.try_send(Incoming { from, data: pkt });
+                let _ = h.tx.try_send(pkt);
             }
             Outcome::Send { to, bytes } => {
-                let _ = self.out.send_to(&bytes, to);
+                let _ = self.out.send_to(&bytes, to, local);
             }
             Outcome::Accept { session, keys } => {
                 info!(%from, client = %session.client.to_base64(), session = format_args!("{:016x}", session.id), worker = self.index, cipher = %keys.cipher(), "agent authenticated");
                 stats.sessions.fetch_add(1, Ordering::Relaxed);
                 self.persist_guard();
-                let _ = self.out.send_to(&session.reply, from);
-                let first = (session.id, session.path, from);
+                let _ = self.out.send_to(&session.reply, from, local);
+                let first = (session.id, session.path, PathAddr { peer: from, local });
                 let (tx, addrs, inbox) = spawn_session(
                     &self.common.session,
                     &self.out,
@@ -182,7 +185,7 @@ impl Worker {
                 tracing::debug!(%from, "session keys rotated");
                 // The new keys reach the session task before message 2 goes out.
                 session.inbox.put(keys);
-                let _ = self.out.send_to(&reply, to);
+                let _ = self.out.send_to(&reply, to, local);
                 self.persist_guard();
             }
             Outcome::Forward(owner) if own => {
@@ -192,7 +195,7 @@ impl Worker {
                     warn!(worker = self.index, owner, "a packet reached a worker that does not own its session: handing such packets over (slower); counted per worker");
                 }
                 if let Some(tx) = self.common.handoff.get(owner) {
-                    let _ = tx.try_send((pkt, from));
+                    let _ = tx.try_send(pkt);
                 }
             }
             // Handed over to the wrong worker: cannot happen (one steering for all).
@@ -216,9 +219,9 @@ pub(super) async fn route_tcp(
     steering: Steering,
     workers: Vec<mpsc::Sender<Handoff>>,
 ) {
-    while let Some((pkt, from)) = rx.recv().await {
-        let w = parse_header(&pkt).map_or(0, |h| steering.worker_of(h.session_id));
-        if workers[w].send((pkt, from)).await.is_err() {
+    while let Some(pkt) = rx.recv().await {
+        let w = parse_header(&pkt.data).map_or(0, |h| steering.worker_of(h.session_id));
+        if workers[w].send(pkt).await.is_err() {
             return;
         }
     }

@@ -11,3 +11,4 @@ mod nsrig;
 mod blocked;
 mod direct;
 mod faults_paths;
+mod wildcard;

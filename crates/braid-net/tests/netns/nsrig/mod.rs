@@ -151,6 +151,16 @@ impl Net {
         data: Arc<Vec<u8>>,
         agent: braid_crypto::PublicKey,
     ) -> (SocketAddr, braid_crypto::PublicKey, Stop) {
+        self.serve_on(SERVER.parse().unwrap(), data, agent)
+    }
+
+    /// [`Net::serve`] with the braid server listening on `listen`.
+    pub fn serve_on(
+        &self,
+        listen: SocketAddr,
+        data: Arc<Vec<u8>>,
+        agent: braid_crypto::PublicKey,
+    ) -> (SocketAddr, braid_crypto::PublicKey, Stop) {
         let key = StaticKeypair::generate().unwrap();
         let public = key.public();
         let (tx, rx) = std::sync::mpsc::channel();
@@ -164,7 +174,7 @@ impl Net {
                 .unwrap();
             rt.block_on(async move {
                 let web = http_server(data).await;
-                let cfg = ServerConfig::new(SERVER.parse().unwrap(), key, vec![agent]);
+                let cfg = ServerConfig::new(listen, key, vec![agent]);
                 let server = Server::bind(cfg).await.unwrap();
                 tx.send(web).unwrap();
                 tokio::select! {
@@ -219,6 +229,16 @@ pub fn agent_cfg(
     key: Arc<StaticKeypair>,
     server_pub: braid_crypto::PublicKey,
 ) -> AgentConfig {
+    agent_cfg_to(SERVER.parse().unwrap(), paths, key, server_pub)
+}
+
+/// [`agent_cfg`] for the braid server at `server`.
+pub fn agent_cfg_to(
+    server: SocketAddr,
+    paths: &[&str],
+    key: Arc<StaticKeypair>,
+    server_pub: braid_crypto::PublicKey,
+) -> AgentConfig {
     let paths = paths
         .iter()
         .map(|p| {
@@ -229,7 +249,7 @@ pub fn agent_cfg(
             }
         })
         .collect();
-    let mut cfg = AgentConfig::new(SERVER.parse().unwrap(), server_pub, key, paths);
+    let mut cfg = AgentConfig::new(server, server_pub, key, paths);
     cfg.socks = Some("127.0.0.1:0".parse().unwrap());
     cfg
 }
