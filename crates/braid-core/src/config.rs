@@ -8,9 +8,10 @@ use crate::sched::SchedulerKind;
 use std::time::Duration;
 
 /// Tunables of a session. `Config::default()` is braid's default stack, what `braid agent`
-/// runs and what a simulator variant naming no scheduler or controller runs: minRTT, CUBIC
-/// with RACK-style loss detection and spurious-loss undo, blackout freeze and random-loss
-/// recovery (measured against the alternatives in docs/results.md, "One default").
+/// runs and what a simulator variant naming no scheduler or controller runs: minRTT, `bbrq`
+/// (BBR whose window keeps the path's standing queue to a few milliseconds) with RACK-style
+/// loss detection, blackout freeze and random-loss recovery (measured against the
+/// alternatives in docs/results.md, "One default" and "Latency under load").
 #[derive(Debug, Clone)]
 pub struct Config {
     /// Largest UDP payload the session emits (1500-byte MTU minus IPv4 and UDP headers).
@@ -110,7 +111,7 @@ impl Default for Config {
             max_ack_delay: Duration::from_millis(25),
             ack_eliciting_threshold: 2,
             initial_window_packets: 10,
-            cc: CcAlgorithm::Cubic,
+            cc: CcAlgorithm::Bbrq,
             scheduler: SchedulerKind::MinRtt,
             stream_window: 16 << 20,
             session_window: 32 << 20,

@@ -179,8 +179,8 @@ pub struct AgentArgs {
     /// [default: 10].
     #[arg(long, value_name = "SECONDS")]
     pub session_wait: Option<u64>,
-    /// Congestion controller for both directions: cubic (default), bbr, reno, lia, olia or
-    /// balia.
+    /// Congestion controller for both directions: bbrq (default: BBR whose window keeps the
+    /// path's standing queue to a few milliseconds), cubic, bbr, reno, lia, olia or balia.
     #[arg(long)]
     pub cc: Option<String>,
     /// The control socket `braid status` asks (mode 0600) [default: /run/braid/agent.sock

@@ -3,7 +3,13 @@
 //! (windowed minimum over ten seconds), paces at a gain times the bandwidth and caps the data
 //! in flight at a gain times the estimated bandwidth-delay product. Random loss does not
 //! shrink the window: a loss changes nothing in the model.
+//!
+//! `bbrq` is the same model with a queue bound (`qbound.rs`): in ProbeBW the window gain
+//! over the bandwidth-delay product follows the standing queue the path measures, so the
+//! path's own data keeps at most a few milliseconds queued at the bottleneck instead of up
+//! to one bandwidth-delay product.
 
+use super::qbound::QueueBound;
 use super::{AckEvent, CongestionController, LossEvent};
 use crate::rng::splitmix64;
 use crate::rtt::RttEstimator;
@@ -37,6 +43,8 @@ pub struct Bbr {
     min_rtt: Option<Duration>,
     min_rtt_stamp: Instant,
     round: u64,
+    /// Rounds that age the bandwidth filter: all but those spent in ProbeRTT.
+    bw_round: u64,
     next_round_delivered: u64,
     full_bw: f64,
     full_bw_rounds: u32,
@@ -48,6 +56,8 @@ pub struct Bbr {
     probe_rtt_done: Option<Instant>,
     probe_rtt_round_done: bool,
     prior_cwnd: u64,
+    /// `bbrq`: the queue bound that sets the window gain in ProbeBW.
+    bound: Option<QueueBound>,
 }
 
 impl Bbr {
@@ -63,6 +73,7 @@ impl Bbr {
             min_rtt: None,
             min_rtt_stamp: now,
             round: 0,
+            bw_round: 0,
             next_round_delivered: 0,
             full_bw: 0.0,
             full_bw_rounds: 0,
@@ -74,6 +85,37 @@ impl Bbr {
             probe_rtt_done: None,
             probe_rtt_round_done: false,
             prior_cwnd: initial_window,
+            bound: None,
+        }
+    }
+
+    /// `bbrq`: the same controller whose window keeps the path's standing queue small.
+    pub fn with_queue_bound(mss: u64, initial_window: u64, now: Instant) -> Self {
+        Bbr {
+            bound: Some(QueueBound::default()),
+            ..Bbr::new(mss, initial_window, now)
+        }
+    }
+
+    /// ProbeRTT's window: 4 packets (BBR v1); with the queue bound half a bandwidth-delay
+    /// product, as BBR v2 does: the bound keeps the queue short already, so ProbeRTT only
+    /// needs to drain what is left, not starve the path for 200 ms.
+    fn probe_rtt_cwnd(&self) -> u64 {
+        if self.bound.is_some() {
+            self.bdp(0.5).max(4 * self.mss)
+        } else {
+            4 * self.mss
+        }
+    }
+
+    /// The window gain and headroom in force: the queue bound's gain in ProbeBW (at least
+    /// the pacing gain, so a probe for more bandwidth has room), else the mode's gain.
+    fn window_gain(&self, now: Instant) -> (f64, u64) {
+        match &self.bound {
+            Some(b) if self.mode == Mode::ProbeBw => {
+                (b.gain(now).max(self.pacing_gain), 2 * self.mss)
+            }
+            _ => (self.cwnd_gain, 3 * self.mss),
         }
     }
 
@@ -89,15 +131,23 @@ impl Bbr {
         if rate <= 0.0 {
             return;
         }
-        if ev.rate.is_app_limited && rate < self.btl_bw {
+        if round_start && self.mode != Mode::ProbeRtt {
+            self.bw_round += 1;
+        }
+        // ProbeRTT's small window limits what it delivers, as an idle application would:
+        // its samples may raise the estimate, never age out a higher one. (Ten rounds of
+        // 20 ms fit in ProbeRTT's 200 ms: they would replace the estimate with ProbeRTT's
+        // own trickle, and the path would creep back over seconds.)
+        let limited = ev.rate.is_app_limited || self.mode == Mode::ProbeRtt;
+        if limited && rate < self.btl_bw {
             return;
         }
         // Monotonic deque: keep decreasing bandwidths, drop samples older than the window.
         while matches!(self.bw_samples.back(), Some(&(_, b)) if b <= rate) {
             self.bw_samples.pop_back();
         }
-        self.bw_samples.push_back((self.round, rate));
-        while matches!(self.bw_samples.front(), Some(&(r, _)) if r + BW_WINDOW_ROUNDS <= self.round)
+        self.bw_samples.push_back((self.bw_round, rate));
+        while matches!(self.bw_samples.front(), Some(&(r, _)) if r + BW_WINDOW_ROUNDS <= self.bw_round)
         {
             self.bw_samples.pop_front();
         }
@@ -143,7 +193,11 @@ impl Bbr {
 
 impl CongestionController for Bbr {
     fn name(&self) -> &'static str {
-        "bbr"
+        if self.bound.is_some() {
+            "bbrq"
+        } else {
+            "bbr"
+        }
     }
 
     fn on_ack(&mut self, ev: &AckEvent<'_>) {
@@ -154,6 +208,14 @@ impl CongestionController for Bbr {
             round_start = true;
         }
         self.update_bw(ev, round_start);
+        if let Some(b) = &mut self.bound {
+            if let Some(s) = ev.rtt_sample {
+                b.on_rtt_sample(s);
+            }
+            if let (true, true, Some(m)) = (round_start, self.filled_pipe, self.min_rtt) {
+                b.on_round_start(ev.now, m);
+            }
+        }
 
         // Propagation RTT.
         let expired = ev.now > self.min_rtt_stamp + MIN_RTT_WINDOW;
@@ -187,7 +249,7 @@ impl CongestionController for Bbr {
         }
         if self.mode == Mode::ProbeRtt {
             match self.probe_rtt_done {
-                None if ev.in_flight <= 4 * self.mss => {
+                None if ev.in_flight <= self.probe_rtt_cwnd() => {
                     self.probe_rtt_done = Some(ev.now + PROBE_RTT_TIME);
                     self.probe_rtt_round_done = false;
                     self.next_round_delivered = ev.rate.delivered;
@@ -213,7 +275,8 @@ impl CongestionController for Bbr {
         }
 
         // Window.
-        let target = self.bdp(self.cwnd_gain) + 3 * self.mss;
+        let (gain, headroom) = self.window_gain(ev.now);
+        let target = self.bdp(gain) + headroom;
         if self.filled_pipe {
             self.cwnd = (self.cwnd + ev.acked_bytes).min(target);
         } else if self.cwnd < target || ev.rate.delivered < self.initial_cwnd {
@@ -221,22 +284,21 @@ impl CongestionController for Bbr {
         }
         self.cwnd = self.cwnd.max(4 * self.mss);
         if self.mode == Mode::ProbeRtt {
-            self.cwnd = self.cwnd.min(4 * self.mss);
+            self.cwnd = self.cwnd.min(self.probe_rtt_cwnd());
         }
     }
 
     fn on_loss(&mut self, ev: &LossEvent) {
         if ev.persistent {
-            // The path was dead for a long time: rebuild the model from scratch.
+            // Nothing came back for a long time (an outage, a blackout not yet frozen):
+            // start again from a small window, as Linux BBR does after a timeout, but keep
+            // the model. Each ACK then grows the window by what it acknowledged up to the
+            // model's target, so a path that returns as it was is full again within a few
+            // round trips; a path that returns slower shows it in the next ten rounds of
+            // bandwidth samples. (Clearing the model made the first samples after the outage,
+            // taken while the window was still small, look like a full pipe, and the path
+            // then crept back over seconds.)
             self.cwnd = 4 * self.mss;
-            self.bw_samples.clear();
-            self.btl_bw = 0.0;
-            self.filled_pipe = false;
-            self.full_bw = 0.0;
-            self.full_bw_rounds = 0;
-            self.mode = Mode::Startup;
-            self.pacing_gain = STARTUP_GAIN;
-            self.cwnd_gain = STARTUP_GAIN;
         }
     }
 

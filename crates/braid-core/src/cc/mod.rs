@@ -1,7 +1,7 @@
 //! Congestion control of one path behind a small trait.
 //!
 //! Owns: the congestion window and pacing rate of a path, and the algorithms that move them
-//! (`reno`, `cubic`, `bbr`). Must not touch: packet bookkeeping, loss detection or
+//! (`reno`, `cubic`, `bbr`, `bbrq`, and the coupled `lia`, `balia`, `olia`). Must not touch: packet bookkeeping, loss detection or
 //! scheduling; a controller only reacts to the events the path hands it.
 
 mod bbr;
@@ -9,6 +9,7 @@ mod coupled;
 mod cubic;
 mod hystart;
 mod olia;
+mod qbound;
 mod reno;
 
 pub use bbr::Bbr;
@@ -159,6 +160,9 @@ pub enum CcAlgorithm {
     /// Opportunistic Linked Increases (Khalili et al. 2012): coupled, Pareto-optimal; shifts
     /// window from the largest-window paths to the paths with the best loss intervals.
     Olia,
+    /// BBR with a queue bound: the window follows the standing queue the path measures,
+    /// so a bulk flow leaves the bottleneck's queue nearly empty for everything else.
+    Bbrq,
 }
 
 impl CcAlgorithm {
@@ -170,6 +174,8 @@ impl CcAlgorithm {
         ("lia", CcAlgorithm::Lia),
         ("balia", CcAlgorithm::Balia),
         ("olia", CcAlgorithm::Olia),
+        // Position in this list is the controller's id in HELLO: append, never reorder.
+        ("bbrq", CcAlgorithm::Bbrq),
     ];
 
     /// Build a controller for a path with this maximum datagram size.
@@ -186,6 +192,7 @@ impl CcAlgorithm {
             CcAlgorithm::Lia => Box::new(Lia::new(mss, initial_window)),
             CcAlgorithm::Balia => Box::new(Balia::new(mss, initial_window)),
             CcAlgorithm::Olia => Box::new(Olia::new(mss, initial_window)),
+            CcAlgorithm::Bbrq => Box::new(Bbr::with_queue_bound(mss, initial_window, now)),
         }
     }
 }

@@ -444,7 +444,12 @@ impl Path {
             delivered: self.delivered,
             delivered_time: self.delivered_time,
             first_sent_time: self.first_sent_time,
-            is_app_limited: self.app_limited_until > self.delivered,
+            // Sent while the application left the path idle: until the mark ends, and also a
+            // packet that leaves an empty pipe once the mark's own packets were delivered
+            // (a call's packets, each acknowledged before the next; see the regression test
+            // `sparse_packets_sent_from_an_idle_path_are_app_limited`).
+            is_app_limited: self.app_limited_until > self.delivered
+                || (self.app_limited_until != 0 && self.in_flight == 0),
             reinjected: false,
             random_loss: false,
             episode: 0,

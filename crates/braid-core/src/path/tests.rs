@@ -60,3 +60,33 @@ fn a_path_leaving_tcp_gets_the_sessions_controller_back() {
     p.set_reliable(false, cfg.cc, at(1));
     assert_eq!(p.cc.name(), cfg.cc.build(1200, 12000, at(1)).name());
 }
+
+/// A call alone on the session: one small packet every 20 ms, each acknowledged before the
+/// next leaves. Every one of them was sent with nothing else to send, so every rate sample
+/// must say so; before the fix only the first did (the mark ended when its packet was
+/// acknowledged), BBR took the call's rate for a full pipe and left startup at it, and a
+/// download that followed crept up for seconds.
+#[test]
+fn sparse_packets_sent_from_an_idle_path_are_app_limited() {
+    let cfg = Config::default();
+    let mut p = Path::new(0, &cfg, cfg.cc, at(0));
+    p.validated = true;
+    for i in 0..10u64 {
+        p.mark_app_limited();
+        p.on_sent(at(20 * i), 200, true, false, SmallVec::new());
+        let (mut acked, mut lost) = (Vec::new(), Vec::new());
+        #[allow(clippy::single_range_in_vec_init)] // one ACK range: this packet alone
+        ack(&[i..i + 1], |a| {
+            p.on_ack_frame(
+                at(20 * i + 5),
+                a,
+                cfg.max_ack_delay,
+                false,
+                &mut acked,
+                &mut lost,
+            );
+        });
+        assert_eq!(acked.len(), 1);
+        assert!(acked[0].is_app_limited, "packet {i} not marked app-limited");
+    }
+}

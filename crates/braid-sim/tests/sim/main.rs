@@ -8,6 +8,7 @@ mod connmix;
 mod datagram_paths;
 mod default_stack;
 mod keepalive_energy;
+mod latency;
 mod link_effects;
 mod operetta;
 mod properties;

@@ -79,7 +79,7 @@ fn base_is_valid_and_defaults_apply() {
     let v = &s.variants[0];
     assert_eq!(
         (v.kind, v.scheduler.as_str(), v.cc.as_str()),
-        (VariantKind::Braid, "minrtt", "cubic")
+        (VariantKind::Braid, "minrtt", "bbrq")
     );
     assert_eq!(v.paths, vec![0, 1]);
     assert_eq!(s.path_index("b"), Some(1));

@@ -558,7 +558,7 @@ fn the_server_adopts_the_clients_controller_and_scheduler() {
     client.cc = braid_core::CcAlgorithm::Bbr;
     client.scheduler = braid_core::SchedulerKind::RoundRobin;
     let server = braid_sim::runner::session_config(&scn, &plans[0], 2);
-    assert_eq!(server.cc, braid_core::CcAlgorithm::Cubic);
+    assert_eq!(server.cc, braid_core::CcAlgorithm::Bbrq);
     let paths: Vec<Option<braid_sim::PathSpec>> = scn.paths.iter().cloned().map(Some).collect();
     let mut w = World::new(&paths, 1, client, server);
     assert_eq!(
