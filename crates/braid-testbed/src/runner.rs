@@ -3,7 +3,8 @@
 //! Owns: checking that a scenario can run here, the order of set-up and teardown (lock,
 //! topology, emulators, per-variant stacks, transfers), the per-kind stack set-up (`tcp`,
 //! `mptcp`, `bond`, `braid`, `ss-mptcp`) and turning transfers into braid-sim's `Report`
-//! (`mode: "testbed"`) plus throughput samples. Must not touch: link behaviour (braid-sim's
+//! (`mode: "testbed"`, with each transfer's latency record from `measure`) plus throughput
+//! and probe samples. Must not touch: link behaviour (braid-sim's
 //! model through `l2emu`), namespace plumbing (`netns`), the transfer protocol (`traffic`).
 //!
 //! Teardown is by ownership: the run lock, the topology, the emulators and each variant's
@@ -23,6 +24,7 @@ use crate::cmd;
 use crate::error::{Result, TestbedError};
 use crate::l2emu::{EmuConfig, LinkEmu};
 use crate::lock::RunLock;
+use crate::measure::Responders;
 use crate::netns::{PathLink, Topology};
 use crate::procs::Helper;
 use crate::traffic::{self, Proto, Socks, TrafficServer, TransferSpec};
@@ -62,6 +64,9 @@ pub struct RunSamples {
     /// Receiver goodput of each interval, bit/s; sample `i` covers `[i, i+1) × interval_s`
     /// from the start of the connection.
     pub throughput_bps: Vec<f64>,
+    /// Round trips (seconds) of the latency probe's packets sent while the transfer ran, in
+    /// send order, 50 a second; a packet never answered is infinite (`null` in JSON).
+    pub probe_rtt_s: Vec<f64>,
 }
 
 /// What `braid testbed run --json` prints: the `braid sim` report plus samples.
@@ -334,6 +339,7 @@ struct Stack {
     bond: Option<LinkEmu>,
     mptcp_ns: Option<String>,
     template: TransferSpec,
+    responders: Responders,
     allowed: Option<AllowedCc>,
 }
 
@@ -439,12 +445,19 @@ impl Stack {
             seed: 0,
             timeout: Duration::from_nanos(scn.time_limit),
         };
+        // The probe's and RPM's responders; RPM over MPTCP for the kernel MPTCP variant.
+        let proto = match v.kind {
+            VariantKind::Mptcp => Proto::Mptcp,
+            _ => Proto::Tcp,
+        };
+        let responders = Responders::start(&topo.server, proto)?;
         let stack = |server: TrafficServer, template: &TransferSpec| Stack {
             helpers: Vec::new(),
             server,
             bond: None,
             mptcp_ns: None,
             template: template.clone(),
+            responders,
             allowed: None,
         };
         match v.kind {
@@ -507,6 +520,7 @@ impl Stack {
                     pass.clone(),
                     "-m".into(),
                     method.into(),
+                    "-u".into(),
                 ];
                 s.helpers.push(Helper::spawn(
                     "ss-server",
@@ -530,6 +544,7 @@ impl Stack {
                     pass,
                     "-m".into(),
                     method.into(),
+                    "-u".into(),
                 ];
                 s.helpers.push(Helper::spawn(
                     "ss-local",
@@ -783,13 +798,18 @@ fn one_transfer(
     let mut spec = stack.template.clone();
     spec.size = size;
     spec.seed = splitmix64(seed ^ size);
-    let out = traffic::transfer(&spec)?;
+    let m = crate::measure::transfer(&spec, &stack.responders)?;
+    if let Some(w) = &m.warning {
+        eprintln!("braid testbed: {} rep {rep} size {size}: {w}", v.name);
+    }
+    let out = m.outcome;
     let after = delivered(stack, emus, v, d);
     let mut r = RunResult::new(&v.name, rep, seed, size);
     r.verified = out.verified;
     r.completion_s = out.completion_s;
     r.goodput_bps = if out.verified { out.goodput_bps } else { 0.0 };
     r.error = out.error.clone();
+    r.latency = m.latency;
     let t1 = (out.completion_s * 1e9) as u64;
     let mut cap_bits = 0.0;
     for (k, &i) in v.paths.iter().enumerate() {
@@ -818,6 +838,7 @@ fn one_transfer(
         size_bytes: size,
         interval_s: traffic::SAMPLE_INTERVAL.as_secs_f64(),
         throughput_bps: out.samples_bps,
+        probe_rtt_s: m.loaded_rtt_s,
     };
     Ok((r, s))
 }
