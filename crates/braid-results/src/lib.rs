@@ -46,6 +46,9 @@ pub struct RunSamples {
     pub interval_s: f64,
     /// Goodput of each interval, in bit/s; sample `i` covers `[i, i + 1) × interval_s`.
     pub throughput_bps: Vec<f64>,
+    /// Round trips (seconds) of the latency probe's packets sent while the transfer ran, in
+    /// send order; `f64::INFINITY` for a packet never answered; empty when not measured.
+    pub probe_rtt_s: Vec<f64>,
 }
 
 /// Everything that can go wrong in this crate. Each message says what was wrong, where, and

@@ -70,6 +70,7 @@ pub fn run(scenario: &Path, json: bool, db: Option<&Path>) -> Result<bool> {
                 size_bytes: s.size_bytes,
                 interval_s: s.interval_s,
                 throughput_bps: s.throughput_bps.clone(),
+                probe_rtt_s: s.probe_rtt_s.clone(),
             })
             .collect();
         let id =
