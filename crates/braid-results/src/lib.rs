@@ -22,9 +22,11 @@
 pub mod format;
 pub mod html;
 pub mod plot;
+pub mod plot_lines;
 pub mod report;
 pub mod stats;
 pub mod store;
+pub mod summary;
 
 pub use plot::Figure;
 pub use report::{write_report, WrittenReport};

@@ -375,7 +375,8 @@ fn plots_are_written_and_deterministic() {
         [
             FigureKind::Goodput,
             FigureKind::Completion,
-            FigureKind::Throughput
+            FigureKind::Throughput,
+            FigureKind::LatencyCdf
         ]
     );
     for f in &figs {
@@ -456,7 +457,7 @@ fn html_report_escapes_database_strings() {
     let out = dir.path().join("report");
     let w = write_report(&store, &out).unwrap();
     assert_eq!(w.sections, 1);
-    assert_eq!(w.figures, 3);
+    assert_eq!(w.figures, 4);
     let html = std::fs::read_to_string(&w.index).unwrap();
     assert!(!html.contains("<script>"), "unescaped script tag");
     assert!(!html.contains("<b>bold"));
@@ -474,7 +475,61 @@ fn html_report_escapes_database_strings() {
         assert!(out.join(link).is_file(), "{link}");
         links += 1;
     }
-    assert_eq!(links, 3);
+    assert_eq!(links, 4);
+}
+
+#[test]
+fn latency_in_the_tables_and_a_cdf_per_variant() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = Store::open(dir.path().join("r.sqlite")).unwrap();
+    let mut s = samples();
+    // A second variant with probe samples: its round trips twice as long, a tenth lost.
+    s[2].probe_rtt_s = (0..100)
+        .map(|i| if i % 10 == 0 { f64::INFINITY } else { 0.05 })
+        .collect();
+    store.record(&report("lat"), "", "r", &s).unwrap();
+    let w = write_report(&store, &dir.path().join("out")).unwrap();
+    let html = std::fs::read_to_string(&w.index).unwrap();
+    // "wifi", 1 MB: idle p50 20..23 ms (median 21.5), loaded p99 150..172.5 ms (median
+    // 161.25), loss 0..3 % (median 1.5 %), RPM 600 and 602 (median 601).
+    for text in [&html, &w.text] {
+        for cell in ["21.5 ms", "86.0 ms", "161 ms", "1.50 %", "601"] {
+            assert!(text.contains(cell), "{cell} missing from {text}");
+        }
+    }
+    for head in ["idle p50", "loaded p95", "loaded p99", "probe loss", "RPM"] {
+        assert!(html.contains(head), "{head}");
+    }
+    assert!(
+        w.text.contains("load p99") && w.text.contains("wifi"),
+        "{}",
+        w.text
+    );
+    // The CDF: one curve per variant with samples, ending at 1 - its loss.
+    let cdf = std::fs::read_to_string(dir.path().join("out/plots/run-1-lat-latency-cdf.svg"))
+        .expect("the CDF figure");
+    // Curves are the only lines drawn 2 px wide, in each variant's colour.
+    let curves: Vec<&str> = cdf
+        .split("<polyline")
+        .skip(1)
+        .filter(|p| p.contains("stroke-width=\"2\""))
+        .collect();
+    assert_eq!(curves.len(), 2, "two curves");
+    assert!(curves[0].contains("#4E79A7") && curves[1].contains("#E15759"));
+    let pts = braid_results::plot_lines::cdf_points(s[2].probe_rtt_s.iter().copied()).unwrap();
+    assert_eq!(pts.first(), Some(&(50.0, 0.0)));
+    assert_eq!(pts.last(), Some(&(50.0, 0.9)));
+    let pts = braid_results::plot_lines::cdf_points([0.03, f64::NAN, 0.01, 0.02]).unwrap();
+    assert_eq!(
+        pts,
+        [
+            (10.0, 0.0),
+            (10.0, 1.0 / 3.0),
+            (20.0, 2.0 / 3.0),
+            (30.0, 1.0)
+        ]
+    );
+    assert!(braid_results::plot_lines::cdf_points([f64::INFINITY]).is_none());
 }
 
 /// Writes a report to $BRAID_RESULTS_DEMO_DIR for looking at by eye (skipped when unset).
