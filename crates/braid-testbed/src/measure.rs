@@ -74,19 +74,28 @@ pub struct Measured {
     pub outcome: TransferOutcome,
     /// The probe's idle and loaded percentiles, loss and RPM.
     pub latency: Latency,
-    /// Every probe packet sent while loaded, in send order: its round trip in seconds, or
-    /// `f64::INFINITY` when no answer came.
-    pub loaded_rtt_s: Vec<f64>,
+    /// Every probe packet sent while loaded, in send order: its send time from the
+    /// transfer's start and its round trip, in seconds (`f64::INFINITY` when no answer
+    /// came).
+    pub loaded: Vec<(f64, f64)>,
     /// Why the probe or RPM measured nothing, if so (the transfer itself is in `outcome`).
     pub warning: Option<String>,
 }
 
-/// Runs `spec` with the probe before and beside it and RPM during it. Only a signal (or
-/// not being able to start a thread or enter the namespace) is an `Err`.
-pub fn transfer(spec: &TransferSpec, responders: &Responders) -> Result<Measured> {
+/// Runs `spec` with the probe before and beside it and RPM during it; `at_start` runs just
+/// before the transfer connects, after the idle probe (the runner starts fresh link models
+/// there, so blackouts and traces count from the transfer's start), and its value is
+/// returned. Only a signal (or not being able to start a thread or enter the namespace) is
+/// an `Err`.
+pub fn transfer<T>(
+    spec: &TransferSpec,
+    responders: &Responders,
+    at_start: impl FnOnce() -> T,
+) -> Result<(Measured, T)> {
     let limit = IDLE_PROBE + spec.timeout + Duration::from_secs(5);
     let probe = Probe::start(&spec.ns, responders.probe_route(spec), limit)?;
     sleep_checked(IDLE_PROBE)?;
+    let started = at_start();
     let load_from = Instant::now();
     let rpm = RpmProbe::start(&responders.rpm_spec(spec))?;
     let outcome = traffic::transfer(spec);
@@ -115,12 +124,13 @@ pub fn transfer(spec: &TransferSpec, responders: &Responders) -> Result<Measured
         }
         _ => None,
     };
-    Ok(Measured {
+    let measured = Measured {
         outcome,
         latency,
-        loaded_rtt_s: run.window_with_losses(load_from, load_to),
+        loaded: run.window_with_losses(load_from, load_to),
         warning,
-    })
+    };
+    Ok((measured, started))
 }
 
 fn sleep_checked(d: Duration) -> Result<()> {

@@ -161,13 +161,16 @@ impl ProbeRun {
         (rtts, sent.len())
     }
 
-    /// Like [`ProbeRun::window`], with every packet sent: its round trip in seconds, or
-    /// `f64::INFINITY` when it was lost.
-    pub fn window_with_losses(&self, from: Instant, to: Instant) -> Vec<f64> {
+    /// Every packet sent in `[from, to)`: its send time from `from` and its round trip, in
+    /// seconds; the round trip is `f64::INFINITY` when the packet was lost.
+    pub fn window_with_losses(&self, from: Instant, to: Instant) -> Vec<(f64, f64)> {
         self.samples
             .iter()
             .filter(|s| s.sent >= from && s.sent < to)
-            .map(|s| s.rtt.map_or(f64::INFINITY, |d| d.as_secs_f64()))
+            .map(|s| {
+                let rtt = s.rtt.map_or(f64::INFINITY, |d| d.as_secs_f64());
+                (s.sent.duration_since(from).as_secs_f64(), rtt)
+            })
             .collect()
     }
 }
@@ -469,7 +472,7 @@ mod tests {
         assert_eq!((rtts, sent), (vec![0.030], 2));
         assert_eq!(
             run.window_with_losses(at(0), at(30)),
-            vec![0.020, f64::INFINITY]
+            vec![(0.0, 0.020), (0.020, f64::INFINITY)]
         );
     }
 }

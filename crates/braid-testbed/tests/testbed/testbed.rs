@@ -4,6 +4,7 @@
 //! process-wide mutex and run one at a time.
 
 use braid_sim::Scenario;
+use braid_testbed::faults::FaultKind;
 use braid_testbed::l2emu::{EmuConfig, LinkEmu};
 use braid_testbed::lock::{RunLock, LOCK_FILE};
 use braid_testbed::netns::{in_netns, list_testbed_namespaces, Topology};
@@ -659,4 +660,61 @@ fn latency_probe_measures_the_round_trip() {
     }
     drop(echo);
     drop(emus);
+}
+
+/// A carrier loss on the first path of `mptcp` (2 s from 1.5 s) and a black hole on the
+/// second (a scenario blackout, 1 s from 4 s) during one transfer: both are reported; the
+/// probe, which takes the first path, has a gap of about 2 s around the carrier loss (so the
+/// carrier really went down) and none around the black hole on the other path, and the
+/// transfer still arrives. A
+/// fault on a path the scenario lacks is refused before anything is built.
+#[test]
+fn carrier_loss_and_black_hole_are_measured() {
+    let _g = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    if skip("carrier_loss_and_black_hole_are_measured") {
+        return;
+    }
+    let scn = scenario(
+        "name = \"faults\"\n[[path]]\nname = \"a\"\nrate = \"20Mbit\"\ndelay = \"5ms\"\n\
+         [[path]]\nname = \"b\"\nrate = \"20Mbit\"\ndelay = \"5ms\"\n\
+         blackouts = [{ at = \"4s\", duration = \"1s\" }]\n\
+         [workload]\nsize = \"30MB\"\n[[variant]]\nname = \"mptcp\"\nkind = \"mptcp\"\n",
+    );
+    let mut opts = RunOptions {
+        handle_signals: false,
+        ..RunOptions::default()
+    };
+    opts.faults = vec!["carrier:zzz:1s:1s".parse().unwrap()];
+    let e = run_scenario(&scn, &opts, |_| {}).unwrap_err().to_string();
+    assert!(e.contains("\"zzz\"") && e.contains("a, b"), "{e}");
+    opts.faults = vec!["carrier:a:1.5s:2s".parse().unwrap()];
+    let rep = run_scenario(&scn, &opts, |_| {}).expect("run");
+    print!("{}", braid_testbed::faults::table(&rep.faults));
+    assert!(
+        rep.report.all_verified(),
+        "{:?}",
+        rep.report.results[0].error
+    );
+    assert_eq!(rep.faults.len(), 2, "{:?}", rep.faults);
+    let carrier = &rep.faults[0];
+    assert_eq!(carrier.fault.kind, FaultKind::Carrier);
+    let gap = carrier.probe_longest_gap_s.expect("probe gap");
+    assert!((1.8..3.5).contains(&gap), "probe gap {gap} s");
+    assert!(carrier.probe_loss_during.is_some() && carrier.time_to_fallback_s.is_some());
+    let hole = &rep.faults[1];
+    assert_eq!(
+        (hole.fault.kind, hole.fault.path.as_str(), hole.fault.at_s),
+        (FaultKind::BlackHole, "b", 4.0)
+    );
+    // The probe takes path a: the black hole on b leaves it alone.
+    let gap = hole.probe_longest_gap_s.expect("probe gap");
+    assert!(
+        gap < 0.5,
+        "probe gap {gap} s around the black hole on the other path"
+    );
+    let json = serde_json::to_string(&rep).unwrap();
+    assert!(
+        json.contains("\"time_to_recovery_s\""),
+        "faults in the JSON"
+    );
 }
