@@ -1,9 +1,10 @@
 //! braid-results: a SQLite database of simulator and testbed runs, plots of them, and a
 //! self-contained HTML report.
 //!
-//! Owns: the results database schema ([`store`]), box and time-series plots ([`plot`]), the
-//! HTML page ([`html`]), the statistics and number formatting they share ([`stats`],
-//! [`format`]), and putting them together into a report directory ([`report`]).
+//! Owns: the results database schema ([`store`]), box plots ([`plot`]), throughput-over-time
+//! and loaded-latency CDF figures ([`plot_lines`]), the HTML page ([`html`]), the summary
+//! rows and their text table ([`summary`]), the statistics and number formatting they share
+//! ([`stats`], [`format`]), and putting them together into a report directory ([`report`]).
 //! Must not touch: how results are made (that is braid-sim and the testbed), the command line
 //! (the `braid` crate calls [`Store::record`] and [`write_report`]).
 //!
@@ -35,7 +36,8 @@ pub use store::{git_revision, ResultFilter, Store, StoredResult, StoredRun, SCHE
 use std::path::PathBuf;
 
 /// Throughput samples of one transfer, taken at a fixed interval (the testbed samples every
-/// 100 ms). Keyed, like a [`braid_sim::RunResult`], by variant, repetition and size.
+/// 100 ms), and the latency probe's round trips while it ran. Keyed, like a
+/// [`braid_sim::RunResult`], by variant, repetition and size.
 #[derive(Debug, Clone, PartialEq)]
 pub struct RunSamples {
     /// Variant name.
