@@ -86,6 +86,27 @@ pub fn ratio(v: f64) -> String {
     non_finite(v).unwrap_or_else(|| format!("{v:.3}"))
 }
 
+/// Milliseconds as `"45.6 ms"`, `"1234 ms"`.
+pub fn millis(ms: f64) -> String {
+    non_finite(ms).unwrap_or_else(|| format!("{} ms", sig3(ms)))
+}
+
+/// A fraction as a percentage: `"1.2 %"`, `"0 %"`.
+pub fn percent(v: f64) -> String {
+    non_finite(v).unwrap_or_else(|| {
+        if v == 0.0 {
+            "0 %".to_string()
+        } else {
+            format!("{} %", sig3(v * 100.0))
+        }
+    })
+}
+
+/// A count without decimals: `"612"`.
+pub fn count(v: f64) -> String {
+    non_finite(v).unwrap_or_else(|| format!("{v:.0}"))
+}
+
 /// An optional number with a formatter, "–" for `None`.
 pub fn opt(v: Option<f64>, f: fn(f64) -> String) -> String {
     v.map(f).unwrap_or_else(|| "–".to_string())
@@ -128,6 +149,11 @@ mod tests {
         assert_eq!(duration(0.0456), "45.6 ms");
         assert_eq!(duration(125.0), "2 min 05 s");
         assert_eq!(energy(0.45), "450 mJ");
+        assert_eq!(millis(45.64), "45.6 ms");
+        assert_eq!(millis(1234.4), "1234 ms");
+        assert_eq!(percent(0.0123), "1.23 %");
+        assert_eq!(percent(0.0), "0 %");
+        assert_eq!(count(611.6), "612");
         assert_eq!(unix_time(0), "1970-01-01 00:00:00 UTC");
         assert_eq!(unix_time(1_714_571_112), "2024-05-01 13:45:12 UTC");
     }

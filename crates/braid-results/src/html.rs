@@ -1,14 +1,14 @@
 //! The HTML page of a report: one self-contained `index.html` (inline CSS, no scripts, no
 //! external resources) linking the plot files beside it.
 //!
-//! Owns: the page's markup, HTML escaping, the per-variant-and-size summary rows. Must not
-//! touch: the database, drawing, the file system (callers write the string). Every string
+//! Owns: the page's markup and HTML escaping. Must not touch: the database, drawing, the
+//! summary rows' numbers ([`crate::summary`]), the file system (callers write the string). Every string
 //! that came from the database or a scenario goes through [`escape`].
 
 use crate::format;
 use crate::plot::Figure;
-use crate::stats::{median, sorted_finite};
 use crate::store::StoredRun;
+pub use crate::summary::{summarise, SummaryRow};
 use braid_sim::RunResult;
 use std::fmt::Write;
 
@@ -26,72 +26,6 @@ pub fn escape(s: &str) -> String {
         }
     }
     out
-}
-
-/// One row of a scenario's table: the transfers of one variant and size.
-#[derive(Debug, Clone, PartialEq)]
-pub struct SummaryRow {
-    /// Variant name.
-    pub variant: String,
-    /// Transfer size.
-    pub size_bytes: u64,
-    /// Number of transfers.
-    pub repetitions: usize,
-    /// Median goodput over the finite values.
-    pub goodput_median: Option<f64>,
-    /// Smallest finite goodput.
-    pub goodput_min: Option<f64>,
-    /// Largest finite goodput.
-    pub goodput_max: Option<f64>,
-    /// Median completion time.
-    pub completion_median: Option<f64>,
-    /// Median efficiency.
-    pub efficiency_median: Option<f64>,
-    /// Median energy.
-    pub energy_median: Option<f64>,
-    /// Transfers that arrived exactly.
-    pub verified: usize,
-}
-
-/// Rows by size (ascending), then variant in order of first appearance.
-pub fn summarise(results: &[RunResult]) -> Vec<SummaryRow> {
-    let mut variants: Vec<&str> = Vec::new();
-    let mut sizes: Vec<u64> = Vec::new();
-    for r in results {
-        if !variants.contains(&r.variant.as_str()) {
-            variants.push(&r.variant);
-        }
-        if !sizes.contains(&r.size_bytes) {
-            sizes.push(r.size_bytes);
-        }
-    }
-    sizes.sort_unstable();
-    let mut rows = Vec::new();
-    for &size in &sizes {
-        for &v in &variants {
-            let rs: Vec<&RunResult> = results
-                .iter()
-                .filter(|r| r.size_bytes == size && r.variant == v)
-                .collect();
-            if rs.is_empty() {
-                continue;
-            }
-            let goodput = sorted_finite(rs.iter().map(|r| r.goodput_bps));
-            rows.push(SummaryRow {
-                variant: v.to_string(),
-                size_bytes: size,
-                repetitions: rs.len(),
-                goodput_median: median(goodput.iter().copied()),
-                goodput_min: goodput.first().copied(),
-                goodput_max: goodput.last().copied(),
-                completion_median: median(rs.iter().map(|r| r.completion_s)),
-                efficiency_median: median(rs.iter().map(|r| r.efficiency)),
-                energy_median: median(rs.iter().map(|r| r.energy_j)),
-                verified: rs.iter().filter(|r| r.verified).count(),
-            });
-        }
-    }
-    rows
 }
 
 /// One scenario's section: its latest run, the results and the figures (paths relative to
@@ -198,14 +132,16 @@ fn section(h: &mut String, s: &Section) {
         "<table>\n<tr><th class=\"l\">variant</th><th>size</th><th>runs</th>\
          <th>median goodput</th><th>min goodput</th><th>max goodput</th>\
          <th>median time</th><th>median efficiency</th><th>median energy</th>\
-         <th>verified</th></tr>\n",
+         <th>idle p50</th><th>loaded p50</th><th>loaded p95</th><th>loaded p99</th>\
+         <th>probe loss</th><th>RPM</th><th>verified</th></tr>\n",
     );
     for row in summarise(&s.results) {
         let bad = row.verified < row.repetitions;
         let _ = writeln!(
             h,
             "<tr{}><td class=\"l\">{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td>\
-             <td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}/{}</td></tr>",
+             <td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td>\
+             <td>{}</td><td>{}</td><td>{}</td><td>{}/{}</td></tr>",
             if bad { " class=\"bad\"" } else { "" },
             escape(&row.variant),
             escape(&format::size(row.size_bytes)),
@@ -216,6 +152,24 @@ fn section(h: &mut String, s: &Section) {
             escape(&format::opt(row.completion_median, format::duration)),
             escape(&format::opt(row.efficiency_median, format::ratio)),
             escape(&format::opt(row.energy_median, format::energy)),
+            escape(&format::opt(
+                row.latency.latency_idle_p50_ms,
+                format::millis
+            )),
+            escape(&format::opt(
+                row.latency.latency_load_p50_ms,
+                format::millis
+            )),
+            escape(&format::opt(
+                row.latency.latency_load_p95_ms,
+                format::millis
+            )),
+            escape(&format::opt(
+                row.latency.latency_load_p99_ms,
+                format::millis
+            )),
+            escape(&format::opt(row.latency.probe_loss, format::percent)),
+            escape(&format::opt(row.latency.rpm, format::count)),
             row.verified,
             row.repetitions,
         );

@@ -1,9 +1,10 @@
 //! braid-results: a SQLite database of simulator and testbed runs, plots of them, and a
 //! self-contained HTML report.
 //!
-//! Owns: the results database schema ([`store`]), box and time-series plots ([`plot`]), the
-//! HTML page ([`html`]), the statistics and number formatting they share ([`stats`],
-//! [`format`]), and putting them together into a report directory ([`report`]).
+//! Owns: the results database schema ([`store`]), box plots ([`plot`]), throughput-over-time
+//! and loaded-latency CDF figures ([`plot_lines`]), the HTML page ([`html`]), the summary
+//! rows and their text table ([`summary`]), the statistics and number formatting they share
+//! ([`stats`], [`format`]), and putting them together into a report directory ([`report`]).
 //! Must not touch: how results are made (that is braid-sim and the testbed), the command line
 //! (the `braid` crate calls [`Store::record`] and [`write_report`]).
 //!
@@ -22,9 +23,11 @@
 pub mod format;
 pub mod html;
 pub mod plot;
+pub mod plot_lines;
 pub mod report;
 pub mod stats;
 pub mod store;
+pub mod summary;
 
 pub use plot::Figure;
 pub use report::{write_report, WrittenReport};
@@ -33,7 +36,8 @@ pub use store::{git_revision, ResultFilter, Store, StoredResult, StoredRun, SCHE
 use std::path::PathBuf;
 
 /// Throughput samples of one transfer, taken at a fixed interval (the testbed samples every
-/// 100 ms). Keyed, like a [`braid_sim::RunResult`], by variant, repetition and size.
+/// 100 ms), and the latency probe's round trips while it ran. Keyed, like a
+/// [`braid_sim::RunResult`], by variant, repetition and size.
 #[derive(Debug, Clone, PartialEq)]
 pub struct RunSamples {
     /// Variant name.
@@ -46,6 +50,9 @@ pub struct RunSamples {
     pub interval_s: f64,
     /// Goodput of each interval, in bit/s; sample `i` covers `[i, i + 1) × interval_s`.
     pub throughput_bps: Vec<f64>,
+    /// Round trips (seconds) of the latency probe's packets sent while the transfer ran, in
+    /// send order; `f64::INFINITY` for a packet never answered; empty when not measured.
+    pub probe_rtt_s: Vec<f64>,
 }
 
 /// Everything that can go wrong in this crate. Each message says what was wrong, where, and

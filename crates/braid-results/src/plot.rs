@@ -1,4 +1,5 @@
-//! Figures of one run: box plots per transfer size and variant, throughput over time.
+//! Figures of one run: box plots per transfer size and variant; through [`crate::plot_lines`],
+//! throughput over time and the loaded-latency CDF.
 //!
 //! Owns: drawing PNG and SVG files. Must not touch: the database, HTML, statistics beyond
 //! calling [`crate::stats`]. Every figure is written twice from the same drawing code, as
@@ -34,8 +35,8 @@ const PALETTE: [RGBColor; 10] = [
     RGBColor(0xba, 0xb0, 0xac),
 ];
 
-const HEIGHT: u32 = 520;
-const LEGEND_W: u32 = 210;
+pub(crate) const HEIGHT: u32 = 520;
+pub(crate) const LEGEND_W: u32 = 210;
 
 /// What a figure shows.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -46,6 +47,8 @@ pub enum FigureKind {
     Completion,
     /// Throughput over time per variant, for one size.
     Throughput,
+    /// The distribution of the latency probe's round trips under load, per variant.
+    LatencyCdf,
 }
 
 /// One figure, written as SVG and PNG.
@@ -61,7 +64,7 @@ pub struct Figure {
     pub png: PathBuf,
 }
 
-fn colour(i: usize) -> RGBColor {
+pub(crate) fn colour(i: usize) -> RGBColor {
     PALETTE[i % PALETTE.len()]
 }
 
@@ -78,7 +81,7 @@ fn register_font() -> std::result::Result<(), String> {
 }
 
 /// Short enough for a legend.
-fn shorten(s: &str, max: usize) -> String {
+pub(crate) fn shorten(s: &str, max: usize) -> String {
     if s.chars().count() <= max {
         s.to_string()
     } else {
@@ -89,7 +92,7 @@ fn shorten(s: &str, max: usize) -> String {
 }
 
 /// An axis tick: three significant digits, no exponent for ordinary magnitudes.
-fn tick(v: f64) -> String {
+pub(crate) fn tick(v: f64) -> String {
     let a = v.abs();
     if a == 0.0 {
         "0".to_string()
@@ -114,11 +117,11 @@ fn trim(s: String) -> String {
     }
 }
 
-const LIGHT_MANTISSAS: [f64; 9] = [1.0, 2.0, 3.0, 4.0, 5.0, 6.0, 7.0, 8.0, 9.0];
+pub(crate) const LIGHT_MANTISSAS: [f64; 9] = [1.0, 2.0, 3.0, 4.0, 5.0, 6.0, 7.0, 8.0, 9.0];
 
 /// Ticks of a log axis: each mantissa times each power of ten, inside `[lo, hi]`; every
 /// mantissa 1–9 when that gives fewer than three.
-fn log_ticks(lo: f64, hi: f64, mantissas: &[f64]) -> Vec<f64> {
+pub(crate) fn log_ticks(lo: f64, hi: f64, mantissas: &[f64]) -> Vec<f64> {
     if !(lo.is_finite() && hi.is_finite() && lo > 0.0 && hi > lo) {
         return Vec::new();
     }
@@ -227,51 +230,13 @@ pub fn plot_run(
             png: figure.1,
         });
     }
-    for size in sizes_with_samples(samples) {
-        let sets: Vec<&RunSamples> = samples
-            .iter()
-            .filter(|s| s.size_bytes == size && s.interval_s.is_finite() && s.interval_s > 0.0)
-            .filter(|s| s.throughput_bps.iter().any(|v| v.is_finite()))
-            .collect();
-        if sets.is_empty() {
-            continue;
-        }
-        let mut names: Vec<String> = variants.clone();
-        for s in &sets {
-            if !names.contains(&s.variant) {
-                names.push(s.variant.clone());
-            }
-        }
-        let fig_title = format!(
-            "{title}: throughput over time, {}",
-            crate::format::size(size)
-        );
-        let fig = ThroughputFigure {
-            title: &fig_title,
-            names: &names,
-            sets: &sets,
-        };
-        let figure = write_both(
-            dir,
-            &format!("{stem}-throughput-{size}"),
-            (960 + LEGEND_W, HEIGHT),
-            &fig,
-        )?;
-        out.push(Figure {
-            kind: FigureKind::Throughput,
-            title: fig_title,
-            svg: figure.0,
-            png: figure.1,
-        });
-    }
+    out.extend(crate::plot_lines::throughput_figures(
+        samples, &variants, dir, &stem, title,
+    )?);
+    out.extend(crate::plot_lines::latency_cdf_figure(
+        samples, &variants, dir, &stem, title,
+    )?);
     Ok(out)
-}
-
-fn sizes_with_samples(samples: &[RunSamples]) -> Vec<u64> {
-    let mut sizes: Vec<u64> = samples.iter().map(|s| s.size_bytes).collect();
-    sizes.sort_unstable();
-    sizes.dedup();
-    sizes
 }
 
 fn box_plot_width(n_sizes: usize, n_variants: usize) -> u32 {
@@ -302,16 +267,16 @@ pub fn file_stem(s: &str) -> String {
 }
 
 /// Something drawn the same way on any backend.
-trait Draw {
+pub(crate) trait Draw {
     fn draw<DB: DrawingBackend>(&self, root: &DrawingArea<DB, Shift>) -> Result<(), String>;
 }
 
-fn err_text<E: std::fmt::Display>(e: E) -> String {
+pub(crate) fn err_text<E: std::fmt::Display>(e: E) -> String {
     e.to_string()
 }
 
 /// Writes `dir/NAME.svg` and `dir/NAME.png` from the same drawing.
-fn write_both<D: Draw>(
+pub(crate) fn write_both<D: Draw>(
     dir: &Path,
     name: &str,
     size: (u32, u32),
@@ -338,7 +303,7 @@ fn write_both<D: Draw>(
 }
 
 /// A column of coloured squares and names.
-fn draw_legend<DB: DrawingBackend>(
+pub(crate) fn draw_legend<DB: DrawingBackend>(
     area: &DrawingArea<DB, Shift>,
     entries: &[(String, usize)],
 ) -> Result<(), String> {
@@ -539,114 +504,5 @@ impl Draw for BoxFigure<'_> {
                 .map_err(err_text)?;
             self.fill(&mut chart, &plot, (lo, hi))
         }
-    }
-}
-
-/// Throughput over time for one size: a line per transfer, coloured by variant; the first
-/// repetition of each variant strong, the others light.
-struct ThroughputFigure<'a> {
-    title: &'a str,
-    names: &'a [String],
-    sets: &'a [&'a RunSamples],
-}
-
-impl ThroughputFigure<'_> {
-    fn colour_index(&self, variant: &str) -> usize {
-        self.names.iter().position(|n| n == variant).unwrap_or(0)
-    }
-}
-
-impl Draw for ThroughputFigure<'_> {
-    fn draw<DB: DrawingBackend>(&self, root: &DrawingArea<DB, Shift>) -> Result<(), String> {
-        root.fill(&WHITE).map_err(err_text)?;
-        let (w, _) = root.dim_in_pixel();
-        let (plot, legend) = root.split_horizontally(w.saturating_sub(LEGEND_W));
-        let mut entries: Vec<(String, usize)> = Vec::new();
-        for s in self.sets {
-            if !entries.iter().any(|(n, _)| n == &s.variant) {
-                entries.push((s.variant.clone(), self.colour_index(&s.variant)));
-            }
-        }
-        entries.sort_by_key(|(_, c)| *c);
-        draw_legend(&legend, &entries)?;
-
-        let t_max = self
-            .sets
-            .iter()
-            .map(|s| s.interval_s * s.throughput_bps.len() as f64)
-            .filter(|t| t.is_finite())
-            .fold(0.0, f64::max);
-        let t_max = if t_max > 0.0 { t_max } else { 1.0 };
-        let y_max = self
-            .sets
-            .iter()
-            .flat_map(|s| s.throughput_bps.iter())
-            .filter(|v| v.is_finite())
-            .fold(0.0, |m: f64, v| m.max(v / 1e6));
-        let y_max = if y_max > 0.0 { y_max * 1.08 } else { 1.0 };
-        let y_min = self
-            .sets
-            .iter()
-            .flat_map(|s| s.throughput_bps.iter())
-            .filter(|v| v.is_finite())
-            .fold(0.0, |m: f64, v| m.min(v / 1e6));
-
-        let mut chart = ChartBuilder::on(&plot)
-            .caption(shorten(self.title, 90), ("sans-serif", 20))
-            .margin(12)
-            .x_label_area_size(48)
-            .y_label_area_size(72)
-            .build_cartesian_2d(0f64..t_max, y_min..y_max)
-            .map_err(err_text)?;
-        chart
-            .configure_mesh()
-            .x_desc("time since the request (s)")
-            .y_desc("throughput (Mbit/s)")
-            .x_label_formatter(&|v| tick(*v))
-            .y_label_formatter(&|v| tick(*v))
-            .draw()
-            .map_err(err_text)?;
-
-        let first_rep = |variant: &str| {
-            self.sets
-                .iter()
-                .filter(|s| s.variant == variant)
-                .map(|s| s.repetition)
-                .min()
-        };
-        // Light lines first, so the strong ones stay on top.
-        for strong in [false, true] {
-            for s in self.sets {
-                let is_first = first_rep(&s.variant) == Some(s.repetition);
-                if is_first != strong {
-                    continue;
-                }
-                let c = colour(self.colour_index(&s.variant));
-                let style = if strong {
-                    c.stroke_width(2)
-                } else {
-                    c.mix(0.3).stroke_width(1)
-                };
-                // A non-finite sample breaks the line.
-                let mut segment: Vec<(f64, f64)> = Vec::new();
-                let mut segments: Vec<Vec<(f64, f64)>> = Vec::new();
-                for (i, v) in s.throughput_bps.iter().enumerate() {
-                    if v.is_finite() {
-                        segment.push(((i as f64 + 0.5) * s.interval_s, v / 1e6));
-                    } else if !segment.is_empty() {
-                        segments.push(std::mem::take(&mut segment));
-                    }
-                }
-                if !segment.is_empty() {
-                    segments.push(segment);
-                }
-                for seg in segments {
-                    chart
-                        .draw_series(LineSeries::new(seg, style))
-                        .map_err(err_text)?;
-                }
-            }
-        }
-        Ok(())
     }
 }

@@ -19,6 +19,9 @@ pub struct WrittenReport {
     pub sections: usize,
     /// Figures drawn (each as SVG and PNG).
     pub figures: usize,
+    /// The page's tables as plain text (goodput and latency per variant and size), a
+    /// section per scenario, for the terminal.
+    pub text: String,
 }
 
 /// Writes `out_dir/index.html` and `out_dir/plots/*.{svg,png}` for the latest run of every
@@ -33,6 +36,7 @@ pub fn write_report(store: &Store, out_dir: &Path) -> Result<WrittenReport> {
     })?;
     let mut sections = Vec::new();
     let mut figures = 0;
+    let mut text = String::new();
     for run in store.latest_runs()? {
         let results: Vec<_> = store
             .results(&ResultFilter::run(run.id))?
@@ -48,6 +52,12 @@ pub fn write_report(store: &Store, out_dir: &Path) -> Result<WrittenReport> {
             f.png = relative(&f.png, out_dir);
         }
         figures += figs.len();
+        text.push_str(&format!(
+            "{title}, run {} (revision {}):\n{}\n",
+            run.id,
+            run.git_rev,
+            crate::summary::text_table(&results)
+        ));
         sections.push(Section {
             run,
             results,
@@ -66,6 +76,7 @@ pub fn write_report(store: &Store, out_dir: &Path) -> Result<WrittenReport> {
         index,
         sections: sections.len(),
         figures,
+        text,
     })
 }
 

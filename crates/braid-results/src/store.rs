@@ -4,16 +4,23 @@
 //! git revision and throughput samples) in one transaction, and reading it back. Must not
 //! touch: statistics, plots, HTML, how results are made.
 //!
-//! # Schema (version 1)
+//! # Schema (version 2)
 //!
 //! - `schema_version(version)`: one row. A database with a newer version is refused.
 //! - `runs(id, created_unix, scenario, mode, scenario_text, git_rev, handshake_s, virtual_s,
 //!   wall_s)`: one row per [`Report`].
 //! - `results(id, run_id, variant, repetition, seed, size_bytes, verified, completion_s,
-//!   goodput_bps, capacity_bps, efficiency, energy_j, retransmitted_bytes, error, paths)`:
-//!   one row per [`RunResult`]; `paths` is a JSON array of `{name, bytes, energy_j}`.
-//! - `samples(id, run_id, variant, repetition, size_bytes, interval_s, throughput_bps)`: one
-//!   row per [`RunSamples`]; `throughput_bps` is a BLOB of little-endian IEEE-754 f64s.
+//!   goodput_bps, capacity_bps, efficiency, energy_j, retransmitted_bytes, error, paths,
+//!   latency_idle_p50_ms, latency_load_p50_ms, latency_load_p95_ms, latency_load_p99_ms,
+//!   probe_loss, rpm)`: one row per [`RunResult`]; `paths` is a JSON array of `{name, bytes,
+//!   energy_j}`; the latency columns are `braid_sim::Latency`'s, NULL where not measured.
+//! - `samples(id, run_id, variant, repetition, size_bytes, interval_s, throughput_bps,
+//!   probe_rtt_s)`: one row per [`RunSamples`]; `throughput_bps` and `probe_rtt_s` (the
+//!   latency probe's loaded round trips, infinite for a lost packet; NULL when none) are
+//!   BLOBs of little-endian IEEE-754 f64s.
+//!
+//! Version 1 had neither the latency columns nor `probe_rtt_s`; migrating adds them (NULL
+//! in the rows already there), so an older file opens and reads back without latency.
 //!
 //! Unsigned 64-bit numbers (seeds, sizes, byte counts) are stored as the SQLite integer with
 //! the same bits, so seeds above 2^63 read back exactly (and look negative to plain SQL). A
@@ -21,7 +28,7 @@
 //! such. The file carries `PRAGMA application_id` = [`APPLICATION_ID`].
 
 use crate::{Error, Result, RunSamples};
-use braid_sim::{PathResult, Report, RunResult};
+use braid_sim::{Latency, PathResult, Report, RunResult};
 use rusqlite::types::FromSql;
 use rusqlite::{params, Connection, ErrorCode, OpenFlags, Row};
 use serde::{Deserialize, Serialize};
@@ -29,7 +36,7 @@ use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 /// The schema version this build writes and the newest it reads.
-pub const SCHEMA_VERSION: i64 = 1;
+pub const SCHEMA_VERSION: i64 = 2;
 
 /// `PRAGMA application_id` of a braid results database ("brdR").
 pub const APPLICATION_ID: i32 = 0x6272_6452;
@@ -78,6 +85,14 @@ const MIGRATIONS: &[&str] = &[
      );
      CREATE INDEX samples_run ON samples(run_id);
      INSERT INTO schema_version (version) VALUES (0);",
+    // 1 -> 2: latency (issue 23).
+    "ALTER TABLE results ADD COLUMN latency_idle_p50_ms REAL;
+     ALTER TABLE results ADD COLUMN latency_load_p50_ms REAL;
+     ALTER TABLE results ADD COLUMN latency_load_p95_ms REAL;
+     ALTER TABLE results ADD COLUMN latency_load_p99_ms REAL;
+     ALTER TABLE results ADD COLUMN probe_loss REAL;
+     ALTER TABLE results ADD COLUMN rpm REAL;
+     ALTER TABLE samples ADD COLUMN probe_rtt_s BLOB;",
 ];
 
 /// One recorded report, without its results.
@@ -437,8 +452,11 @@ impl Store {
                 .prepare(
                     "INSERT INTO results (run_id, variant, repetition, seed, size_bytes, verified,
                          completion_s, goodput_bps, capacity_bps, efficiency, energy_j,
-                         retransmitted_bytes, error, paths)
-                     VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14)",
+                         retransmitted_bytes, error, paths, latency_idle_p50_ms,
+                         latency_load_p50_ms, latency_load_p95_ms, latency_load_p99_ms,
+                         probe_loss, rpm)
+                     VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15,
+                             ?16, ?17, ?18, ?19, ?20)",
                 )
                 .map_err(e)?;
             for r in &report.results {
@@ -471,15 +489,21 @@ impl Store {
                     r.energy_j,
                     u64_bits(r.retransmitted_bytes),
                     r.error,
-                    paths
+                    paths,
+                    r.latency.latency_idle_p50_ms,
+                    r.latency.latency_load_p50_ms,
+                    r.latency.latency_load_p95_ms,
+                    r.latency.latency_load_p99_ms,
+                    r.latency.probe_loss,
+                    r.latency.rpm
                 ])
                 .map_err(e)?;
             }
             let mut ins = tx
                 .prepare(
                     "INSERT INTO samples (run_id, variant, repetition, size_bytes, interval_s,
-                                          throughput_bps)
-                     VALUES (?1, ?2, ?3, ?4, ?5, ?6)",
+                                          throughput_bps, probe_rtt_s)
+                     VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)",
                 )
                 .map_err(e)?;
             for s in samples {
@@ -489,7 +513,8 @@ impl Store {
                     s.repetition,
                     u64_bits(s.size_bytes),
                     s.interval_s,
-                    encode_samples(&s.throughput_bps)
+                    encode_samples(&s.throughput_bps),
+                    (!s.probe_rtt_s.is_empty()).then(|| encode_samples(&s.probe_rtt_s))
                 ])
                 .map_err(e)?;
             }
@@ -549,7 +574,9 @@ impl Store {
             .prepare(
                 "SELECT r.id, r.run_id, r.variant, r.repetition, r.seed, r.size_bytes, r.verified,
                         r.completion_s, r.goodput_bps, r.capacity_bps, r.efficiency, r.energy_j,
-                        r.retransmitted_bytes, r.error, r.paths
+                        r.retransmitted_bytes, r.error, r.paths, r.latency_idle_p50_ms,
+                        r.latency_load_p50_ms, r.latency_load_p95_ms, r.latency_load_p99_ms,
+                        r.probe_loss, r.rpm
                  FROM results r JOIN runs u ON u.id = r.run_id
                  WHERE (?1 IS NULL OR r.run_id = ?1) AND (?2 IS NULL OR u.scenario = ?2)
                  ORDER BY r.run_id, r.id",
@@ -602,7 +629,14 @@ impl Store {
                     energy_j: nan_if_null(c.get(11)?),
                     retransmitted_bytes: bits_u64(c.get(12)?),
                     paths,
-                    latency: Default::default(),
+                    latency: Latency {
+                        latency_idle_p50_ms: c.get(15)?,
+                        latency_load_p50_ms: c.get(16)?,
+                        latency_load_p95_ms: c.get(17)?,
+                        latency_load_p99_ms: c.get(18)?,
+                        probe_loss: c.get(19)?,
+                        rpm: c.get(20)?,
+                    },
                     error: c.get(13)?,
                 },
             });
@@ -616,7 +650,8 @@ impl Store {
         let mut stmt = self
             .conn
             .prepare(
-                "SELECT id, variant, repetition, size_bytes, interval_s, throughput_bps
+                "SELECT id, variant, repetition, size_bytes, interval_s, throughput_bps,
+                        probe_rtt_s
                  FROM samples WHERE run_id = ?1 ORDER BY id",
             )
             .map_err(|e| self.err(action, e))?;
@@ -644,12 +679,17 @@ impl Store {
                     ),
                 )
             })?;
+            let probe: Option<Vec<u8>> = c.get(6)?;
+            let probe = decode_samples(probe.as_deref().unwrap_or_default()).ok_or_else(|| {
+                self.corrupt("samples", id, "probe_rtt_s is not a multiple of 8 bytes")
+            })?;
             out.push(RunSamples {
                 variant: c.get(1)?,
                 repetition,
                 size_bytes: bits_u64(c.get(3)?),
                 interval_s: nan_if_null(c.get(4)?),
                 throughput_bps: values,
+                probe_rtt_s: probe,
             });
         }
         Ok(out)

@@ -2,7 +2,7 @@
 
 use braid_results::plot::{plot_run, FigureKind};
 use braid_results::{write_report, Error, ResultFilter, RunSamples, Store, SCHEMA_VERSION};
-use braid_sim::{PathResult, Report, RunResult};
+use braid_sim::{Latency, PathResult, Report, RunResult};
 
 fn result(variant: &str, rep: u32, size: u64, goodput: f64) -> RunResult {
     let mut r = RunResult::new(variant, rep, 1000 + u64::from(rep), size);
@@ -27,6 +27,16 @@ fn result(variant: &str, rep: u32, size: u64, goodput: f64) -> RunResult {
             ..Default::default()
         },
     ];
+    // Latency as the testbed fills it; no RPM on odd repetitions (as `braid sim` leaves it).
+    let base = 20.0 + f64::from(rep);
+    r.latency = Latency {
+        latency_idle_p50_ms: Some(base),
+        latency_load_p50_ms: Some(base * 4.0),
+        latency_load_p95_ms: Some(base * 6.0),
+        latency_load_p99_ms: Some(base * 7.5),
+        probe_loss: Some(0.01 * f64::from(rep)),
+        rpm: rep.is_multiple_of(2).then_some(600.0 + f64::from(rep)),
+    };
     r
 }
 
@@ -64,6 +74,20 @@ fn samples() -> Vec<RunSamples> {
                         10e6 * (1.0 + vi as f64 + (i as f64 / 3.0).sin().abs()) + 1e6 * rep as f64
                     })
                     .collect(),
+                // Loaded probe round trips, one lost (infinite); none for the second variant.
+                probe_rtt_s: if vi == 0 {
+                    (0..100)
+                        .map(|i| {
+                            if i == 37 {
+                                f64::INFINITY
+                            } else {
+                                0.02 + 0.001 * f64::from(i) * f64::from(rep + 1)
+                            }
+                        })
+                        .collect()
+                } else {
+                    Vec::new()
+                },
             });
         }
     }
@@ -134,12 +158,19 @@ fn record_and_query_round_trip() {
     assert!(back[2].result.paths[0].energy_j.is_nan());
     assert_eq!(back[3].result.error, rep.results[3].error);
     assert!(!back[3].result.verified);
-    // Everything else is exactly what was recorded.
+    // Everything else is exactly what was recorded, latency included.
     for (a, b) in rep.results.iter().zip(&back).skip(4) {
         assert_eq!(a, &b.result);
     }
+    assert_eq!(back[5].result.latency.rpm, None);
+    assert_eq!(back[6].result.latency.rpm, Some(602.0));
+    assert_eq!(back[6].result.latency.probe_loss, Some(0.02));
 
-    assert_eq!(store.samples(id).unwrap(), s);
+    let back_samples = store.samples(id).unwrap();
+    assert_eq!(back_samples, s);
+    assert_eq!(back_samples[0].probe_rtt_s.len(), 100);
+    assert_eq!(back_samples[0].probe_rtt_s[37], f64::INFINITY);
+    assert!(back_samples[2].probe_rtt_s.is_empty());
     assert!(store.samples(id + 1).unwrap().is_empty());
 
     // Filters.
@@ -165,6 +196,64 @@ fn record_and_query_round_trip() {
     assert!(store.delete_run(id).unwrap());
     assert!(store.samples(id).unwrap().is_empty());
     assert_eq!(store.runs().unwrap().len(), 1);
+}
+
+/// A database as braid wrote it before latency was recorded (schema version 1).
+const SCHEMA_V1: &str = "PRAGMA application_id = 1651663954;
+     CREATE TABLE schema_version (version INTEGER NOT NULL);
+     INSERT INTO schema_version (version) VALUES (1);
+     CREATE TABLE runs (id INTEGER PRIMARY KEY, created_unix INTEGER NOT NULL,
+         scenario TEXT NOT NULL, mode TEXT NOT NULL, scenario_text TEXT NOT NULL,
+         git_rev TEXT NOT NULL, handshake_s REAL, virtual_s REAL, wall_s REAL);
+     CREATE TABLE results (id INTEGER PRIMARY KEY,
+         run_id INTEGER NOT NULL REFERENCES runs(id) ON DELETE CASCADE,
+         variant TEXT NOT NULL, repetition INTEGER NOT NULL, seed INTEGER NOT NULL,
+         size_bytes INTEGER NOT NULL, verified INTEGER NOT NULL, completion_s REAL,
+         goodput_bps REAL, capacity_bps REAL, efficiency REAL, energy_j REAL,
+         retransmitted_bytes INTEGER NOT NULL, error TEXT, paths TEXT NOT NULL);
+     CREATE INDEX results_run ON results(run_id);
+     CREATE TABLE samples (id INTEGER PRIMARY KEY,
+         run_id INTEGER NOT NULL REFERENCES runs(id) ON DELETE CASCADE,
+         variant TEXT NOT NULL, repetition INTEGER NOT NULL, size_bytes INTEGER NOT NULL,
+         interval_s REAL, throughput_bps BLOB NOT NULL);
+     CREATE INDEX samples_run ON samples(run_id);
+     INSERT INTO runs VALUES (1, 1700000000, 'old', 'testbed', '', 'abc', NULL, 1.0, 1.0);
+     INSERT INTO results VALUES (1, 1, 'tcp', 0, 7, 1000, 1, 1.0, 8000.0, 1e4, 0.8, 0.0, 0,
+         NULL, '[]');
+     INSERT INTO samples VALUES (1, 1, 'tcp', 0, 1000, 0.1, x'0000000000408f40');";
+
+#[test]
+fn a_version_1_database_opens_and_gains_the_latency_columns() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("v1.sqlite");
+    rusqlite::Connection::open(&path)
+        .unwrap()
+        .execute_batch(SCHEMA_V1)
+        .unwrap();
+    let store = Store::open_existing(&path).unwrap();
+    assert_eq!(store.schema_version().unwrap(), SCHEMA_VERSION);
+    let old = store.results(&ResultFilter::run(1)).unwrap();
+    assert_eq!(old.len(), 1);
+    assert_eq!(old[0].result.goodput_bps, 8000.0);
+    assert_eq!(old[0].result.latency, Latency::default());
+    let old_samples = store.samples(1).unwrap();
+    assert_eq!(old_samples[0].throughput_bps, [1000.0]);
+    assert!(old_samples[0].probe_rtt_s.is_empty());
+    // New runs go into the migrated file with their latency.
+    let s = samples();
+    let id = store.record(&report("new"), "", "r", &s).unwrap();
+    let back = store.results(&ResultFilter::run(id)).unwrap();
+    assert_eq!(back[0].result.latency, report("new").results[0].latency);
+    assert_eq!(store.samples(id).unwrap(), s);
+    drop(store);
+    // And the migrated file opens again as it is.
+    assert_eq!(
+        Store::open_existing(&path)
+            .unwrap()
+            .schema_version()
+            .unwrap(),
+        SCHEMA_VERSION
+    );
 }
 
 #[test]
@@ -286,7 +375,8 @@ fn plots_are_written_and_deterministic() {
         [
             FigureKind::Goodput,
             FigureKind::Completion,
-            FigureKind::Throughput
+            FigureKind::Throughput,
+            FigureKind::LatencyCdf
         ]
     );
     for f in &figs {
@@ -328,6 +418,7 @@ fn plots_survive_degenerate_data() {
             size_bytes: 1000,
             interval_s: 0.1,
             throughput_bps: vec![],
+            probe_rtt_s: vec![f64::INFINITY, f64::NAN],
         },
         RunSamples {
             variant: "b".into(),
@@ -335,6 +426,7 @@ fn plots_survive_degenerate_data() {
             size_bytes: 1000,
             interval_s: f64::NAN,
             throughput_bps: vec![1.0, f64::NAN],
+            probe_rtt_s: vec![],
         },
     ];
     let figs = plot_run(&[a, b], &s, dir.path(), "d", "degenerate").unwrap();
@@ -365,7 +457,7 @@ fn html_report_escapes_database_strings() {
     let out = dir.path().join("report");
     let w = write_report(&store, &out).unwrap();
     assert_eq!(w.sections, 1);
-    assert_eq!(w.figures, 3);
+    assert_eq!(w.figures, 4);
     let html = std::fs::read_to_string(&w.index).unwrap();
     assert!(!html.contains("<script>"), "unescaped script tag");
     assert!(!html.contains("<b>bold"));
@@ -383,7 +475,61 @@ fn html_report_escapes_database_strings() {
         assert!(out.join(link).is_file(), "{link}");
         links += 1;
     }
-    assert_eq!(links, 3);
+    assert_eq!(links, 4);
+}
+
+#[test]
+fn latency_in_the_tables_and_a_cdf_per_variant() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = Store::open(dir.path().join("r.sqlite")).unwrap();
+    let mut s = samples();
+    // A second variant with probe samples: its round trips twice as long, a tenth lost.
+    s[2].probe_rtt_s = (0..100)
+        .map(|i| if i % 10 == 0 { f64::INFINITY } else { 0.05 })
+        .collect();
+    store.record(&report("lat"), "", "r", &s).unwrap();
+    let w = write_report(&store, &dir.path().join("out")).unwrap();
+    let html = std::fs::read_to_string(&w.index).unwrap();
+    // "wifi", 1 MB: idle p50 20..23 ms (median 21.5), loaded p99 150..172.5 ms (median
+    // 161.25), loss 0..3 % (median 1.5 %), RPM 600 and 602 (median 601).
+    for text in [&html, &w.text] {
+        for cell in ["21.5 ms", "86.0 ms", "161 ms", "1.50 %", "601"] {
+            assert!(text.contains(cell), "{cell} missing from {text}");
+        }
+    }
+    for head in ["idle p50", "loaded p95", "loaded p99", "probe loss", "RPM"] {
+        assert!(html.contains(head), "{head}");
+    }
+    assert!(
+        w.text.contains("load p99") && w.text.contains("wifi"),
+        "{}",
+        w.text
+    );
+    // The CDF: one curve per variant with samples, ending at 1 - its loss.
+    let cdf = std::fs::read_to_string(dir.path().join("out/plots/run-1-lat-latency-cdf.svg"))
+        .expect("the CDF figure");
+    // Curves are the only lines drawn 2 px wide, in each variant's colour.
+    let curves: Vec<&str> = cdf
+        .split("<polyline")
+        .skip(1)
+        .filter(|p| p.contains("stroke-width=\"2\""))
+        .collect();
+    assert_eq!(curves.len(), 2, "two curves");
+    assert!(curves[0].contains("#4E79A7") && curves[1].contains("#E15759"));
+    let pts = braid_results::plot_lines::cdf_points(s[2].probe_rtt_s.iter().copied()).unwrap();
+    assert_eq!(pts.first(), Some(&(50.0, 0.0)));
+    assert_eq!(pts.last(), Some(&(50.0, 0.9)));
+    let pts = braid_results::plot_lines::cdf_points([0.03, f64::NAN, 0.01, 0.02]).unwrap();
+    assert_eq!(
+        pts,
+        [
+            (10.0, 0.0),
+            (10.0, 1.0 / 3.0),
+            (20.0, 2.0 / 3.0),
+            (30.0, 1.0)
+        ]
+    );
+    assert!(braid_results::plot_lines::cdf_points([f64::INFINITY]).is_none());
 }
 
 /// Writes a report to $BRAID_RESULTS_DEMO_DIR for looking at by eye (skipped when unset).

@@ -8,6 +8,10 @@
 //! - [`netns`]: namespaces, veths, addresses, policy routing, entering a namespace;
 //! - [`l2emu`]: the layer-2 emulator (braid-sim's `PathModel` on every frame);
 //! - [`traffic`]: the transfer server and client (TCP, MPTCP, SOCKS5), byte-exact checks;
+//! - [`probe`]: the sparse UDP latency probe and its echo responder; [`rpm`]: responsiveness
+//!   under load (new and long-lived connections); [`measure`]: a transfer with both beside it;
+//!   [`faults`]: carrier loss and black holes during a transfer, as the probe and the bulk
+//!   flow saw them;
 //! - [`procs`]: helper processes in namespaces (braid, shadowsocks);
 //! - [`runner`]: the whole run, per-variant stacks, the report;
 //! - [`lock`], [`signal`]: one run at a time, root check, SIGINT/SIGTERM teardown;
@@ -15,10 +19,14 @@
 
 pub mod cmd;
 pub mod error;
+pub mod faults;
 pub mod l2emu;
 pub mod lock;
+pub mod measure;
 pub mod netns;
+pub mod probe;
 pub mod procs;
+pub mod rpm;
 pub mod runner;
 pub mod signal;
 pub mod traffic;

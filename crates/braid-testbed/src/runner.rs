@@ -3,7 +3,8 @@
 //! Owns: checking that a scenario can run here, the order of set-up and teardown (lock,
 //! topology, emulators, per-variant stacks, transfers), the per-kind stack set-up (`tcp`,
 //! `mptcp`, `bond`, `braid`, `ss-mptcp`) and turning transfers into braid-sim's `Report`
-//! (`mode: "testbed"`) plus throughput samples. Must not touch: link behaviour (braid-sim's
+//! (`mode: "testbed"`, with each transfer's latency record from `measure`) plus throughput
+//! and probe samples. Must not touch: link behaviour (braid-sim's
 //! model through `l2emu`), namespace plumbing (`netns`), the transfer protocol (`traffic`).
 //!
 //! Teardown is by ownership: the run lock, the topology, the emulators and each variant's
@@ -14,6 +15,9 @@
 //! - Each transfer gets fresh link models (seeded from the scenario seed, the repetition and
 //!   the path) started just before it connects, so blackouts and traces count from the
 //!   transfer's start; `completion_s` includes connection set-up (see `traffic`).
+//! - Every transfer is preceded by the latency probe alone (its warm-up, then 1 s idle, on
+//!   the link models the previous transfer left), and the probe and RPM run beside it
+//!   (`measure`); the per-path byte counts include their packets (about 20 KB/s).
 //! - `energy_j` and `retransmitted_bytes` are not measured (0); `handshake_s` is `None`.
 //! - Kernel variants (`tcp`, `mptcp`, `ss-mptcp`, `bond`) use the variant's `cc` as the
 //!   namespaces' default congestion control (and on the sockets for `tcp`/`bond`); their
@@ -21,8 +25,10 @@
 
 use crate::cmd;
 use crate::error::{Result, TestbedError};
+use crate::faults::{CarrierFaults, Fault, FaultResult};
 use crate::l2emu::{EmuConfig, LinkEmu};
 use crate::lock::RunLock;
+use crate::measure::Responders;
 use crate::netns::{PathLink, Topology};
 use crate::procs::Helper;
 use crate::traffic::{self, Proto, Socks, TrafficServer, TransferSpec};
@@ -62,6 +68,9 @@ pub struct RunSamples {
     /// Receiver goodput of each interval, bit/s; sample `i` covers `[i, i+1) × interval_s`
     /// from the start of the connection.
     pub throughput_bps: Vec<f64>,
+    /// Round trips (seconds) of the latency probe's packets sent while the transfer ran, in
+    /// send order, 50 a second; a packet never answered is infinite (`null` in JSON).
+    pub probe_rtt_s: Vec<f64>,
 }
 
 /// What `braid testbed run --json` prints: the `braid sim` report plus samples.
@@ -72,6 +81,10 @@ pub struct TestbedReport {
     pub report: Report,
     /// One per transfer, in the order of `results`.
     pub samples: Vec<RunSamples>,
+    /// What each transfer saw of each fault on its paths (carrier faults given in
+    /// [`RunOptions::faults`], the scenario's blackouts as black holes); omitted when none.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub faults: Vec<FaultResult>,
 }
 
 /// How to run.
@@ -84,6 +97,8 @@ pub struct RunOptions {
     pub handle_signals: bool,
     /// The run lock.
     pub lock_file: PathBuf,
+    /// Carrier faults to inject into every transfer whose variant uses the path.
+    pub faults: Vec<Fault>,
 }
 
 impl Default for RunOptions {
@@ -92,6 +107,7 @@ impl Default for RunOptions {
             braid_bin: None,
             handle_signals: true,
             lock_file: PathBuf::from(crate::lock::LOCK_FILE),
+            faults: Vec::new(),
         }
     }
 }
@@ -144,6 +160,7 @@ pub fn find_braid() -> Option<PathBuf> {
 pub fn check_scenario(scn: &Scenario, opts: &RunOptions) -> Result<()> {
     let err =
         |key: String, msg: String| TestbedError::Scenario(ScenarioError::new(&scn.file, key, msg));
+    crate::faults::check_faults(scn, &opts.faults)?;
     let available = std::fs::read_to_string("/proc/sys/net/ipv4/tcp_available_congestion_control")
         .unwrap_or_default();
     for (i, v) in scn.variants.iter().enumerate() {
@@ -276,6 +293,7 @@ pub fn run_scenario(
     let total = scn.variants.len() * scn.workload.repetitions as usize * scn.workload.sizes.len();
     let mut results = Vec::with_capacity(total);
     let mut samples = Vec::with_capacity(total);
+    let mut faults = Vec::new();
     let mut transferred_s = 0.0;
     for v in &scn.variants {
         let what = format!("{}: setting up {}", v.name, v.kind.name());
@@ -295,10 +313,16 @@ pub fn run_scenario(
                     what: &what,
                 });
                 let seed = scn.seed.wrapping_add(rep as u64);
-                let (r, s) = one_transfer(scn, v, &stack, &emus, rep, seed, size)?;
+                let at = Transfer {
+                    topo: &topo,
+                    emus: &emus,
+                    carrier: &opts.faults,
+                };
+                let (r, s, f) = one_transfer(scn, v, &stack, &at, rep, seed, size)?;
                 transferred_s += r.completion_s;
                 results.push(r);
                 samples.push(s);
+                faults.extend(f);
             }
         }
         drop(stack);
@@ -324,6 +348,7 @@ pub fn run_scenario(
             wall_s,
         },
         samples,
+        faults,
     })
 }
 
@@ -334,6 +359,7 @@ struct Stack {
     bond: Option<LinkEmu>,
     mptcp_ns: Option<String>,
     template: TransferSpec,
+    responders: Responders,
     allowed: Option<AllowedCc>,
 }
 
@@ -439,12 +465,19 @@ impl Stack {
             seed: 0,
             timeout: Duration::from_nanos(scn.time_limit),
         };
+        // The probe's and RPM's responders; RPM over MPTCP for the kernel MPTCP variant.
+        let proto = match v.kind {
+            VariantKind::Mptcp => Proto::Mptcp,
+            _ => Proto::Tcp,
+        };
+        let responders = Responders::start(&topo.server, proto)?;
         let stack = |server: TrafficServer, template: &TransferSpec| Stack {
             helpers: Vec::new(),
             server,
             bond: None,
             mptcp_ns: None,
             template: template.clone(),
+            responders,
             allowed: None,
         };
         match v.kind {
@@ -507,6 +540,7 @@ impl Stack {
                     pass.clone(),
                     "-m".into(),
                     method.into(),
+                    "-u".into(),
                 ];
                 s.helpers.push(Helper::spawn(
                     "ss-server",
@@ -530,6 +564,7 @@ impl Stack {
                     pass,
                     "-m".into(),
                     method.into(),
+                    "-u".into(),
                 ];
                 s.helpers.push(Helper::spawn(
                     "ss-local",
@@ -757,39 +792,65 @@ fn delivered(stack: &Stack, emus: &[LinkEmu], v: &VariantSpec, d: usize) -> Vec<
     }
 }
 
+/// What a transfer runs on besides its variant's stack.
+struct Transfer<'a> {
+    topo: &'a Topology,
+    emus: &'a [LinkEmu],
+    carrier: &'a [Fault],
+}
+
 fn one_transfer(
     scn: &Scenario,
     v: &VariantSpec,
     stack: &Stack,
-    emus: &[LinkEmu],
+    at: &Transfer<'_>,
     rep: u32,
     seed: u64,
     size: u64,
-) -> Result<(RunResult, RunSamples)> {
+) -> Result<(RunResult, RunSamples, Vec<FaultResult>)> {
+    let emus = at.emus;
     let link_seed = |i: usize| splitmix64(seed ^ ((i as u64 + 1) << 40));
-    match &stack.bond {
-        Some(b) => b.reset(link_seed(usize::MAX >> 1)),
-        None => {
-            for &i in &v.paths {
-                emus[i].reset(link_seed(i));
-            }
-        }
-    }
     let (dir, d) = match scn.workload.direction {
         Direction::Down => (Dir::Down, 1),
         Direction::Up => (Dir::Up, 0),
     };
-    let before = delivered(stack, emus, v, d);
     let mut spec = stack.template.clone();
     spec.size = size;
     spec.seed = splitmix64(seed ^ size);
-    let out = traffic::transfer(&spec)?;
+    let faults = crate::faults::faults_of(scn, v, at.carrier);
+    let carrier = crate::faults::carrier_schedule(at.topo, &faults);
+    // Fresh link models after the idle probe, just before the transfer connects; the
+    // carrier faults' clock starts there too.
+    let fresh_links = || {
+        match &stack.bond {
+            Some(b) => b.reset(link_seed(usize::MAX >> 1)),
+            None => {
+                for &i in &v.paths {
+                    emus[i].reset(link_seed(i));
+                }
+            }
+        }
+        let before = delivered(stack, emus, v, d);
+        let injector = (!carrier.is_empty())
+            .then(|| CarrierFaults::start(&at.topo.emu, carrier.clone()))
+            .transpose();
+        (before, injector)
+    };
+    let (m, (before, injector)) = crate::measure::transfer(&spec, &stack.responders, fresh_links)?;
+    if let Some(inj) = injector? {
+        inj.finish();
+    }
+    if let Some(w) = &m.warning {
+        eprintln!("braid testbed: {} rep {rep} size {size}: {w}", v.name);
+    }
+    let out = m.outcome;
     let after = delivered(stack, emus, v, d);
     let mut r = RunResult::new(&v.name, rep, seed, size);
     r.verified = out.verified;
     r.completion_s = out.completion_s;
     r.goodput_bps = if out.verified { out.goodput_bps } else { 0.0 };
     r.error = out.error.clone();
+    r.latency = m.latency;
     let t1 = (out.completion_s * 1e9) as u64;
     let mut cap_bits = 0.0;
     for (k, &i) in v.paths.iter().enumerate() {
@@ -818,6 +879,8 @@ fn one_transfer(
         size_bytes: size,
         interval_s: traffic::SAMPLE_INTERVAL.as_secs_f64(),
         throughput_bps: out.samples_bps,
+        probe_rtt_s: m.loaded.iter().map(|p| p.1).collect(),
     };
-    Ok((r, s))
+    let f = crate::faults::results_for(scn, v, &faults, &s, &m.loaded, dir);
+    Ok((r, s, f))
 }

@@ -65,25 +65,7 @@ pub struct TrafficServer {
 impl TrafficServer {
     /// Listens on `bind` (port 0: any) inside namespace `ns`.
     pub fn start(ns: &str, bind: SocketAddrV4, proto: Proto) -> Result<TrafficServer> {
-        let ns_owned = ns.to_string();
-        let listener = crate::netns::in_netns(ns, move || -> Result<TcpListener> {
-            let fd = stream_socket(proto)?;
-            set_int(&fd, libc::SOL_SOCKET, libc::SO_REUSEADDR, 1);
-            bind_fd(&fd, bind).map_err(|e| {
-                TestbedError::io(
-                    format!("binding the traffic server to {bind} in {ns_owned}"),
-                    e,
-                )
-            })?;
-            // SAFETY: fd is a valid socket.
-            if unsafe { libc::listen(fd.as_raw_fd(), 128) } != 0 {
-                return Err(TestbedError::io(
-                    format!("listening on {bind} in {ns_owned}"),
-                    io::Error::last_os_error(),
-                ));
-            }
-            Ok(TcpListener::from(fd))
-        })??;
+        let listener = listen(ns, bind, proto, "the traffic server")?;
         let addr = match listener.local_addr() {
             Ok(std::net::SocketAddr::V4(a)) => a,
             Ok(other) => {
@@ -93,9 +75,6 @@ impl TrafficServer {
             }
             Err(e) => return Err(TestbedError::io("reading the traffic server's address", e)),
         };
-        listener
-            .set_nonblocking(true)
-            .map_err(|e| TestbedError::io("making the traffic server non-blocking", e))?;
         let stop = Arc::new(AtomicBool::new(false));
         let st = stop.clone();
         let thread = std::thread::Builder::new()
@@ -108,6 +87,36 @@ impl TrafficServer {
             thread: Some(thread),
         })
     }
+}
+
+/// A non-blocking listening TCP or MPTCP socket on `bind` (port 0: any) in namespace `ns`;
+/// `what` names it in errors.
+pub(crate) fn listen(
+    ns: &str,
+    bind: SocketAddrV4,
+    proto: Proto,
+    what: &str,
+) -> Result<TcpListener> {
+    let (ns_owned, what_owned) = (ns.to_string(), what.to_string());
+    let listener = crate::netns::in_netns(ns, move || -> Result<TcpListener> {
+        let fd = stream_socket(proto)?;
+        set_int(&fd, libc::SOL_SOCKET, libc::SO_REUSEADDR, 1);
+        bind_fd(&fd, bind).map_err(|e| {
+            TestbedError::io(format!("binding {what_owned} to {bind} in {ns_owned}"), e)
+        })?;
+        // SAFETY: fd is a valid socket.
+        if unsafe { libc::listen(fd.as_raw_fd(), 128) } != 0 {
+            return Err(TestbedError::io(
+                format!("listening on {bind} in {ns_owned}"),
+                io::Error::last_os_error(),
+            ));
+        }
+        Ok(TcpListener::from(fd))
+    })??;
+    listener
+        .set_nonblocking(true)
+        .map_err(|e| TestbedError::io(format!("making {what} non-blocking"), e))?;
+    Ok(listener)
 }
 
 impl Drop for TrafficServer {
@@ -189,13 +198,19 @@ impl Request {
 }
 
 /// A stop condition for blocking loops: the server's flag, a signal, or a deadline.
-struct Abort<'a> {
+pub(crate) struct Abort<'a> {
     stop: Option<&'a AtomicBool>,
     deadline: Instant,
 }
 
-impl Abort<'_> {
-    fn check(&self) -> io::Result<()> {
+impl<'a> Abort<'a> {
+    /// Stops when `stop` is set, a signal was caught, or at `deadline`.
+    pub(crate) fn new(stop: Option<&'a AtomicBool>, deadline: Instant) -> Abort<'a> {
+        Abort { stop, deadline }
+    }
+
+    /// An error when it is time to stop.
+    pub(crate) fn check(&self) -> io::Result<()> {
         if self.stop.is_some_and(|s| s.load(Ordering::Relaxed)) {
             return Err(io::Error::other("stopped"));
         }
@@ -212,14 +227,14 @@ impl Abort<'_> {
     }
 }
 
-fn retryable(e: &io::Error) -> bool {
+pub(crate) fn retryable(e: &io::Error) -> bool {
     matches!(
         e.kind(),
         io::ErrorKind::WouldBlock | io::ErrorKind::TimedOut | io::ErrorKind::Interrupted
     )
 }
 
-fn read_full(s: &mut TcpStream, buf: &mut [u8], ab: &Abort<'_>) -> io::Result<()> {
+pub(crate) fn read_full(s: &mut TcpStream, buf: &mut [u8], ab: &Abort<'_>) -> io::Result<()> {
     let mut off = 0;
     while off < buf.len() {
         match s.read(&mut buf[off..]) {
@@ -232,7 +247,7 @@ fn read_full(s: &mut TcpStream, buf: &mut [u8], ab: &Abort<'_>) -> io::Result<()
     Ok(())
 }
 
-fn write_full(s: &mut TcpStream, buf: &[u8], ab: &Abort<'_>) -> io::Result<()> {
+pub(crate) fn write_full(s: &mut TcpStream, buf: &[u8], ab: &Abort<'_>) -> io::Result<()> {
     let mut off = 0;
     while off < buf.len() {
         match s.write(&buf[off..]) {
@@ -447,14 +462,7 @@ fn run_client(sp: &TransferSpec, start: Instant) -> io::Result<ClientResult> {
         stop: None,
         deadline: start + sp.timeout,
     };
-    let mut s = match sp.socks {
-        Some(p) => {
-            let mut s = connect(Proto::Tcp, None, None, p.proxy, &ab)?;
-            socks5_connect(&mut s, p.target, &ab)?;
-            s
-        }
-        None => connect(sp.proto, sp.bind, sp.cc.as_deref(), sp.target, &ab)?,
-    };
+    let mut s = open_stream(sp, &ab)?;
     let req = Request {
         direction: sp.direction,
         size: sp.size,
@@ -518,6 +526,19 @@ fn run_client(sp: &TransferSpec, start: Instant) -> io::Result<ClientResult> {
             });
             Ok((ok, samples, why))
         }
+    }
+}
+
+/// A connection along the spec's route: through its SOCKS5 proxy (CONNECT to the proxy's
+/// target), else from its source address to its target with its transport and controller.
+pub(crate) fn open_stream(sp: &TransferSpec, ab: &Abort<'_>) -> io::Result<TcpStream> {
+    match sp.socks {
+        Some(p) => {
+            let mut s = connect(Proto::Tcp, None, None, p.proxy, ab)?;
+            socks5_request(&mut s, 1, p.target, ab)?;
+            Ok(s)
+        }
+        None => connect(sp.proto, sp.bind, sp.cc.as_deref(), sp.target, ab),
     }
 }
 
@@ -612,7 +633,7 @@ pub fn set_congestion(fd: &impl AsRawFd, cc: &str) -> io::Result<()> {
 }
 
 /// Connects (non-blocking connect, polled so signals and the deadline are noticed).
-fn connect(
+pub(crate) fn connect(
     proto: Proto,
     bind: Option<Ipv4Addr>,
     cc: Option<&str>,
@@ -684,8 +705,14 @@ fn connect(
     Ok(s)
 }
 
-/// SOCKS5 CONNECT without authentication (RFC 1928).
-fn socks5_connect(s: &mut TcpStream, target: SocketAddrV4, ab: &Abort<'_>) -> io::Result<()> {
+/// A SOCKS5 request without authentication (RFC 1928; `cmd` 1 CONNECT, 3 UDP ASSOCIATE);
+/// returns the address in the reply (for UDP ASSOCIATE, the relay's; `None` unless IPv4).
+pub(crate) fn socks5_request(
+    s: &mut TcpStream,
+    cmd: u8,
+    target: SocketAddrV4,
+    ab: &Abort<'_>,
+) -> io::Result<Option<SocketAddrV4>> {
     write_full(s, &[5, 1, 0], ab)?;
     let mut m = [0u8; 2];
     read_full(s, &mut m, ab)?;
@@ -694,7 +721,7 @@ fn socks5_connect(s: &mut TcpStream, target: SocketAddrV4, ab: &Abort<'_>) -> io
             "SOCKS5 proxy refused no-authentication (answered {m:?})"
         )));
     }
-    let mut req = vec![5, 1, 0, 1];
+    let mut req = vec![5, cmd, 0, 1];
     req.extend_from_slice(&target.ip().octets());
     req.extend_from_slice(&target.port().to_be_bytes());
     write_full(s, &req, ab)?;
@@ -702,7 +729,7 @@ fn socks5_connect(s: &mut TcpStream, target: SocketAddrV4, ab: &Abort<'_>) -> io
     read_full(s, &mut head, ab)?;
     if head[1] != 0 {
         return Err(io::Error::other(format!(
-            "SOCKS5 CONNECT to {target} failed with reply code {}",
+            "SOCKS5 request {cmd} for {target} failed with reply code {}",
             head[1]
         )));
     }
@@ -720,8 +747,14 @@ fn socks5_connect(s: &mut TcpStream, target: SocketAddrV4, ab: &Abort<'_>) -> io
             )))
         }
     };
-    let mut skip = vec![0u8; rest];
-    read_full(s, &mut skip, ab)
+    let mut addr = vec![0u8; rest];
+    read_full(s, &mut addr, ab)?;
+    Ok((head[3] == 1).then(|| {
+        SocketAddrV4::new(
+            Ipv4Addr::new(addr[0], addr[1], addr[2], addr[3]),
+            u16::from_be_bytes([addr[4], addr[5]]),
+        )
+    }))
 }
 
 /// Tries a 1000-byte transfer until it succeeds or `within` passes (readiness probe for

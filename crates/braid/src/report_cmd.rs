@@ -14,12 +14,14 @@ pub const DEFAULT_DB: &str = "braid-results.sqlite";
 pub const DEFAULT_OUT: &str = "braid-report";
 
 /// `braid report [--db FILE] [--out DIR]`: writes `DIR/index.html` and `DIR/plots/` for the
-/// latest run of every scenario in the database, and prints where the page is.
+/// latest run of every scenario in the database, prints its tables (goodput and latency per
+/// variant and size) and where the page is.
 pub fn run(db: Option<PathBuf>, out: Option<PathBuf>) -> Result<()> {
     let db = db.unwrap_or_else(|| PathBuf::from(DEFAULT_DB));
     let out = out.unwrap_or_else(|| PathBuf::from(DEFAULT_OUT));
     let store = Store::open_existing(&db)?;
     let written = braid_results::write_report(&store, &out)?;
+    print!("{}", written.text);
     println!(
         "wrote {} ({} scenario{}, {} figure{})",
         written.index.display(),

@@ -28,18 +28,34 @@ pub enum TestbedCommand {
         /// `braid report`).
         #[arg(long, value_name = "FILE")]
         db: Option<PathBuf>,
+        /// Take a path's carrier down during every transfer that uses it, AT seconds after
+        /// the transfer starts, for DURATION (e.g. carrier:wifi:10s:5s; repeatable). The
+        /// probe's longest gap and loss, the time to fall back to the other paths and to
+        /// recover are printed (scenario blackouts are measured the same way, as black holes).
+        #[arg(long, value_name = "carrier:PATH:AT:DURATION")]
+        fault: Vec<braid_testbed::faults::Fault>,
     },
 }
 
 /// Runs a `braid testbed` subcommand.
 pub fn dispatch(cmd: TestbedCommand) -> Result<bool> {
     match cmd {
-        TestbedCommand::Run { scenario, json, db } => run(&scenario, json, db.as_deref()),
+        TestbedCommand::Run {
+            scenario,
+            json,
+            db,
+            fault,
+        } => run(&scenario, json, db.as_deref(), fault),
     }
 }
 
 /// `braid testbed run`: true when every transfer was verified.
-pub fn run(scenario: &Path, json: bool, db: Option<&Path>) -> Result<bool> {
+pub fn run(
+    scenario: &Path,
+    json: bool,
+    db: Option<&Path>,
+    faults: Vec<braid_testbed::faults::Fault>,
+) -> Result<bool> {
     let scn = Scenario::load(scenario)?;
     let bar = indicatif::ProgressBar::hidden();
     if std::io::stderr().is_terminal() {
@@ -53,7 +69,11 @@ pub fn run(scenario: &Path, json: bool, db: Option<&Path>) -> Result<bool> {
         .progress_chars("#>-"),
     );
     bar.set_prefix(format!("testbed {}", scn.name));
-    let result = run_scenario(&scn, &RunOptions::default(), |p| {
+    let opts = RunOptions {
+        faults,
+        ..RunOptions::default()
+    };
+    let result = run_scenario(&scn, &opts, |p| {
         bar.set_length(p.total as u64);
         bar.set_position(p.done as u64);
         bar.set_message(p.what.to_string());
@@ -70,6 +90,7 @@ pub fn run(scenario: &Path, json: bool, db: Option<&Path>) -> Result<bool> {
                 size_bytes: s.size_bytes,
                 interval_s: s.interval_s,
                 throughput_bps: s.throughput_bps.clone(),
+                probe_rtt_s: s.probe_rtt_s.clone(),
             })
             .collect();
         let id =
@@ -84,6 +105,7 @@ pub fn run(scenario: &Path, json: bool, db: Option<&Path>) -> Result<bool> {
         let mut table = report.report.clone();
         table.wall_s = 0.0;
         print!("{}", table.table());
+        print!("{}", braid_testbed::faults::table(&report.faults));
         println!(
             "ran {} transfers on the testbed in {:.1} s (real kernels; links emulated with \
              the simulator's model)",

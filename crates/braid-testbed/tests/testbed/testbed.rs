@@ -4,9 +4,11 @@
 //! process-wide mutex and run one at a time.
 
 use braid_sim::Scenario;
+use braid_testbed::faults::FaultKind;
 use braid_testbed::l2emu::{EmuConfig, LinkEmu};
 use braid_testbed::lock::{RunLock, LOCK_FILE};
 use braid_testbed::netns::{in_netns, list_testbed_namespaces, Topology};
+use braid_testbed::probe::{EchoServer, Probe, ProbeRoute};
 use braid_testbed::traffic::{self, Proto, TrafficServer, TransferSpec};
 use braid_testbed::{run_scenario, unavailable_reason, RunOptions};
 use std::io::{BufRead, BufReader};
@@ -433,7 +435,7 @@ fn normal_run_leaves_nothing_behind() {
     let mut text = String::from(
         "name = \"clean\"\n[[path]]\nname = \"a\"\nrate = \"50Mbit\"\ndelay = \"5ms\"\n\
          [[path]]\nname = \"b\"\nrate = \"20Mbit\"\ndelay = \"20ms\"\n\
-         [workload]\nsize = \"2MB\"\n\
+         [workload]\nsize = \"12MB\"\n\
          [[variant]]\nname = \"tcp\"\nkind = \"tcp\"\npaths = [\"a\"]\n\
          [[variant]]\nname = \"mptcp\"\nkind = \"mptcp\"\n\
          [[variant]]\nname = \"bond\"\nkind = \"bond\"\n\
@@ -460,12 +462,66 @@ fn normal_run_leaves_nothing_behind() {
         "MPTCP used both paths: {:?}",
         mptcp.paths
     );
+    check_latency(&rep);
     let json = serde_json::to_string(&rep).unwrap();
     assert!(json.contains("\"mode\":\"testbed\"") && json.contains("\"throughput_bps\""));
+    for key in [
+        "latency_idle_p50_ms",
+        "latency_load_p99_ms",
+        "probe_loss",
+        "rpm",
+        "probe_rtt_s",
+    ] {
+        assert!(json.contains(&format!("\"{key}\"")), "{key} in the JSON");
+    }
     leftover_check("after a normal run");
     let allowed_after =
         std::fs::read_to_string("/proc/sys/net/ipv4/tcp_allowed_congestion_control").unwrap();
     assert_eq!(allowed_before, allowed_after, "host sysctl restored");
+}
+
+/// Every variant's transfer carries the latency record, measured along its own route: the
+/// idle median at least the shortest path's round trip (10 ms: the probe crossed the
+/// emulated links, not a loopback), `tcp` on path "a" about 10 ms (not path "b"'s 40),
+/// loaded samples kept, and an RPM (the transfers outlast `rpm::RPM_DELAY`).
+fn check_latency(rep: &braid_testbed::TestbedReport) {
+    for (r, s) in rep.report.results.iter().zip(&rep.samples) {
+        let l = &r.latency;
+        println!(
+            "{}: {l:?}, {} loaded probes",
+            r.variant,
+            s.probe_rtt_s.len()
+        );
+        let idle = l.latency_idle_p50_ms.expect("idle p50");
+        assert!(
+            (10.0..60.0).contains(&idle),
+            "{}: idle p50 {idle}",
+            r.variant
+        );
+        if r.variant == "tcp" {
+            assert!(idle < 14.0, "tcp on path a: idle p50 {idle} ms");
+        }
+        let (p50, p95, p99) = (
+            l.latency_load_p50_ms.expect("loaded p50"),
+            l.latency_load_p95_ms.expect("loaded p95"),
+            l.latency_load_p99_ms.expect("loaded p99"),
+        );
+        assert!(
+            p50 >= 10.0 && p50 <= p95 && p95 <= p99,
+            "{}: {l:?}",
+            r.variant
+        );
+        let loss = l.probe_loss.expect("probe loss");
+        assert!(loss < 0.5, "{}: probe loss {loss}", r.variant);
+        assert!(l.rpm.is_some_and(|x| x > 0.0), "{}: no RPM", r.variant);
+        let n = s.probe_rtt_s.len() as f64;
+        assert!(
+            n >= r.completion_s * 40.0,
+            "{}: {n} loaded probes in {:.2} s",
+            r.variant,
+            r.completion_s
+        );
+    }
 }
 
 #[test]
@@ -550,4 +606,115 @@ fn sigint_mid_transfer_leaves_nothing_behind() {
         "{log:?}"
     );
     leftover_check("after SIGINT");
+}
+
+/// The latency probe on a path with 10 ms one-way delay and one with 25 ms: idle medians
+/// 20-23 ms and 50-53 ms, nothing lost, and a window holds only the packets sent in it.
+#[test]
+fn latency_probe_measures_the_round_trip() {
+    let _g = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    if skip("latency_probe_measures_the_round_trip") {
+        return;
+    }
+    let _lock = RunLock::acquire(Path::new(LOCK_FILE)).expect("run lock");
+    let scn = scenario(&paths_toml(&[
+        ("d10", "100Mbit", "10ms", 0.0),
+        ("d25", "100Mbit", "25ms", 0.0),
+    ]));
+    let topo = Topology::create(&format!("xp{:x}", std::process::id()), 2).expect("topology");
+    let emus: Vec<LinkEmu> = (0..2).map(|i| emu_for(&topo, &scn, i)).collect();
+    let any = SocketAddrV4::new(std::net::Ipv4Addr::UNSPECIFIED, 0);
+    let echo = EchoServer::start(&topo.server, any).expect("echo responder");
+    for (i, lo, hi) in [(0usize, 20.0, 23.0), (1, 50.0, 53.0)] {
+        let l = &topo.paths[i];
+        let route = ProbeRoute::Direct {
+            bind: Some(l.client_ip),
+            target: SocketAddrV4::new(l.server_ip, echo.addr.port()),
+        };
+        let probe = Probe::start(&topo.client, route, Duration::from_secs(10)).expect("probe");
+        std::thread::sleep(Duration::from_secs(1));
+        let run = probe.finish();
+        assert!(run.warmed_up && run.error.is_none(), "{:?}", run.error);
+        let from = run.measuring_from.expect("measuring");
+        let (rtts, sent) = run.window(from, Instant::now());
+        let mut ms: Vec<f64> = rtts.iter().map(|s| s * 1e3).collect();
+        ms.sort_by(f64::total_cmp);
+        let p50 = braid_sim::latency::percentile(&ms, 0.5).expect("samples");
+        println!(
+            "path {i}: {sent} probes in 1 s, {} answered, min {:.2} p50 {p50:.2} max {:.2} ms",
+            ms.len(),
+            ms[0],
+            ms[ms.len() - 1]
+        );
+        assert!((45..=55).contains(&sent), "50 a second, got {sent}");
+        assert_eq!(ms.len(), sent, "nothing lost on a lossless path");
+        assert!(
+            (lo..=hi).contains(&p50),
+            "path {i}: idle p50 {p50:.2} ms, expected {lo}-{hi}"
+        );
+        assert!(
+            ms[0] >= lo - 0.2,
+            "path {i}: an answer after {:.2} ms",
+            ms[0]
+        );
+    }
+    drop(echo);
+    drop(emus);
+}
+
+/// A carrier loss on the first path of `mptcp` (2 s from 1.5 s) and a black hole on the
+/// second (a scenario blackout, 1 s from 4 s) during one transfer: both are reported; the
+/// probe, which takes the first path, has a gap of about 2 s around the carrier loss (so the
+/// carrier really went down) and none around the black hole on the other path, and the
+/// transfer still arrives. A
+/// fault on a path the scenario lacks is refused before anything is built.
+#[test]
+fn carrier_loss_and_black_hole_are_measured() {
+    let _g = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    if skip("carrier_loss_and_black_hole_are_measured") {
+        return;
+    }
+    let scn = scenario(
+        "name = \"faults\"\n[[path]]\nname = \"a\"\nrate = \"20Mbit\"\ndelay = \"5ms\"\n\
+         [[path]]\nname = \"b\"\nrate = \"20Mbit\"\ndelay = \"5ms\"\n\
+         blackouts = [{ at = \"4s\", duration = \"1s\" }]\n\
+         [workload]\nsize = \"30MB\"\n[[variant]]\nname = \"mptcp\"\nkind = \"mptcp\"\n",
+    );
+    let mut opts = RunOptions {
+        handle_signals: false,
+        ..RunOptions::default()
+    };
+    opts.faults = vec!["carrier:zzz:1s:1s".parse().unwrap()];
+    let e = run_scenario(&scn, &opts, |_| {}).unwrap_err().to_string();
+    assert!(e.contains("\"zzz\"") && e.contains("a, b"), "{e}");
+    opts.faults = vec!["carrier:a:1.5s:2s".parse().unwrap()];
+    let rep = run_scenario(&scn, &opts, |_| {}).expect("run");
+    print!("{}", braid_testbed::faults::table(&rep.faults));
+    assert!(
+        rep.report.all_verified(),
+        "{:?}",
+        rep.report.results[0].error
+    );
+    assert_eq!(rep.faults.len(), 2, "{:?}", rep.faults);
+    let carrier = &rep.faults[0];
+    assert_eq!(carrier.fault.kind, FaultKind::Carrier);
+    let gap = carrier.probe_longest_gap_s.expect("probe gap");
+    assert!((1.8..3.5).contains(&gap), "probe gap {gap} s");
+    assert!(carrier.probe_loss_during.is_some() && carrier.time_to_fallback_s.is_some());
+    let hole = &rep.faults[1];
+    assert_eq!(
+        (hole.fault.kind, hole.fault.path.as_str(), hole.fault.at_s),
+        (FaultKind::BlackHole, "b", 4.0)
+    );
+    // The probe takes path a: the black hole on b leaves it alone.
+    let gap = hole.probe_longest_gap_s.expect("probe gap");
+    assert!(
+        gap < 0.5,
+        "probe gap {gap} s around the black hole on the other path"
+    );
+    let json = serde_json::to_string(&rep).unwrap();
+    assert!(
+        json.contains("\"time_to_recovery_s\""),
+        "faults in the JSON"
+    );
 }
