@@ -966,11 +966,18 @@ impl Resolver<'_> {
         let switch = |set: Option<bool>, agent_default: bool| {
             set.unwrap_or(if named { all_on } else { agent_default })
         };
+        let kind = v.kind.unwrap_or_default();
+        // A kernel stack left unnamed runs the kernel's own default, CUBIC; braid's default
+        // controller exists only in braid.
+        let default_cc = match kind {
+            VariantKind::Braid => default.cc.to_string(),
+            _ => "cubic".to_string(),
+        };
         Ok(VariantSpec {
             name,
-            kind: v.kind.unwrap_or_default(),
+            kind,
             scheduler,
-            cc: v.cc.unwrap_or_else(|| default.cc.to_string()),
+            cc: v.cc.unwrap_or(default_cc),
             paths: idx,
             tail_reinjection: v.tail_reinjection.unwrap_or(default.tail_reinjection),
             alpha,
