@@ -7,6 +7,10 @@
 
 use super::*;
 
+/// A stream that becomes sendable with at most this many bytes counts as sparse and goes to
+/// the front of the send queue.
+const SPARSE_BYTES: u64 = 8 * 1024;
+
 impl Session {
     pub(super) fn stream_is_local(&self, id: StreamId) -> bool {
         initiated_by_client(id) == (self.side == Side::Client)
@@ -70,7 +74,15 @@ impl Session {
         }
         if n > 0 && !st.queued {
             st.queued = true;
-            self.send_queue.push_back(id);
+            // Sparse flows first (as fq_codel's new flows): a stream that had nothing to
+            // send and now has at most a few packets' worth (a request, a DNS query over
+            // TCP, a keystroke) goes ahead of the streams already queued, so it waits behind
+            // no bulk stream's turn; the round-robin sends it to the back once it has had one.
+            if st.send.write_offset() - st.send.next_new <= SPARSE_BYTES {
+                self.send_queue.push_front(id);
+            } else {
+                self.send_queue.push_back(id);
+            }
         }
         Ok(n)
     }
@@ -176,5 +188,45 @@ impl Session {
     /// Streams currently open.
     pub fn stream_count(&self) -> usize {
         self.streams.len()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use crate::{Config, Instant, Session};
+
+    /// Client and server over a lossless, instant wire until the handshake is done.
+    fn established() -> Session {
+        let (cfg, now) = (Config::default(), Instant(0));
+        let mut c = Session::connect(cfg.clone(), now, 7, 0);
+        let mut s = Session::accept(cfg, now, 7);
+        let mut buf = vec![0u8; 1500];
+        for _ in 0..20 {
+            while let Some(t) = c.poll_transmit(now, &mut buf) {
+                s.handle_datagram(now, buf[..t.len].to_vec().into());
+            }
+            while let Some(t) = s.poll_transmit(now, &mut buf) {
+                c.handle_datagram(now, buf[..t.len].to_vec().into());
+            }
+        }
+        assert!(c.is_established());
+        c
+    }
+
+    #[test]
+    fn a_sparse_stream_goes_ahead_of_queued_bulk_streams() {
+        let mut c = established();
+        let bulk: Vec<_> = (0..3).map(|_| c.open_stream().unwrap()).collect();
+        for &b in &bulk {
+            assert_eq!(c.stream_write(b, &[1u8; 200_000]).unwrap(), 200_000);
+        }
+        let request = c.open_stream().unwrap();
+        c.stream_write(request, b"GET / HTTP/1.1\r\n\r\n").unwrap();
+        assert_eq!(c.send_queue.front(), Some(&request), "{:?}", c.send_queue);
+        // A stream that arrives with bulk data of its own queues behind the others.
+        let upload = c.open_stream().unwrap();
+        c.stream_write(upload, &[2u8; 100_000]).unwrap();
+        assert_eq!(c.send_queue.back(), Some(&upload));
+        assert_eq!(c.send_queue.len(), 5);
     }
 }
