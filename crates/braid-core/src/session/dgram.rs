@@ -29,7 +29,7 @@
 mod budget;
 mod realtime;
 
-pub(super) use budget::DupBudget;
+pub(super) use budget::{DupBudget, MIN_CAP as DUPLICATE_BUDGET_MIN_CAP};
 pub(super) use realtime::{Role, RtQueue};
 
 use crate::sched::PathId;

@@ -30,6 +30,8 @@ use std::collections::{BTreeMap, BTreeSet, VecDeque};
 use timers::TimerTable;
 
 pub use dgram::DatagramMode;
+/// Auto mode: what the duplicate budget holds at least when full, bytes.
+pub const DUPLICATE_BUDGET_MIN_CAP: u64 = dgram::DUPLICATE_BUDGET_MIN_CAP;
 pub use paths::PathError;
 pub use send::BatchTransmit;
 
