@@ -276,6 +276,22 @@ fn a_call_leaves_on_the_20ms_path_with_its_copy_on_the_60ms_one() {
     assert_eq!(c.datagram_copies, n);
     assert_eq!(c.duplicate_bytes, n * 160);
     assert_eq!(c.duplicates_refused, 0, "the floor covers one call");
+
+    // Without a budget (beyond the bucket's first 16 KiB) the datagrams still leave on the
+    // 20 ms path alone: nothing goes first on the 60 ms one.
+    let none = Config {
+        duplicate_fraction: 0.0,
+        duplicate_floor: 0,
+        ..Config::default()
+    };
+    let mut w = world_20_60(false, none.clone(), none);
+    let mut app = Calls::new(1, 160, false, w.now(), 10);
+    let (up, down) = run_calls(&mut w, &mut app);
+    let c = w.client.stats();
+    println!("call, auto, no budget: up {up:?}, down {down:?}\nclient {c:?}");
+    assert!(c.duplicates_refused > 300, "{c:?}");
+    assert!(up.max_ms < 15.0 && down.max_ms < 15.0, "{up:?} {down:?}");
+    assert_eq!(up.loss + down.loss, 0.0);
 }
 
 #[test]
