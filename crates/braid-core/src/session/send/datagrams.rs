@@ -145,7 +145,8 @@ impl Session {
         }
     }
 
-    /// A packet on a ready path other than `tried` that has a datagram due.
+    /// A packet on a ready path other than `tried` that has a datagram due (and nothing
+    /// else but its ACK).
     pub(super) fn send_datagrams_elsewhere(
         &mut self,
         now: Instant,
@@ -167,7 +168,15 @@ impl Session {
                 self.realtime_out.pick(now, &views, id).is_some()
                     || self.datagrams_out.pick(now, mode, &views, id).is_some()
             })?;
-        self.send_data(now, pid, buf)
+        // Its due ACK and datagrams only: stream data goes where the scheduler says (a
+        // copy on a slow path must not take stream data there, ahead of a faster path).
+        let mut pkt = self.begin(pid, buf)?;
+        self.write_ack(now, pid, &mut pkt);
+        self.write_datagrams(now, pid, &mut pkt);
+        if !pkt.ack_eliciting && pkt.frames.is_empty() {
+            return None;
+        }
+        self.finish(now, pid, pkt)
     }
 
     /// When a datagram held back for arrival order becomes due (spread mode), or a
