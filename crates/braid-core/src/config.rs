@@ -50,6 +50,24 @@ pub struct Config {
     /// arrivals in order over paths of different delay) is dropped: a flow above capacity
     /// loses its excess instead of building a standing queue.
     pub datagram_max_wait: Duration,
+    /// Auto mode: a datagram flow is real-time while its last second holds at most this
+    /// many packets (`flows.rs`). 200 by default: calls (50/s), games (30-128/s), DNS.
+    pub realtime_max_pps: u64,
+    /// Auto mode: ... and at most this many payload bits. 300 kbit/s by default (a call of
+    /// 50 × 160 bytes per second is 64 kbit/s).
+    pub realtime_max_bitrate: u64,
+    /// Auto mode: most datagram flows whose rate is tracked at once (1024); the flow heard
+    /// from longest ago makes room, and a flow silent for 2 s is forgotten.
+    pub flow_table: usize,
+    /// Auto mode: copies of real-time datagrams (on the second-lowest-delay path) may add
+    /// at most this fraction of the bytes the session sends (0.05), plus
+    /// `duplicate_floor`.
+    pub duplicate_fraction: f64,
+    /// Auto mode: copy bytes per second allowed on top of `duplicate_fraction`, so that a
+    /// call on an otherwise idle session is protected too: 16 000 bytes/s (128 kbit/s; a
+    /// call of 50 × 160 bytes per second needs 8 000). The budget holds at most one second
+    /// of it (at least 16 KiB).
+    pub duplicate_floor: u64,
     /// The session ends when no packet arrived on any path for this long.
     pub idle_timeout: Duration,
     /// A path that sent nothing for this long sends a PING (keeps paths and NAT bindings up).
@@ -119,8 +137,13 @@ impl Default for Config {
             send_buffer: 1 << 20,
             max_datagram_payload: 1400,
             datagram_queue: 1024,
-            datagram_mode: crate::session::DatagramMode::Spread,
+            datagram_mode: crate::session::DatagramMode::Auto,
             datagram_max_wait: Duration::from_millis(25),
+            realtime_max_pps: 200,
+            realtime_max_bitrate: 300_000,
+            flow_table: 1024,
+            duplicate_fraction: 0.05,
+            duplicate_floor: 16_000,
             idle_timeout: Duration::from_secs(30),
             keepalive: Duration::from_secs(25),
             max_pto: Duration::from_secs(2),

@@ -9,12 +9,14 @@
 //! - [`stream`]: stream buffers and reassembly,
 //! - [`sched`]: packet schedulers, [`cc`]: congestion controllers,
 //! - [`blackout`]: blackout detection of a path (super-aggregation),
+//! - [`flows`]: datagram flows classed real-time or bulk by their rate,
 //! - [`wire`]: the wire format, [`ranges`], [`rtt`], [`pacer`], [`rng`], [`time`]: helpers.
 
 pub mod blackout;
 pub mod cc;
 pub mod config;
 pub mod connsched;
+pub mod flows;
 mod loss;
 pub mod pacer;
 pub mod path;

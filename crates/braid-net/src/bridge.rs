@@ -47,8 +47,9 @@ pub enum Cmd {
     Reset(StreamId, u64),
     /// The reader drained a chunk after the session had to stop reading.
     Wake(StreamId),
-    /// Send an unreliable datagram.
-    Datagram(Bytes),
+    /// Send an unreliable datagram of a flow (`Session::send_flow_datagram`; proxied UDP
+    /// uses `braid_proxy::datagram::session_flow`).
+    Datagram(u64, Bytes),
     /// Open a new stream (client side).
     Open(tokio::sync::oneshot::Sender<Result<StreamHandle, braid_core::StreamError>>),
     /// Close the session.

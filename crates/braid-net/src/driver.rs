@@ -359,8 +359,8 @@ impl<P: PacketProtection, S: PathSender> SessionTask<P, S> {
                     b.pump_read(s);
                 }
             }
-            Cmd::Datagram(d) => {
-                if let Err(e) = s.send_datagram(self.clock.now(), d) {
+            Cmd::Datagram(flow, d) => {
+                if let Err(e) = s.send_flow_datagram(self.clock.now(), flow, d) {
                     debug!("datagram dropped: {e}");
                 }
             }

@@ -8,6 +8,10 @@
 //! Must not touch: sockets, clocks (callers pass `now`), the session's state (it only reads
 //! views), how snapshots are published or served (`agent`, `server`, braid-ops).
 
+mod datagrams;
+
+pub use datagrams::DatagramReport;
+
 use crate::bridge::{Cmd, SessionFn};
 use braid_core::path::PathStats;
 use braid_core::sched::PathInfo;
@@ -84,6 +88,8 @@ pub struct CoreQuery {
     pub streams: u64,
     /// Stream bytes received and not yet read ([`braid_core::Session::buffered_bytes`]).
     pub buffered: u64,
+    /// The session's datagram counters.
+    pub datagrams: DatagramReport,
 }
 
 /// Every path's view, the open stream count and the buffered bytes, read by the session
@@ -95,6 +101,7 @@ pub async fn query_core(cmd: &tokio::sync::mpsc::UnboundedSender<Cmd>) -> Option
             paths: core_paths(s, now),
             streams: s.stream_count() as u64,
             buffered: s.buffered_bytes(),
+            datagrams: s.stats().into(),
         });
     }))))
     .ok()?;
@@ -306,6 +313,9 @@ pub struct SessionReport {
     pub cc: String,
     /// Streams open in the session.
     pub open_streams: u64,
+    /// Its datagram counters.
+    #[serde(default)]
+    pub datagrams: DatagramReport,
 }
 
 /// One proxied TCP connection (a stream) of the agent.
@@ -401,6 +411,9 @@ pub struct ServerSession {
     pub paths: Vec<PathReport>,
     /// Streams open.
     pub open_streams: u64,
+    /// Its datagram counters.
+    #[serde(default)]
+    pub datagrams: DatagramReport,
     /// Sums over its paths.
     pub totals: Totals,
 }

@@ -7,7 +7,9 @@
 //! Owns: the metric names, labels, help texts and the mapping from snapshot fields.
 //! Must not touch: how snapshots are made (braid-net) or served (`http`).
 
-use braid_net::status::{AgentStatus, PathReport, ServerStatus, ShownState, Status};
+use braid_net::status::{
+    AgentStatus, DatagramReport, PathReport, ServerStatus, ShownState, Status,
+};
 use prometheus_client::encoding::text::encode;
 use prometheus_client::encoding::EncodeLabelSet;
 use prometheus_client::metrics::counter::Counter;
@@ -39,6 +41,11 @@ struct StateLabels {
     agent: String,
     path: String,
     state: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct AgentLabels {
+    agent: String,
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
@@ -217,6 +224,68 @@ impl PathFamilies {
     }
 }
 
+/// The sessions' datagram counters (real-time datagrams and their copies: auto mode).
+struct DatagramFamilies(Vec<Family<AgentLabels, FCounter>>);
+
+const DATAGRAM_METRICS: [(&str, &str); 6] = [
+    (
+        "braid_datagrams_realtime",
+        "Datagrams of real-time flows sent (first copies)",
+    ),
+    (
+        "braid_datagrams_duplicates",
+        "Copies of real-time datagrams sent",
+    ),
+    (
+        "braid_datagrams_duplicate_bytes",
+        "Payload bytes of those copies",
+    ),
+    (
+        "braid_datagrams_duplicates_refused",
+        "Copies the duplicate budget refused",
+    ),
+    (
+        "braid_datagrams_duplicates_received",
+        "Copies that arrived second and were dropped",
+    ),
+    (
+        "braid_datagrams_dropped",
+        "Datagrams dropped: too large, queue full or waited too long",
+    ),
+];
+
+impl DatagramFamilies {
+    fn register(r: &mut Registry) -> DatagramFamilies {
+        DatagramFamilies(
+            DATAGRAM_METRICS
+                .iter()
+                .map(|(name, help)| {
+                    let f = Family::default();
+                    r.register(*name, *help, f.clone());
+                    f
+                })
+                .collect(),
+        )
+    }
+
+    fn add(&self, agent: &str, d: &DatagramReport) {
+        let values = [
+            d.realtime_sent,
+            d.duplicates_sent,
+            d.duplicate_bytes,
+            d.duplicates_refused,
+            d.duplicates_received,
+            d.dropped,
+        ];
+        let l = AgentLabels {
+            agent: agent.to_string(),
+        };
+        for (f, v) in self.0.iter().zip(values) {
+            f.get_or_create(&l).inc_by(v as f64);
+        }
+    }
+}
+
 fn gauge(r: &mut Registry, name: &str, help: &str, v: f64) {
     let g = FGauge::default();
     g.set(v);
@@ -251,6 +320,9 @@ fn agent(r: &mut Registry, a: &AgentStatus) {
     let f = PathFamilies::register(r);
     for p in &a.paths {
         f.add("", p);
+    }
+    if let Some(s) = &a.session {
+        DatagramFamilies::register(r).add("", &s.datagrams);
     }
 }
 
@@ -297,10 +369,12 @@ fn server(r: &mut Registry, s: &ServerStatus) {
         .inc_by(n as f64);
     }
     let f = PathFamilies::register(r);
+    let d = DatagramFamilies::register(r);
     for sess in &s.sessions {
         for p in &sess.paths {
             f.add(&sess.agent_key_fingerprint, p);
         }
+        d.add(&sess.agent_key_fingerprint, &sess.datagrams);
     }
 }
 
@@ -353,5 +427,29 @@ mod tests {
             "{t}"
         );
         assert!(t.trim_end().ends_with("# EOF"), "{t}");
+    }
+
+    #[test]
+    fn datagram_counters_of_the_session_are_exported() {
+        let a = AgentStatus {
+            session: Some(braid_net::status::SessionReport {
+                datagrams: DatagramReport {
+                    realtime_sent: 500,
+                    duplicate_bytes: 80_000,
+                    ..Default::default()
+                },
+                ..Default::default()
+            }),
+            ..Default::default()
+        };
+        let t = render(&Status::Agent(a));
+        assert!(
+            t.contains(r#"braid_datagrams_realtime_total{agent=""} 500"#),
+            "{t}"
+        );
+        assert!(
+            t.contains(r#"braid_datagrams_duplicate_bytes_total{agent=""} 80000"#),
+            "{t}"
+        );
     }
 }

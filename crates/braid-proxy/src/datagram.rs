@@ -68,6 +68,19 @@ pub fn emit(
     Ok(())
 }
 
+/// The session flow of an encoded datagram ([`emit`]'s output): a hash (64-bit FNV-1a) of
+/// its header, the flow id and the address. One per association and destination from the
+/// agent, and the same for the answers the server returns from that address, so each
+/// conversation is one flow to the session's real-time classifier. 0 for bytes that do not
+/// parse.
+pub fn session_flow(buf: &[u8]) -> u64 {
+    let Ok(p) = parse(buf) else { return 0 };
+    let header = &buf[..buf.len() - p.payload.len()];
+    header.iter().fold(0xcbf2_9ce4_8422_2325u64, |h, &b| {
+        (h ^ u64::from(b)).wrapping_mul(0x0000_0100_0000_01b3)
+    })
+}
+
 /// The encoded length of a datagram for `addr` with a `payload_len`-byte payload (useful to
 /// check against the session's largest datagram before building it).
 pub fn encoded_len(addr: &TargetAddr, payload_len: usize) -> usize {

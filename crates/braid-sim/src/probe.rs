@@ -12,6 +12,10 @@ use crate::world::{App, Endpoints};
 use braid_core::Instant;
 use bytes::Bytes;
 
+/// The flow id the probe's datagrams (and their echoes) carry: one flow, as TUN mode gives
+/// one UDP conversation, so the session classes it as a real-time flow would be.
+pub const PROBE_FLOW: u64 = 0x9b0be;
+
 /// Which samples a probe sent now counts towards.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Phase {
@@ -92,7 +96,7 @@ impl Probe {
     /// Send what is due, echo at the server, record answers at the client.
     pub fn tick(&mut self, now: Nanos, w: &mut Endpoints<'_>) {
         while let Some(d) = w.server.recv_datagram() {
-            let _ = w.server.send_datagram(Instant(now), d);
+            let _ = w.server.send_flow_datagram(Instant(now), PROBE_FLOW, d);
         }
         while let Some(d) = w.client.recv_datagram() {
             self.record(now, &d);
@@ -103,7 +107,9 @@ impl Probe {
             p[..4].copy_from_slice(&self.seq.to_le_bytes());
             p[4..12].copy_from_slice(&now.to_le_bytes());
             // A probe the session refuses (queue full) counts as sent and lost.
-            let _ = w.client.send_datagram(Instant(now), Bytes::from(p));
+            let _ = w
+                .client
+                .send_flow_datagram(Instant(now), PROBE_FLOW, Bytes::from(p));
             self.sent.push((now, self.phase));
             self.answered.push(false);
             self.seq += 1;

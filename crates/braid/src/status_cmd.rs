@@ -5,7 +5,7 @@
 //! touch: the snapshot's contents (braid-net) or the socket protocol (braid-ops).
 
 use anyhow::{bail, Result};
-use braid_net::status::{AgentStatus, PathReport, ServerStatus, Status};
+use braid_net::status::{AgentStatus, DatagramReport, PathReport, ServerStatus, Status};
 use braid_ops::control::{default_path, query, ControlError};
 use clap::Args;
 use std::fmt::Write as _;
@@ -191,6 +191,7 @@ fn render_agent(a: &AgentStatus) -> String {
                 "agent, up {:.0} s; session {} with {} for {:.0} s ({} + {}), {} streams",
                 a.uptime_s, s.id, s.server, s.age_s, s.scheduler, s.cc, s.open_streams
             );
+            out.push_str(&datagram_line(&s.datagrams));
         }
         None => {
             let _ = writeln!(out, "agent, up {:.0} s; no session", a.uptime_s);
@@ -289,9 +290,27 @@ fn render_server(s: &ServerStatus) -> String {
             bytes(sess.totals.bytes_sent),
             bytes(sess.totals.bytes_received)
         );
+        out.push_str(&datagram_line(&sess.datagrams));
         out.push_str(&path_table(&sess.paths, false));
     }
     out
+}
+
+/// Real-time datagrams and their copies, when the session sent or received any.
+fn datagram_line(d: &DatagramReport) -> String {
+    if *d == DatagramReport::default() {
+        return String::new();
+    }
+    format!(
+        "datagrams: {} real-time sent, {} copies ({}), {} copies refused by the budget, \
+         {} duplicates dropped on arrival, {} dropped\n",
+        d.realtime_sent,
+        d.duplicates_sent,
+        bytes(d.duplicate_bytes),
+        d.duplicates_refused,
+        d.duplicates_received,
+        d.dropped
+    )
 }
 
 #[cfg(test)]

@@ -1,7 +1,12 @@
 //! Datagrams on their way out — which path carries each and when — and duplicates dropped on
 //! the way in.
 //!
-//! **Spread** (the default): one queue, paths ordered by one-way delay (half the smoothed
+//! **Auto** (the default): each datagram names its flow; `crate::flows` says whether the
+//! flow is real-time (sparse and steady) or bulk. Real-time datagrams go to their own queue
+//! (`realtime.rs`): at once on the lowest-delay path, with a copy on the second-lowest when
+//! the duplicate budget (`budget.rs`) allows. Bulk datagrams are spread as below.
+//!
+//! **Spread**: one queue, paths ordered by one-way delay (half the smoothed
 //! RTT). While the fastest path keeps up, it carries every datagram at once. When the oldest
 //! datagram has waited longer than the next path's extra delay (it would have arrived sooner
 //! there: the earliest-delivery-path-first rule), that path joins the set; a path leaves it
@@ -18,8 +23,14 @@
 //! (DATAGRAM_SEQ); the receiver drops the copy that arrives second (`Dedup`).
 //!
 //! Owns: the outgoing datagram queue, the spread set, sequence numbers, the receive-side
-//! duplicate window. Must not touch: packets, paths or timers (the session gives it path
+//! duplicate window (for both redundant and auto mode's copies). Must not touch: packets, paths or timers (the session gives it path
 //! views and asks which datagram a path may carry now).
+
+mod budget;
+mod realtime;
+
+pub(super) use budget::{DupBudget, MIN_CAP as DUPLICATE_BUDGET_MIN_CAP};
+pub(super) use realtime::{Role, RtQueue};
 
 use crate::sched::PathId;
 use crate::time::Instant;
@@ -30,18 +41,30 @@ use std::time::Duration;
 /// How datagrams use the paths.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub enum DatagramMode {
-    /// Spread over the paths by delay and capacity, arrivals kept in order.
+    /// Real-time flows on the lowest-delay path with a copy on the second (within a
+    /// budget), bulk flows spread.
     #[default]
+    Auto,
+    /// Spread over the paths by delay and capacity, arrivals kept in order.
     Spread,
     /// Every datagram on the two fastest paths; duplicates dropped at the far end.
     Redundant,
 }
 
 impl DatagramMode {
-    pub const ALL: [(&'static str, DatagramMode); 2] = [
+    pub const ALL: [(&'static str, DatagramMode); 3] = [
+        ("auto", DatagramMode::Auto),
         ("spread", DatagramMode::Spread),
         ("redundant", DatagramMode::Redundant),
     ];
+
+    /// The plan of the shared queue: auto mode spreads its bulk datagrams.
+    pub(super) fn bulk(self) -> DatagramMode {
+        match self {
+            DatagramMode::Auto => DatagramMode::Spread,
+            m => m,
+        }
+    }
 }
 
 /// What the queue needs to know of one path that may carry datagrams.
@@ -115,6 +138,13 @@ impl Outbox {
         self.level
     }
 
+    /// The next sequence number, for a datagram of another queue (auto mode's real-time
+    /// queue): one numbering per session and direction.
+    pub fn take_seq(&mut self) -> u64 {
+        self.next_seq += 1;
+        self.next_seq - 1
+    }
+
     /// Queues a datagram; returns true when the oldest had to be dropped for room.
     pub fn push(&mut self, now: Instant, data: Bytes) -> bool {
         let full = self.queue.len() >= self.capacity;
@@ -159,7 +189,7 @@ impl Outbox {
         let mut dropped = 0;
         // Longest planned wait (the fastest path's) plus the allowance.
         let limit = match mode {
-            DatagramMode::Spread => {
+            DatagramMode::Spread | DatagramMode::Auto => {
                 let set = self.set(views);
                 set.last()
                     .map_or(Duration::ZERO, |l| l.owd.saturating_sub(set[0].owd))
@@ -173,7 +203,7 @@ impl Outbox {
             self.queue.pop_front();
             dropped += 1;
         }
-        if mode == DatagramMode::Spread {
+        if mode != DatagramMode::Redundant {
             self.adjust_set(now, views);
         }
         dropped
@@ -235,7 +265,7 @@ impl Outbox {
                     .position(|q| q.sent_on != Some(path))
                     .map(Pick)
             }
-            DatagramMode::Spread => {
+            DatagramMode::Spread | DatagramMode::Auto => {
                 let wait = self.planned_wait(views, path)?;
                 let due = |q: &Queued| now.saturating_since(q.at) >= wait;
                 let front_wait = now.saturating_since(self.queue.front()?.at);
@@ -261,7 +291,7 @@ impl Outbox {
     /// When the next datagram becomes due on some path of the set (spread mode), to wake
     /// a path that holds datagrams back.
     pub fn next_due(&self, mode: DatagramMode, views: &[View]) -> Option<Instant> {
-        if mode != DatagramMode::Spread {
+        if mode == DatagramMode::Redundant {
             return None;
         }
         let front = self.queue.front()?;

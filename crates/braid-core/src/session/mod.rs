@@ -30,6 +30,8 @@ use std::collections::{BTreeMap, BTreeSet, VecDeque};
 use timers::TimerTable;
 
 pub use dgram::DatagramMode;
+/// Auto mode: what the duplicate budget holds at least when full, bytes.
+pub const DUPLICATE_BUDGET_MIN_CAP: u64 = dgram::DUPLICATE_BUDGET_MIN_CAP;
 pub use paths::PathError;
 pub use send::BatchTransmit;
 
@@ -129,8 +131,16 @@ pub struct SessionStats {
     pub retransmitted_bytes: u64,
     /// Datagrams dropped because the queue was full or the payload too big.
     pub datagrams_dropped: u64,
-    /// Second copies of redundant datagrams, dropped on arrival.
+    /// Second copies of redundant or real-time datagrams, dropped on arrival.
     pub datagram_copies: u64,
+    /// Auto mode: datagrams of real-time flows sent (first copies).
+    pub realtime_datagrams: u64,
+    /// Auto mode: second copies of real-time datagrams sent.
+    pub duplicates_sent: u64,
+    /// Auto mode: payload bytes of those copies.
+    pub duplicate_bytes: u64,
+    /// Auto mode: copies a second path could have carried but the budget refused.
+    pub duplicates_refused: u64,
     /// Packets that could not be parsed and were dropped.
     pub malformed_packets: u64,
 }
@@ -214,6 +224,10 @@ pub struct Session {
     received_data: u64,
     consumed_data: u64,
     datagrams_out: dgram::Outbox,
+    /// Auto mode: real-time datagrams, their flows' classes and the copies' budget.
+    realtime_out: dgram::RtQueue,
+    flows: crate::flows::Classifier,
+    dup_budget: dgram::DupBudget,
     datagrams_seen: dgram::Dedup,
     datagrams_in: VecDeque<Bytes>,
     pending: Pending,
@@ -272,6 +286,9 @@ impl Session {
             received_data: 0,
             consumed_data: 0,
             datagrams_out: dgram::Outbox::new(cfg.datagram_queue),
+            realtime_out: dgram::RtQueue::new(cfg.datagram_queue),
+            flows: crate::flows::Classifier::new(crate::flows::FlowLimits::from_config(&cfg)),
+            dup_budget: dgram::DupBudget::new(cfg.duplicate_fraction, cfg.duplicate_floor),
             datagrams_seen: dgram::Dedup::default(),
             datagrams_in: VecDeque::new(),
             pending: Pending::default(),
@@ -363,28 +380,10 @@ impl Session {
 
     // ---- datagrams ----------------------------------------------------------------------
 
-    /// Queue an unreliable datagram. It is dropped (and counted) if the peer does not accept
-    /// datagrams of this size; the oldest queued datagram is dropped when the queue is full,
-    /// and one that waits too long is dropped when the session next sends (see
-    /// [`DatagramMode`] and `Config::datagram_max_wait`).
+    /// Queue an unreliable datagram of flow 0 ([`Session::send_flow_datagram`]: all
+    /// datagrams sent this way are one flow).
     pub fn send_datagram(&mut self, now: Instant, data: Bytes) -> Result<(), DatagramError> {
-        let max = self.peer_params.map_or(0, |p| p.max_datagram) as usize;
-        // Header, frame type, sequence number and length at their largest.
-        let fits = self
-            .cfg
-            .max_datagram_size
-            .saturating_sub(self.cfg.tag_len + 19 + 1 + 8 + 8);
-        if data.len() > max.min(fits) {
-            self.stats.datagrams_dropped += 1;
-            return Err(DatagramError::TooLarge {
-                len: data.len(),
-                max: max.min(fits),
-            });
-        }
-        if self.datagrams_out.push(now, data) {
-            self.stats.datagrams_dropped += 1;
-        }
-        Ok(())
+        self.send_flow_datagram(now, 0, data)
     }
 
     /// Next received datagram.

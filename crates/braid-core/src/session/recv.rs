@@ -321,6 +321,8 @@ impl Session {
         self.cfg.loss_recovery = params.features & f::LOSS_RECOVERY != 0;
         self.cfg.datagram_mode = if params.features & f::DATAGRAM_REDUNDANT != 0 {
             crate::session::DatagramMode::Redundant
+        } else if params.features & f::DATAGRAM_AUTO != 0 {
+            crate::session::DatagramMode::Auto
         } else {
             crate::session::DatagramMode::Spread
         };

@@ -93,6 +93,7 @@ impl Session {
         let len = body + self.cfg.tag_len;
         let p = self.paths.get_mut(&pid)?;
         p.on_sent(now, len, pkt.ack_eliciting, pkt.probe, pkt.frames);
+        self.dup_budget.on_sent(len);
         Some(Transmit { path: pid, len })
     }
 
@@ -331,15 +332,18 @@ impl Session {
         if self.cfg.loss_recovery {
             bits |= f::LOSS_RECOVERY;
         }
-        if self.cfg.datagram_mode == super::DatagramMode::Redundant {
-            bits |= f::DATAGRAM_REDUNDANT;
-        }
+        bits |= match self.cfg.datagram_mode {
+            super::DatagramMode::Redundant => f::DATAGRAM_REDUNDANT,
+            super::DatagramMode::Auto => f::DATAGRAM_AUTO,
+            super::DatagramMode::Spread => 0,
+        };
         bits
     }
 
     pub(super) fn has_data(&self) -> bool {
         self.pending.any()
             || !self.datagrams_out.is_empty()
+            || !self.realtime_out.is_empty()
             || !self.send_queue.is_empty()
             || !self.fetch.is_empty()
     }

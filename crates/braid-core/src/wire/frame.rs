@@ -97,6 +97,9 @@ pub mod features {
     pub const LOSS_RECOVERY: u64 = 4;
     /// Redundant datagrams: each on the two fastest paths, numbered (DATAGRAM_SEQ).
     pub const DATAGRAM_REDUNDANT: u64 = 8;
+    /// Auto datagrams: real-time flows on the fastest path with a budgeted copy
+    /// (DATAGRAM_SEQ), bulk flows spread. `DATAGRAM_REDUNDANT` wins when both are set.
+    pub const DATAGRAM_AUTO: u64 = 16;
 }
 
 /// An ACK frame: the packets received on `path`, as descending ranges.

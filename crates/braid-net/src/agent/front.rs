@@ -319,7 +319,8 @@ async fn udp_associate(
                     for d in crate::batch::split(&mut rbuf, got.segment_size) {
                         if let Some(d) = from_client(flow, &d, &conn, &mut last_dest) {
                             if let Some(cmd) = &session {
-                                let _ = cmd.send(Cmd::Datagram(d));
+                                let flow = datagram::session_flow(&d);
+                                let _ = cmd.send(Cmd::Datagram(flow, d));
                             }
                         }
                     }

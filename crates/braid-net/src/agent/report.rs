@@ -13,8 +13,8 @@
 
 use super::AgentConfig;
 use crate::status::{
-    add_counters, display_state, loss_rate, AgentStatus, CorePath, FlowReport, PathMeter,
-    PathReport, PowerModel, SessionReport, ShownState, StreamReport, Totals, DOWN_AFTER,
+    add_counters, display_state, loss_rate, AgentStatus, CorePath, DatagramReport, FlowReport,
+    PathMeter, PathReport, PowerModel, SessionReport, ShownState, StreamReport, Totals, DOWN_AFTER,
     STATUS_VERSION,
 };
 use crate::udp::PathBind;
@@ -332,7 +332,7 @@ impl StatusBoard {
         &self,
         cfg: &AgentConfig,
         core: &[CorePath],
-        open_streams: u64,
+        (open_streams, datagrams): (u64, DatagramReport),
         policy: &PolicyView,
         session: &SessionMeta,
     ) {
@@ -393,6 +393,7 @@ impl StatusBoard {
             scheduler: cfg.transport.scheduler.to_string(),
             cc: cfg.transport.cc.to_string(),
             open_streams,
+            datagrams,
         };
         if let Ok(mut d) = self.down_at.lock() {
             *d = down_at;
@@ -460,7 +461,7 @@ mod tests {
             server: cfg.servers[0],
             since: Instant::now(),
         };
-        b.publish(cfg, &[c], 0, &policy, &meta);
+        b.publish(cfg, &[c], (0, Default::default()), &policy, &meta);
     }
 
     #[test]

@@ -448,7 +448,7 @@ impl Runner {
                     self.watch_silence(&cmd_tx, &stats, &mut silence);
                     if let Some(q) = crate::status::query_core(&cmd_tx).await {
                         let view = self.policy_view(&links.table);
-                        shared.board.publish(&self.cfg, &q.paths, q.streams, &view, &meta);
+                        shared.board.publish(&self.cfg, &q.paths, (q.streams, q.datagrams), &view, &meta);
                     }
                 }
                 r = async { (&mut silence.probe.as_mut().expect("checked").0).await }, if silence.probe.is_some() => {

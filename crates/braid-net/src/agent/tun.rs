@@ -314,7 +314,9 @@ pub(super) async fn run(tun: Tun, shared: Shared) {
                     let mut out = Vec::with_capacity(payload.len() + 32);
                     if datagram::emit(flow, &target, &payload, &mut out).is_ok() {
                         if let Some(cmd) = session {
-                            let _ = cmd.send(Cmd::Datagram(Bytes::from(out)));
+                            // One session flow per application socket and destination.
+                            let flow = datagram::session_flow(&out);
+                            let _ = cmd.send(Cmd::Datagram(flow, Bytes::from(out)));
                         }
                     }
                 }

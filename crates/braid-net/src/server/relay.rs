@@ -366,7 +366,10 @@ async fn udp_return(
         let Some(d) = budget.admit(out) else {
             continue;
         };
-        if cmd.send(Cmd::Datagram(d)).is_err() {
+        // The flow of the agent's datagrams to this address (the same header): the call
+        // that asked gets its answers treated as it is.
+        let flow = datagram::session_flow(&d);
+        if cmd.send(Cmd::Datagram(flow, d)).is_err() {
             return;
         }
     }

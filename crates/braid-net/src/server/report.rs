@@ -126,6 +126,7 @@ impl ServerBoard {
                     .flatten()
                     .unwrap_or_default();
             most_buffered = most_buffered.max(core.buffered);
+            let datagrams = core.datagrams;
             let core = core.paths;
             let mut st = Totals::default();
             let paths: Vec<PathReport> = core
@@ -155,6 +156,7 @@ impl ServerBoard {
                 age_s,
                 paths,
                 open_streams,
+                datagrams,
                 totals: st,
             });
         }

@@ -107,6 +107,29 @@ fn datagram_round_trip() {
 }
 
 #[test]
+fn a_datagrams_session_flow_is_its_flow_id_and_address() {
+    let enc = |flow: u32, t: &TargetAddr, payload: &[u8]| {
+        let mut out = Vec::new();
+        datagram::emit(flow, t, payload, &mut out).unwrap();
+        datagram::session_flow(&out)
+    };
+    let ts = targets();
+    let (a, b) = (&ts[0], &ts[1]);
+    assert_eq!(
+        enc(1, a, b"x"),
+        enc(1, a, &[0u8; 900]),
+        "the payload does not count"
+    );
+    assert_ne!(enc(1, a, b"x"), enc(2, a, b"x"), "another association");
+    assert_ne!(enc(1, a, b"x"), enc(1, b, b"x"), "another destination");
+    assert_eq!(
+        datagram::session_flow(&[0, 0, 0]),
+        0,
+        "bytes that do not parse"
+    );
+}
+
+#[test]
 fn socks_udp_round_trip_and_fragments_dropped() {
     for t in targets() {
         let mut out = Vec::new();

@@ -52,11 +52,11 @@ fn world(loss_fast: f64, mode: DatagramMode) -> World {
 
 /// What the receiver saw.
 #[derive(Debug, Default)]
-struct Seen {
-    sent: u64,
+pub(super) struct Seen {
+    pub(super) sent: u64,
     /// (sequence number, send time, arrival time), in arrival order.
-    got: Vec<(u64, Nanos, Nanos)>,
-    copies: u64,
+    pub(super) got: Vec<(u64, Nanos, Nanos)>,
+    pub(super) copies: u64,
 }
 
 impl Seen {
@@ -64,7 +64,7 @@ impl Seen {
         1.0 - self.got.len() as f64 / self.sent as f64
     }
     /// Received bits per second of IP packets (payload + 28).
-    fn rate_bps(&self, size: usize, secs: f64) -> f64 {
+    pub(super) fn rate_bps(&self, size: usize, secs: f64) -> f64 {
         self.got.len() as f64 * (size + 28) as f64 * 8.0 / secs
     }
     fn delay_ms(&self, q: f64) -> f64 {
@@ -91,13 +91,13 @@ impl Seen {
     }
 }
 
-struct Flow<'a> {
-    seen: &'a mut Seen,
-    size: usize,
-    gap: Nanos,
-    next: Nanos,
-    until: Nanos,
-    seq: u64,
+pub(super) struct Flow<'a> {
+    pub(super) seen: &'a mut Seen,
+    pub(super) size: usize,
+    pub(super) gap: Nanos,
+    pub(super) next: Nanos,
+    pub(super) until: Nanos,
+    pub(super) seq: u64,
 }
 
 impl App for Flow<'_> {
@@ -153,7 +153,7 @@ fn run(loss_fast: f64, mode: DatagramMode, bps: f64, size: usize, secs: f64) -> 
     (seen, copies)
 }
 
-fn report(what: &str, s: &Seen, size: usize, secs: f64) {
+pub(super) fn report(what: &str, s: &Seen, size: usize, secs: f64) {
     println!(
         "{what}: sent {}, received {} ({:.1} Mbit/s), loss {:.2} %, one-way delay p50 {:.1} \
          p99 {:.1} ms, reordering p99 {:.2} ms max {:.2} ms, copies dropped {}",

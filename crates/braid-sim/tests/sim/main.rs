@@ -5,6 +5,7 @@ mod common;
 
 mod catalogue;
 mod connmix;
+mod datagram_auto;
 mod datagram_paths;
 mod default_stack;
 mod keepalive_energy;
