@@ -58,6 +58,10 @@ pub struct Bbr {
     prior_cwnd: u64,
     /// `bbrq`: the queue bound that sets the window gain in ProbeBW.
     bound: Option<QueueBound>,
+    /// Bytes declared lost in the current round, and bytes delivered when it began (the
+    /// loss exit from startup).
+    round_lost: u64,
+    round_start_delivered: u64,
 }
 
 impl Bbr {
@@ -86,6 +90,8 @@ impl Bbr {
             probe_rtt_round_done: false,
             prior_cwnd: initial_window,
             bound: None,
+            round_lost: 0,
+            round_start_delivered: 0,
         }
     }
 
@@ -95,6 +101,22 @@ impl Bbr {
             bound: Some(QueueBound::default()),
             ..Bbr::new(mss, initial_window, now)
         }
+    }
+
+    /// Startup also ends when a round lost more than 2 % of what it delivered (as in BBR v2):
+    /// a sender whose rate samples are limited by the application (a bulk UDP flow arriving
+    /// in bursts) never sees the bandwidth plateau, and without this stayed in startup at
+    /// 2.9 times its estimate, losing a third of what it sent.
+    fn check_startup_loss(&mut self, delivered: u64) {
+        let in_round = delivered.saturating_sub(self.round_start_delivered);
+        if self.mode == Mode::Startup
+            && self.round_lost >= 8 * self.mss
+            && self.round_lost * 50 > in_round
+        {
+            self.filled_pipe = true;
+        }
+        self.round_lost = 0;
+        self.round_start_delivered = delivered;
     }
 
     /// ProbeRTT's window: 4 packets (BBR v1); with the queue bound half a bandwidth-delay
@@ -207,6 +229,9 @@ impl CongestionController for Bbr {
             self.round += 1;
             round_start = true;
         }
+        if round_start {
+            self.check_startup_loss(ev.rate.delivered);
+        }
         self.update_bw(ev, round_start);
         if let Some(b) = &mut self.bound {
             if let Some(s) = ev.rtt_sample {
@@ -289,6 +314,7 @@ impl CongestionController for Bbr {
     }
 
     fn on_loss(&mut self, ev: &LossEvent) {
+        self.round_lost += ev.lost_bytes;
         if ev.persistent {
             // Nothing came back for a long time (an outage, a blackout not yet frozen):
             // start again from a small window, as Linux BBR does after a timeout, but keep

@@ -180,8 +180,12 @@ impl Session {
             return self.send_ack_only(now, buf);
         }
 
-        // 3. Random losses resent on another path, redundant copies, then data and control
-        //    frames where the scheduler says.
+        // 3. Real-time datagrams (a call, a game) at once, window or not; then random losses
+        //    resent on another path, redundant copies, then data and control frames where
+        //    the scheduler says.
+        if let Some(t) = self.send_realtime_first(now, buf) {
+            return Some(t);
+        }
         if !self.fetch.is_empty() {
             if let Some(t) = self.send_fetch(now, buf) {
                 return Some(t);

@@ -145,6 +145,30 @@ impl Session {
         }
     }
 
+    /// A real-time datagram due on a path leaves at once, before anything else queued and
+    /// even when the path's window is full (with its ACK, nothing else): a call's packet
+    /// must not wait for a bulk flow's acknowledgements. The classifier bounds what this
+    /// lets through (a real-time flow stays under its packet and bit rates, copies under
+    /// their budget), and the packet counts in flight like any other, so the window makes
+    /// room for it afterwards.
+    pub(super) fn send_realtime_first(&mut self, now: Instant, buf: &mut [u8]) -> Option<Transmit> {
+        if self.realtime_out.is_empty() || self.state != State::Established {
+            return None;
+        }
+        let views = self.datagram_views();
+        let pid = views
+            .iter()
+            .map(|v| v.id)
+            .find(|&id| self.realtime_out.pick(now, &views, id).is_some())?;
+        let mut pkt = self.begin(pid, buf)?;
+        self.write_ack(now, pid, &mut pkt);
+        self.write_realtime(now, pid, &views, &mut pkt);
+        if !pkt.ack_eliciting && pkt.frames.is_empty() {
+            return None;
+        }
+        self.finish(now, pid, pkt)
+    }
+
     /// A packet on a ready path other than `tried` that has a datagram due (and nothing
     /// else but its ACK).
     pub(super) fn send_datagrams_elsewhere(
