@@ -4,7 +4,7 @@
 //! routes (TUN mode, or a plain link without braid), or through a SOCKS5 proxy (CONNECT for
 //! the flows, UDP ASSOCIATE for the probe).
 
-use super::{Rig, DEST4, HTTP_PORT, SINK_PORT};
+use super::{set_cc, Rig, DEST4, HTTP_PORT, SINK_PORT};
 use braid_sim::Latency;
 use braid_testbed::netns::enter;
 use braid_testbed::probe::{EchoServer, Probe, ProbeRoute};
@@ -113,10 +113,11 @@ impl Rig {
             .map(|&b| {
                 let (ns, stop, down, errors) =
                     (ns.clone(), stop.clone(), down.clone(), errors.clone());
+                let cc = self.host_cc;
                 std::thread::spawn(move || {
                     if let Err(e) = enter(&ns)
                         .map_err(|e| e.to_string())
-                        .and_then(|()| bulk(via, b, &down, &stop))
+                        .and_then(|()| bulk(via, b, cc, &down, &stop))
                     {
                         errors
                             .lock()
@@ -158,14 +159,22 @@ impl Rig {
     }
 }
 
-/// Runs one bulk flow until `stop`; a download counts what it receives in `down`.
-fn bulk(via: Via, b: Bulk, down: &AtomicU64, stop: &AtomicBool) -> Result<(), String> {
+/// Runs one bulk flow until `stop` with congestion controller `cc` on its socket; a download
+/// counts what it receives in `down`.
+fn bulk(
+    via: Via,
+    b: Bulk,
+    cc: Option<&str>,
+    down: &AtomicU64,
+    stop: &AtomicBool,
+) -> Result<(), String> {
     let port = match b {
         Bulk::Down => HTTP_PORT,
         Bulk::Up => SINK_PORT,
     };
     let mut s =
         connect(via, SocketAddrV4::new(DEST4, port)).map_err(|e| format!("connect: {e}"))?;
+    set_cc(&s, cc);
     let tick = Some(Duration::from_millis(100));
     match b {
         Bulk::Down => {

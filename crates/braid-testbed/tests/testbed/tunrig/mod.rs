@@ -79,6 +79,9 @@ pub struct Rig {
     pub links: Vec<Link>,
     /// Bytes the upload sink has received so far, all connections together.
     pub uploaded: Arc<AtomicU64>,
+    /// The congestion controller of the destinations' TCP sockets and of the bulk flows'
+    /// (`None`: the namespaces' default).
+    pub host_cc: Option<&'static str>,
 }
 
 impl Drop for Rig {
@@ -129,13 +132,15 @@ impl Rig {
                 )
             })
             .collect();
-        Rig::assemble(topo, emus, links, with_lan)
+        Rig::assemble(topo, emus, links, with_lan, None)
     }
 
     /// The same rig with kernel links instead of the userspace emulator, as a home router
     /// has them: each path's two veths in the emulator namespace joined by a bridge, and a
     /// token bucket (tbf) on the egress of each direction with the path's rate and queue.
-    /// `links` (for [`Rig::sum_bps`]) are the down rates.
+    /// `links` (for [`Rig::sum_bps`]) are the down rates. The destinations' TCP and the
+    /// bulk flows' ([`Rig::measure_load`]) is CUBIC, a typical host's, whatever this machine's
+    /// default is ([`Rig::host_cc`]).
     pub fn new_shaped(tag: &str, shaped: &[Shaped]) -> Rig {
         let id = format!("{tag}{:x}", std::process::id() % 0xfffff);
         let topo = must(Topology::create(&id, shaped.len()), "topology");
@@ -166,10 +171,16 @@ impl Rig {
                 loss: 0.0,
             })
             .collect();
-        Rig::assemble(topo, Vec::new(), links, false)
+        Rig::assemble(topo, Vec::new(), links, false, Some("cubic"))
     }
 
-    fn assemble(topo: Topology, emus: Vec<LinkEmu>, links: Vec<Link>, with_lan: bool) -> Rig {
+    fn assemble(
+        topo: Topology,
+        emus: Vec<LinkEmu>,
+        links: Vec<Link>,
+        with_lan: bool,
+        host_cc: Option<&'static str>,
+    ) -> Rig {
         let bin = find_braid().expect("the braid binary (cargo build -p braid)");
         // The destinations: on the server's loopback, IPv6 on for it alone.
         must(
@@ -196,7 +207,7 @@ impl Rig {
         for a in [IpAddr::V4(DEST4), IpAddr::V6(DEST6)] {
             spawn_in(&topo.server, {
                 let stop = stop.clone();
-                move || http_server(SocketAddr::new(a, HTTP_PORT), stop)
+                move || http_server(SocketAddr::new(a, HTTP_PORT), host_cc, stop)
             });
             spawn_in(&topo.server, {
                 let stop = stop.clone();
@@ -206,7 +217,14 @@ impl Rig {
         let uploaded = Arc::new(AtomicU64::new(0));
         spawn_in(&topo.server, {
             let (stop, n) = (stop.clone(), uploaded.clone());
-            move || sink(SocketAddr::new(IpAddr::V4(DEST4), SINK_PORT), n, stop)
+            move || {
+                sink(
+                    SocketAddr::new(IpAddr::V4(DEST4), SINK_PORT),
+                    host_cc,
+                    n,
+                    stop,
+                )
+            }
         });
         let dir = tempfile::tempdir().expect("temp dir");
         let binstr = bin.display().to_string();
@@ -257,6 +275,7 @@ impl Rig {
             stop,
             links,
             uploaded,
+            host_cc,
         }
     }
 
@@ -529,8 +548,9 @@ fn hex(b: &[u8]) -> String {
 }
 
 /// `GET /N` answers N bytes of the pattern.
-fn http_server(at: SocketAddr, stop: Arc<AtomicBool>) {
+fn http_server(at: SocketAddr, cc: Option<&str>, stop: Arc<AtomicBool>) {
     let l = TcpListener::bind(at).unwrap_or_else(|e| panic!("http server on {at}: {e}"));
+    set_cc(&l, cc);
     l.set_nonblocking(true).expect("nonblocking");
     while !stop.load(Ordering::Relaxed) {
         match l.accept() {
@@ -544,9 +564,20 @@ fn http_server(at: SocketAddr, stop: Arc<AtomicBool>) {
     }
 }
 
+/// Sets the congestion controller of a socket (a listener's connections inherit it).
+pub fn set_cc(s: &impl std::os::fd::AsRawFd, cc: Option<&str>) {
+    if let Some(cc) = cc {
+        must(
+            braid_testbed::traffic::set_congestion(s, cc),
+            "TCP_CONGESTION",
+        );
+    }
+}
+
 /// The upload sink: reads every connection to its end and counts the bytes in `n`.
-fn sink(at: SocketAddr, n: Arc<AtomicU64>, stop: Arc<AtomicBool>) {
+fn sink(at: SocketAddr, cc: Option<&str>, n: Arc<AtomicU64>, stop: Arc<AtomicBool>) {
     let l = TcpListener::bind(at).unwrap_or_else(|e| panic!("upload sink on {at}: {e}"));
+    set_cc(&l, cc);
     l.set_nonblocking(true).expect("nonblocking");
     while !stop.load(Ordering::Relaxed) {
         match l.accept() {
