@@ -3,6 +3,7 @@
 
 mod tunrig;
 
+mod responsive;
 mod testbed;
 mod tun;
 

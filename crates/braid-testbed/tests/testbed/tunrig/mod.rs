@@ -6,6 +6,9 @@
 //! client namespace plays a host of a LAN carried in router mode.
 #![allow(dead_code)]
 
+mod load;
+pub use load::*;
+
 use braid_testbed::cmd::{exec_ns, ip_ns, run, sysctl_ns};
 use braid_testbed::l2emu::{EmuConfig, LinkEmu};
 use braid_testbed::netns::{enter, Topology};
@@ -13,10 +16,12 @@ use braid_testbed::procs::Helper;
 use braid_testbed::runner::find_braid;
 use sha2::{Digest, Sha256};
 use std::io::{BufRead, BufReader, Read, Write};
-use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr, TcpListener, TcpStream, UdpSocket};
+use std::net::{
+    IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr, SocketAddrV4, TcpListener, TcpStream, UdpSocket,
+};
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -24,11 +29,34 @@ pub const DEST4: Ipv4Addr = Ipv4Addr::new(10, 99, 0, 1);
 pub const DEST6: Ipv6Addr = Ipv6Addr::new(0xfd00, 0x99, 0, 0, 0, 0, 0, 1);
 pub const HTTP_PORT: u16 = 8080;
 pub const UDP_PORT: u16 = 5353;
+/// The upload sink on [`DEST4`]: reads and counts every byte ([`Rig::uploaded`]).
+pub const SINK_PORT: u16 = 9000;
 pub const BRAID_PORT: u16 = 4433;
+/// The agent's SOCKS5 port in the client namespace ([`Rig::start_socks_agent`]).
+pub const SOCKS_PORT: u16 = 1080;
 pub const TUN: &str = "brt0";
 /// The LAN namespace's address and the client namespace's address on the LAN.
 pub const LAN_HOST: Ipv4Addr = Ipv4Addr::new(192, 168, 77, 2);
 pub const LAN_GW: Ipv4Addr = Ipv4Addr::new(192, 168, 77, 1);
+
+/// One kernel-shaped link ([`Rig::new_shaped`]): each direction's rate in Mbit/s and the
+/// most its queue holds, in ms at that rate.
+#[derive(Debug, Clone, Copy)]
+pub struct Shaped {
+    pub down_mbit: f64,
+    pub up_mbit: f64,
+    pub queue_ms: u64,
+}
+
+/// `tc qdisc add dev DEV root tbf rate Rmbit burst 20kb latency Qms` in namespace `ns`: a
+/// home router's queue of `queue_ms` at that rate.
+fn tbf(ns: &str, dev: &str, mbit: f64, queue_ms: u64) {
+    let (rate, lat) = (format!("{mbit}mbit"), format!("{queue_ms}ms"));
+    let args = [
+        "qdisc", "add", "dev", dev, "root", "tbf", "rate", &rate, "burst", "20kb", "latency", &lat,
+    ];
+    must(exec_ns(ns, "tc", &args), "tbf");
+}
 
 /// One emulated link: rate in Mbit/s and one-way delay in ms.
 pub struct Link {
@@ -49,6 +77,11 @@ pub struct Rig {
     pub serverless: bool,
     stop: Arc<AtomicBool>,
     pub links: Vec<Link>,
+    /// Bytes the upload sink has received so far, all connections together.
+    pub uploaded: Arc<AtomicU64>,
+    /// The congestion controller of the destinations' TCP sockets and of the bulk flows'
+    /// (`None`: the namespaces' default).
+    pub host_cc: Option<&'static str>,
 }
 
 impl Drop for Rig {
@@ -72,7 +105,6 @@ impl Rig {
     /// Topology, emulators, destinations and the braid server; the agent is started with
     /// [`Rig::start_agent`].
     pub fn new(tag: &str, links: Vec<Link>, with_lan: bool) -> Rig {
-        let bin = find_braid().expect("the braid binary (cargo build -p braid)");
         let id = format!("{tag}{:x}", std::process::id() % 0xfffff);
         let topo = must(Topology::create(&id, links.len()), "topology");
         let emus = links
@@ -100,6 +132,56 @@ impl Rig {
                 )
             })
             .collect();
+        Rig::assemble(topo, emus, links, with_lan, None)
+    }
+
+    /// The same rig with kernel links instead of the userspace emulator, as a home router
+    /// has them: each path's two veths in the emulator namespace joined by a bridge, and a
+    /// token bucket (tbf) on the egress of each direction with the path's rate and queue.
+    /// `links` (for [`Rig::sum_bps`]) are the down rates. The destinations' TCP and the
+    /// bulk flows' ([`Rig::measure_load`]) is CUBIC, a typical host's, whatever this machine's
+    /// default is ([`Rig::host_cc`]).
+    pub fn new_shaped(tag: &str, shaped: &[Shaped]) -> Rig {
+        let id = format!("{tag}{:x}", std::process::id() % 0xfffff);
+        let topo = must(Topology::create(&id, shaped.len()), "topology");
+        for (i, (p, s)) in topo.paths.iter().zip(shaped).enumerate() {
+            let br = format!("br{i}");
+            let e = &topo.emu;
+            must(ip_ns(e, &["link", "add", &br, "type", "bridge"]), "bridge");
+            for dev in [&p.emu_client_if, &p.emu_server_if] {
+                must(
+                    ip_ns(e, &["link", "set", dev, "master", &br]),
+                    "bridge port",
+                );
+            }
+            must(ip_ns(e, &["link", "set", &br, "up"]), "bridge up");
+            // Towards the client: the down rate; towards the server: the up rate.
+            for (dev, mbit) in [
+                (&p.emu_client_if, s.down_mbit),
+                (&p.emu_server_if, s.up_mbit),
+            ] {
+                tbf(e, dev, mbit, s.queue_ms);
+            }
+        }
+        let links = shaped
+            .iter()
+            .map(|s| Link {
+                mbit: s.down_mbit,
+                delay_ms: 0,
+                loss: 0.0,
+            })
+            .collect();
+        Rig::assemble(topo, Vec::new(), links, false, Some("cubic"))
+    }
+
+    fn assemble(
+        topo: Topology,
+        emus: Vec<LinkEmu>,
+        links: Vec<Link>,
+        with_lan: bool,
+        host_cc: Option<&'static str>,
+    ) -> Rig {
+        let bin = find_braid().expect("the braid binary (cargo build -p braid)");
         // The destinations: on the server's loopback, IPv6 on for it alone.
         must(
             sysctl_ns(&topo.server, "net.ipv6.conf.lo.disable_ipv6", "0"),
@@ -125,13 +207,25 @@ impl Rig {
         for a in [IpAddr::V4(DEST4), IpAddr::V6(DEST6)] {
             spawn_in(&topo.server, {
                 let stop = stop.clone();
-                move || http_server(SocketAddr::new(a, HTTP_PORT), stop)
+                move || http_server(SocketAddr::new(a, HTTP_PORT), host_cc, stop)
             });
             spawn_in(&topo.server, {
                 let stop = stop.clone();
                 move || udp_responder(SocketAddr::new(a, UDP_PORT), stop)
             });
         }
+        let uploaded = Arc::new(AtomicU64::new(0));
+        spawn_in(&topo.server, {
+            let (stop, n) = (stop.clone(), uploaded.clone());
+            move || {
+                sink(
+                    SocketAddr::new(IpAddr::V4(DEST4), SINK_PORT),
+                    host_cc,
+                    n,
+                    stop,
+                )
+            }
+        });
         let dir = tempfile::tempdir().expect("temp dir");
         let binstr = bin.display().to_string();
         for who in ["server", "agent"] {
@@ -180,6 +274,8 @@ impl Rig {
             serverless: false,
             stop,
             links,
+            uploaded,
+            host_cc,
         }
     }
 
@@ -244,12 +340,52 @@ impl Rig {
         self.agent = Some(a);
     }
 
+    /// Starts `braid agent --socks 127.0.0.1:1080` with `extra` arguments and waits until a
+    /// small download through the SOCKS5 port works; returns the port's address.
+    pub fn start_socks_agent(&mut self, extra: &[&str]) -> SocketAddrV4 {
+        let at = SocketAddrV4::new(Ipv4Addr::LOCALHOST, SOCKS_PORT);
+        let a = at.to_string();
+        let mut args = vec!["--socks", &a];
+        args.extend_from_slice(extra);
+        self.launch_agent(&args);
+        let c = self.topo.client.clone();
+        self.wait_ready(&c, Some(&a));
+        at
+    }
+
+    /// Without braid: routes [`DEST4`] in the client namespace straight over path `i`'s
+    /// link (the server namespace answers for it on every link), as one plain link.
+    pub fn route_dest_over(&self, i: usize) {
+        let p = &self.topo.paths[i];
+        let src = p.client_ip.to_string();
+        let args = [
+            "route",
+            "add",
+            "10.99.0.1/32",
+            "dev",
+            &p.client_if,
+            "src",
+            &src,
+        ];
+        must(ip_ns(&self.topo.client, &args), "route to the destination");
+    }
+
     /// Waits until a small download from namespace `ns` works (20 s at most).
     pub fn wait_download(&mut self, ns: &str) {
+        self.wait_ready(ns, None)
+    }
+
+    /// Waits until a small download from namespace `ns`, through the SOCKS5 proxy `socks`
+    /// if given, works (20 s at most).
+    pub fn wait_ready(&mut self, ns: &str, socks: Option<&str>) {
         let deadline = Instant::now() + Duration::from_secs(20);
         let url = format!("http://{DEST4}:{HTTP_PORT}/1000");
         loop {
-            if let Ok(d) = curl(ns, &url, 3) {
+            let got = match socks {
+                Some(p) => curl_socks(ns, p, &url, 3),
+                None => curl(ns, &url, 3),
+            };
+            if let Ok(d) = got {
                 if d.bytes == 1000 {
                     break;
                 }
@@ -412,14 +548,50 @@ fn hex(b: &[u8]) -> String {
 }
 
 /// `GET /N` answers N bytes of the pattern.
-fn http_server(at: SocketAddr, stop: Arc<AtomicBool>) {
+fn http_server(at: SocketAddr, cc: Option<&str>, stop: Arc<AtomicBool>) {
     let l = TcpListener::bind(at).unwrap_or_else(|e| panic!("http server on {at}: {e}"));
+    set_cc(&l, cc);
     l.set_nonblocking(true).expect("nonblocking");
     while !stop.load(Ordering::Relaxed) {
         match l.accept() {
             Ok((s, _)) => {
                 std::thread::spawn(move || {
                     let _ = serve(s);
+                });
+            }
+            Err(_) => std::thread::sleep(Duration::from_millis(20)),
+        }
+    }
+}
+
+/// Sets the congestion controller of a socket (a listener's connections inherit it).
+pub fn set_cc(s: &impl std::os::fd::AsRawFd, cc: Option<&str>) {
+    if let Some(cc) = cc {
+        must(
+            braid_testbed::traffic::set_congestion(s, cc),
+            "TCP_CONGESTION",
+        );
+    }
+}
+
+/// The upload sink: reads every connection to its end and counts the bytes in `n`.
+fn sink(at: SocketAddr, cc: Option<&str>, n: Arc<AtomicU64>, stop: Arc<AtomicBool>) {
+    let l = TcpListener::bind(at).unwrap_or_else(|e| panic!("upload sink on {at}: {e}"));
+    set_cc(&l, cc);
+    l.set_nonblocking(true).expect("nonblocking");
+    while !stop.load(Ordering::Relaxed) {
+        match l.accept() {
+            Ok((mut s, _)) => {
+                let n = n.clone();
+                std::thread::spawn(move || {
+                    let _ = s.set_nonblocking(false);
+                    let mut buf = vec![0u8; 1 << 16];
+                    while let Ok(k) = s.read(&mut buf) {
+                        if k == 0 {
+                            break;
+                        }
+                        n.fetch_add(k as u64, Ordering::Relaxed);
+                    }
                 });
             }
             Err(_) => std::thread::sleep(Duration::from_millis(20)),
