@@ -62,6 +62,7 @@ enum F {
         path: u8,
         ranges: Vec<Range<u64>>,
         delay: u64,
+        recv_time: Option<u64>,
     },
     Reset {
         id: u64,
@@ -145,11 +146,14 @@ fn frame() -> impl Strategy<Value = F> {
     prop_oneof![
         (1..4usize).prop_map(F::Padding),
         Just(F::Ping),
-        (any::<u8>(), ack_ranges(), vi()).prop_map(|(path, ranges, delay)| F::Ack {
-            path,
-            ranges,
-            delay
-        }),
+        (any::<u8>(), ack_ranges(), vi(), proptest::option::of(vi())).prop_map(
+            |(path, ranges, delay, recv_time)| F::Ack {
+                path,
+                ranges,
+                delay,
+                recv_time
+            }
+        ),
         (vi(), vi(), vi()).prop_map(|(id, code, final_size)| F::Reset {
             id,
             code,
@@ -218,8 +222,16 @@ fn emit_frame(w: &mut Writer<'_>, f: &F) -> Option<()> {
             path,
             ranges,
             delay,
+            recv_time,
         } => {
-            let largest = emit::ack(w, *path, ranges.iter().cloned(), *delay, usize::MAX)?;
+            let largest = emit::ack(
+                w,
+                *path,
+                ranges.iter().cloned(),
+                *delay,
+                *recv_time,
+                usize::MAX,
+            )?;
             assert_eq!(largest, ranges[0].end - 1);
             Some(())
         }
@@ -812,13 +824,20 @@ proptest! {
         prop_assert!(!failed, "emitted frames do not parse: {:02x?}", buf);
         let mut at = 0usize;
         for f in &frames {
-            if let F::Ack { path, ranges, delay } = f {
+            if let F::Ack {
+                path,
+                ranges,
+                delay,
+                recv_time,
+            } = f
+            {
                 let Some(Frame::Ack(a)) = parsed.get(at) else {
                     return Err(TestCaseError::fail(format!("expected ACK at {at}: {parsed:?}")));
                 };
                 prop_assert_eq!(a.path, *path);
                 prop_assert_eq!(a.largest, ranges[0].end - 1);
                 prop_assert_eq!(a.ack_delay_us, *delay);
+                prop_assert_eq!(a.recv_time_us, *recv_time);
                 prop_assert_eq!(&a.ranges().collect::<Vec<_>>(), ranges);
                 at += 1;
             } else {

@@ -400,15 +400,27 @@ pub fn run_transfer(
                 * 1_000_000,
         );
     }
+    let reverse = (scn.workload.reverse > 0).then(|| {
+        let other = match app.direction {
+            Direction::Down => Direction::Up,
+            Direction::Up => Direction::Down,
+        };
+        Transfer::new(other, scn.workload.reverse, splitmix64(app.seed ^ 0x5e7e))
+    });
+    let mut main = Beside {
+        main: app,
+        other: reverse,
+    };
     let outcome = if scn.workload.probe {
         let mut both = Probed {
             probe: &mut probe,
-            inner: app,
+            inner: &mut main,
         };
         world.run(start + scn.time_limit, &mut both)
     } else {
-        world.run(start + scn.time_limit, app)
+        world.run(start + scn.time_limit, &mut main)
     };
+    let app = main.main;
     debug_dump(world, ids);
     let end = app.completed.unwrap_or(world.now());
     match outcome {
@@ -663,6 +675,38 @@ impl App for Transfer {
             }
         }
         self.completed.is_some() || self.failure.is_some()
+    }
+}
+
+/// The measured transfer, with a bulk transfer the other way beside it when the workload
+/// asks for one (`reverse`): it runs until the measured one ends. The server's stream
+/// events are handed to whichever transfer opened the stream.
+struct Beside<'a> {
+    main: &'a mut Transfer,
+    other: Option<Transfer>,
+}
+
+impl App for Beside<'_> {
+    fn on_wake(&mut self, now: Nanos, w: &mut Endpoints<'_>) -> bool {
+        let Some(other) = &mut self.other else {
+            return self.main.on_wake(now, w);
+        };
+        while let Some(ev) = w.server.poll_event() {
+            if let Event::StreamOpened(id) = ev {
+                for t in [&mut *self.main, &mut *other] {
+                    if t.client_stream == Some(id) {
+                        t.server_stream = Some(id);
+                    }
+                }
+            }
+        }
+        if other.on_wake(now, w) && other.failure.is_some() {
+            self.main.failure = other
+                .failure
+                .take()
+                .map(|f| format!("the reverse transfer: {f}"));
+        }
+        self.main.on_wake(now, w)
     }
 }
 

@@ -161,6 +161,9 @@ pub struct Workload {
     /// Run the sparse latency probe (`latency.rs`) idle before each transfer and beside it
     /// (`probe = false` turns it off where its packets would disturb what is measured).
     pub probe: bool,
+    /// Bytes of a bulk transfer the other way, beside each measured one (0: none): an
+    /// upload beside a download fills the queue the download's acknowledgements cross.
+    pub reverse: u64,
 }
 
 /// Which system a variant runs. Only `Braid` runs in the simulator.
@@ -323,6 +326,7 @@ struct RawWorkload {
     session: Option<String>,
     gap: Option<UnitStr>,
     probe: Option<bool>,
+    reverse: Option<UnitStr>,
 }
 
 #[derive(Deserialize)]
@@ -850,6 +854,10 @@ impl Resolver<'_> {
             shared_session,
             gap,
             probe: w.probe.unwrap_or(true),
+            reverse: match &w.reverse {
+                Some(v) => self.size("workload.reverse", v)?,
+                None => 0,
+            },
         })
     }
 

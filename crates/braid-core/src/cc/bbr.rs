@@ -124,18 +124,38 @@ impl Bbr {
     /// needs to drain what is left, not starve the path for 200 ms.
     fn probe_rtt_cwnd(&self) -> u64 {
         if self.bound.is_some() {
-            self.bdp(0.5).max(4 * self.mss)
+            self.bdp(0.5).max(self.min_cwnd())
+        } else {
+            4 * self.mss
+        }
+    }
+
+    /// The smallest window: 4 packets (BBR v1); with the queue bound 2. Pacing at the
+    /// measured bottleneck rate already keeps the queue short, and on a slow link with a
+    /// short RTT (an uplink of 4-8 Mbit/s at home, a packet taking 1.5-3 ms to send) four
+    /// packets were a standing queue of 6-12 ms that every call's packet waited behind.
+    fn min_cwnd(&self) -> u64 {
+        if self.bound.is_some() {
+            2 * self.mss
         } else {
             4 * self.mss
         }
     }
 
     /// The window gain and headroom in force: the queue bound's gain in ProbeBW (at least
-    /// the pacing gain, so a probe for more bandwidth has room), else the mode's gain.
+    /// the pacing gain, so a probe for more bandwidth has room) with one packet of headroom,
+    /// else the mode's gain.
+    ///
+    /// Queues that are not this path's (the return direction's, which its acknowledgements
+    /// cross; while the bound is released, another sender's on the way out) are part of the
+    /// pipe it must fill: the headroom adds the bandwidth times them, without the gain (at
+    /// gain 2 the window would otherwise queue as much again of our own).
     fn window_gain(&self, now: Instant) -> (f64, u64) {
         match &self.bound {
             Some(b) if self.mode == Mode::ProbeBw => {
-                (b.gain(now).max(self.pacing_gain), 2 * self.mss)
+                let gain = b.gain(now).max(self.pacing_gain);
+                let foreign = b.foreign_queue(now).as_secs_f64() * self.btl_bw;
+                (gain, self.mss + foreign as u64)
             }
             _ => (self.cwnd_gain, 3 * self.mss),
         }
@@ -233,12 +253,18 @@ impl CongestionController for Bbr {
             self.check_startup_loss(ev.rate.delivered);
         }
         self.update_bw(ev, round_start);
+        let min_cwnd = self.min_cwnd();
         if let Some(b) = &mut self.bound {
             if let Some(s) = ev.rtt_sample {
-                b.on_rtt_sample(s);
+                b.on_rtt_sample(s, ev.fwd_queue);
             }
             if let (true, true, Some(m)) = (round_start, self.filled_pipe, self.min_rtt) {
-                b.on_round_start(ev.now, m);
+                let own_floor = if self.btl_bw > 0.0 {
+                    Duration::from_secs_f64(min_cwnd as f64 / self.btl_bw)
+                } else {
+                    Duration::ZERO
+                };
+                b.on_round_start(ev.now, m, own_floor);
             }
         }
 
@@ -307,7 +333,7 @@ impl CongestionController for Bbr {
         } else if self.cwnd < target || ev.rate.delivered < self.initial_cwnd {
             self.cwnd += ev.acked_bytes;
         }
-        self.cwnd = self.cwnd.max(4 * self.mss);
+        self.cwnd = self.cwnd.max(self.min_cwnd());
         if self.mode == Mode::ProbeRtt {
             self.cwnd = self.cwnd.min(self.probe_rtt_cwnd());
         }
@@ -382,6 +408,7 @@ mod tests {
                 in_flight: cw.min(450_000),
                 rtt: &rtt,
                 rtt_sample: Some(Duration::from_millis(50)),
+                fwd_queue: None,
                 rate: RateSample {
                     delivery_rate: 10e6,
                     is_app_limited: false,

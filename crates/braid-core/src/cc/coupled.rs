@@ -226,6 +226,7 @@ mod tests {
                 in_flight: w - 1000,
                 rtt,
                 rtt_sample: None,
+                fwd_queue: None,
                 rate: RateSample::default(),
                 coupling,
             });

@@ -174,6 +174,7 @@ mod tests {
             in_flight: inflight - bytes.min(inflight),
             rtt,
             rtt_sample: None,
+            fwd_queue: None,
             rate: RateSample::default(),
             coupling: Default::default(),
         });

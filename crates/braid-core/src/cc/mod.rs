@@ -82,6 +82,10 @@ pub struct AckEvent<'a> {
     pub rtt: &'a RttEstimator,
     /// RTT sample of this frame, if it produced one.
     pub rtt_sample: Option<Duration>,
+    /// With the RTT sample, when the peer timestamps its ACKs: how long the acknowledged
+    /// packet waited in queues on its way out (one-way delay above its floor), unlike the
+    /// RTT unaffected by what the acknowledgement waited on its way back.
+    pub fwd_queue: Option<Duration>,
     /// Delivery-rate sample.
     pub rate: RateSample,
     /// The session's paths, for coupled controllers.

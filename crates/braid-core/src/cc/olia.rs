@@ -160,6 +160,7 @@ mod tests {
                 in_flight: w.saturating_sub(1000),
                 rtt,
                 rtt_sample: None,
+                fwd_queue: None,
                 rate: RateSample::default(),
                 coupling: c,
             });
@@ -301,6 +302,7 @@ mod tests {
                 in_flight: w - 1000,
                 rtt: &rtt,
                 rtt_sample: None,
+                fwd_queue: None,
                 rate: RateSample::default(),
                 coupling: c,
             });

@@ -9,6 +9,13 @@
 //! which with pacing at the bottleneck rate still fills the link); well below it, the gain
 //! grows back additively (towards 2, plain BBR's window), so a link that got faster is found.
 //!
+//! When the peer timestamps its acknowledgements, the standing queue is taken from the
+//! one-way delay of the path's own direction instead: an upload beside a download fills
+//! the queue the download's acknowledgements cross, and the RTT alone would read that as
+//! the download's own queue and shrink its window to nothing. What the RTT shows above the
+//! forward queue is the return direction's (`reverse_queue`): the window must cover it as
+//! part of the pipe, as it covers the propagation delay.
+//!
 //! When the standing queue stays above the target at the smallest gain for many rounds, the
 //! queue is not ours — another sender (CUBIC next door) keeps it full — and holding back
 //! would only hand it the link: the bound is released (plain BBR) for a while, then tried
@@ -23,7 +30,7 @@ use std::time::Duration;
 /// Smallest window gain: one bandwidth-delay product.
 const MIN_GAIN: f64 = 1.0;
 /// Largest window gain: plain BBR's.
-pub(crate) const MAX_GAIN: f64 = 2.0;
+const MAX_GAIN: f64 = 2.0;
 /// Standing queue allowed on any path, and the share of the propagation RTT added to it
 /// (a long path needs some slack for its acknowledgements' bunching).
 const TARGET_FLOOR: Duration = Duration::from_millis(4);
@@ -39,9 +46,21 @@ pub(crate) struct QueueBound {
     gain: f64,
     round_min: Option<Duration>,
     last_round_min: Option<Duration>,
+    /// The same for the forward queue samples (ACK_TS), when the peer sends them.
+    round_min_fwd: Option<Duration>,
+    last_round_min_fwd: Option<Duration>,
     high_rounds: u32,
     released_until: Option<Instant>,
     standing: Duration,
+    reverse: Duration,
+}
+
+/// The smaller of two optional samples.
+fn min2(a: Option<Duration>, b: Option<Duration>) -> Option<Duration> {
+    match (a, b) {
+        (Some(a), Some(b)) => Some(a.min(b)),
+        (a, b) => a.or(b),
+    }
 }
 
 impl Default for QueueBound {
@@ -50,9 +69,12 @@ impl Default for QueueBound {
             gain: MAX_GAIN,
             round_min: None,
             last_round_min: None,
+            round_min_fwd: None,
+            last_round_min_fwd: None,
             high_rounds: 0,
             released_until: None,
             standing: Duration::ZERO,
+            reverse: Duration::ZERO,
         }
     }
 }
@@ -63,24 +85,30 @@ impl QueueBound {
         TARGET_FLOOR + min_rtt / TARGET_RTT_DIVISOR
     }
 
-    /// An RTT sample of the current round.
-    pub(crate) fn on_rtt_sample(&mut self, sample: Duration) {
-        self.round_min = Some(self.round_min.map_or(sample, |m| m.min(sample)));
+    /// An RTT sample of the current round, with the forward queue the packet met when the
+    /// peer timestamps its acknowledgements.
+    pub(crate) fn on_rtt_sample(&mut self, sample: Duration, fwd_queue: Option<Duration>) {
+        self.round_min = min2(self.round_min, Some(sample));
+        self.round_min_fwd = min2(self.round_min_fwd, fwd_queue);
     }
 
-    /// A new round began: judge the standing queue of the last two rounds.
-    pub(crate) fn on_round_start(&mut self, now: Instant, min_rtt: Duration) {
-        let smallest = match (self.round_min, self.last_round_min) {
-            (Some(a), Some(b)) => Some(a.min(b)),
-            (a, b) => a.or(b),
-        };
+    /// A new round began: judge the standing queue of the last two rounds. `own_floor` is
+    /// the queue the controller's smallest window alone may keep (on a slow link with a
+    /// short RTT, four packets are more than the pipe holds): a standing queue within it
+    /// may be ours, and never releases the bound.
+    pub(crate) fn on_round_start(&mut self, now: Instant, min_rtt: Duration, own_floor: Duration) {
+        let smallest = min2(self.round_min, self.last_round_min);
         self.last_round_min = self.round_min.take();
+        let fwd = min2(self.round_min_fwd, self.last_round_min_fwd);
+        self.last_round_min_fwd = self.round_min_fwd.take();
         let Some(smallest) = smallest else { return };
-        self.standing = smallest.saturating_sub(min_rtt);
+        let rtt_standing = smallest.saturating_sub(min_rtt);
+        self.standing = fwd.unwrap_or(rtt_standing);
+        self.reverse = rtt_standing.saturating_sub(self.standing);
         let target = Self::target(min_rtt);
         if self.standing > target {
             self.gain = (self.gain * 0.8).max(MIN_GAIN);
-            if self.gain <= MIN_GAIN && !self.released(now) {
+            if self.gain <= MIN_GAIN && !self.released(now) && self.standing > target + own_floor {
                 self.high_rounds += 1;
             }
         } else {
@@ -108,6 +136,16 @@ impl QueueBound {
         }
     }
 
+    /// The queues in the pipe that are not ours, which the window must cover: the return
+    /// direction's standing queue, and while released the forward one too.
+    pub(crate) fn foreign_queue(&self, now: Instant) -> Duration {
+        if self.released(now) {
+            self.reverse + self.standing
+        } else {
+            self.reverse
+        }
+    }
+
     /// The last standing-queue estimate (for tests and diagnostics).
     #[cfg(test)]
     pub(crate) fn standing(&self) -> Duration {
@@ -126,10 +164,10 @@ mod tests {
     fn rounds(b: &mut QueueBound, n: u32, samples: &[u64], t: &mut Instant) {
         for _ in 0..n {
             for &s in samples {
-                b.on_rtt_sample(ms(s));
+                b.on_rtt_sample(ms(s), None);
             }
             *t += ms(20);
-            b.on_round_start(*t, ms(20));
+            b.on_round_start(*t, ms(20), ms(1));
         }
     }
 
@@ -173,6 +211,36 @@ mod tests {
         assert!((b.gain(t) - MAX_GAIN).abs() < 1e-9, "released: full gain");
         t += RELEASE_TIME;
         assert!((b.gain(t) - MIN_GAIN).abs() < 1e-9, "then tried again");
+    }
+
+    #[test]
+    fn a_queue_on_the_return_direction_is_not_ours_and_widens_the_pipe() {
+        // An upload keeps 30 ms queued where this path's acknowledgements pass; this path's
+        // own packets meet 1 ms. Without timestamps that is our queue (gain down to 1);
+        // with them the gain stays and the 30 ms are part of the pipe.
+        let mut b = QueueBound::default();
+        let mut t = Instant(0);
+        for _ in 0..20 {
+            b.on_rtt_sample(ms(51), Some(ms(1)));
+            t += ms(50);
+            b.on_round_start(t, ms(20), ms(1));
+        }
+        assert_eq!(b.standing(), ms(1));
+        assert!((b.gain(t) - MAX_GAIN).abs() < 1e-9, "gain {}", b.gain(t));
+        assert_eq!(b.foreign_queue(t), ms(30));
+    }
+
+    #[test]
+    fn a_queue_the_smallest_window_keeps_is_ours_and_never_releases() {
+        // Four packets on a slow link with a short RTT queue 12 ms whatever the gain.
+        let mut b = QueueBound::default();
+        let mut t = Instant(0);
+        for _ in 0..RELEASE_ROUNDS * 3 {
+            b.on_rtt_sample(ms(32), Some(ms(12)));
+            t += ms(30);
+            b.on_round_start(t, ms(20), ms(12));
+        }
+        assert!((b.gain(t) - MIN_GAIN).abs() < 1e-9, "gain {}", b.gain(t));
     }
 
     #[test]

@@ -27,6 +27,7 @@ use std::time::Duration;
 const MIN_MAX_BURST: u64 = 10;
 
 mod detect;
+mod owd;
 
 /// Most packets declared lost that are remembered, so a late acknowledgement proves the
 /// declaration spurious.
@@ -75,6 +76,8 @@ pub(crate) struct SentPacket {
     pub frames: SmallVec<[SentFrame; 3]>,
     delivered: u64,
     delivered_time: Instant,
+    /// The peer's receive time of the newest delivered packet when this one was sent.
+    delivered_peer_us: Option<u64>,
     first_sent_time: Instant,
     is_app_limited: bool,
     /// Its stream data was already queued on other paths after a probe timeout.
@@ -183,6 +186,10 @@ pub struct Path {
     last_pto: Option<Instant>,
     delivered: u64,
     delivered_time: Instant,
+    /// The peer's clock (ACK_TS, microseconds) when the newest delivered packet arrived:
+    /// rate samples measure the interval where the bottleneck spaced the packets, not where
+    /// a congested return path bunched their acknowledgements.
+    delivered_peer_us: Option<u64>,
     first_sent_time: Instant,
     app_limited_until: u64,
     // Receive side.
@@ -210,6 +217,8 @@ pub struct Path {
     /// ACK offload), and the way of the latest sample: an RTT rise is judged against
     /// samples that came back the same way.
     route_min_rtt: [Option<Duration>; 2],
+    /// The forward direction's one-way delay floor (from the peer's ACK_TS frames).
+    owd: owd::OneWayDelay,
     latest_route: usize,
     /// Packets received in the current receive window (about one RTT) and the last full one.
     rx_window: (Instant, u32, u32),
@@ -265,6 +274,7 @@ impl Path {
             last_pto: None,
             delivered: 0,
             delivered_time: now,
+            delivered_peer_us: None,
             first_sent_time: now,
             // Application-limited until data flows: the first packets (validation, the
             // handshake) are a trickle, not a measure of the path.
@@ -286,6 +296,7 @@ impl Path {
             watch: BlackoutWatch::default(),
             random_loss_recovery: cfg.loss_recovery,
             route_min_rtt: [None; 2],
+            owd: owd::OneWayDelay::default(),
             latest_route: 0,
             rx_window: (now, 0, 0),
             stats: PathStats::default(),
@@ -432,6 +443,7 @@ impl Path {
         if self.in_flight == 0 {
             self.first_sent_time = now;
             self.delivered_time = now;
+            self.delivered_peer_us = None;
         }
         let pkt = SentPacket {
             path: self.id,
@@ -443,6 +455,7 @@ impl Path {
             frames,
             delivered: self.delivered,
             delivered_time: self.delivered_time,
+            delivered_peer_us: self.delivered_peer_us,
             first_sent_time: self.first_sent_time,
             // Sent while the application left the path idle: until the mark ends, and also a
             // packet that leaves an empty pipe once the mark's own packets were delivered
@@ -501,6 +514,7 @@ impl Path {
         let mut newest: Option<(u64, Instant, bool)> = None;
         let mut rs_prior_delivered = 0u64;
         let mut rs_prior_time = None;
+        let mut rs_prior_peer_us = None;
         let mut rs_app_limited = false;
         let mut rs_send_elapsed = Duration::ZERO;
         for r in ack.ranges() {
@@ -525,6 +539,7 @@ impl Path {
                     if pkt.delivered >= rs_prior_delivered {
                         rs_prior_delivered = pkt.delivered;
                         rs_prior_time = Some(pkt.delivered_time);
+                        rs_prior_peer_us = pkt.delivered_peer_us;
                         rs_app_limited = pkt.is_app_limited;
                         rs_send_elapsed = pkt.time_sent - pkt.first_sent_time;
                         self.first_sent_time = pkt.time_sent;
@@ -545,6 +560,7 @@ impl Path {
                 .map_or(largest_new, |l| l.max(largest_new)),
         );
         let mut rtt_sample = None;
+        let mut fwd_queue = None;
         // An ACK that came back over another path (ACK offload) gives a sample too: the
         // feedback loop it measures is the one loss recovery and pacing must follow.
         if largest_new == ack.largest && eliciting {
@@ -556,6 +572,9 @@ impl Path {
             let m = &mut self.route_min_rtt[route];
             *m = Some(m.map_or(sample, |m| m.min(sample)));
             self.latest_route = route;
+            fwd_queue = ack
+                .recv_time_us
+                .map(|t| self.owd.on_sample(now, largest_sent, t));
         }
         self.pto_count = 0;
         self.pop_front();
@@ -567,14 +586,23 @@ impl Path {
             is_app_limited: rs_app_limited,
             delivery_rate: 0.0,
         };
+        let peer_now = ack.recv_time_us.filter(|_| largest_new == ack.largest);
         if let Some(prior_time) = rs_prior_time {
-            let ack_elapsed = self.delivered_time - prior_time;
+            // Where the peer timestamps its ACKs, the interval over which they arrived is
+            // taken at the receiver, in its clock.
+            let ack_elapsed = match (peer_now, rs_prior_peer_us) {
+                (Some(t), Some(p)) => Duration::from_micros(t.saturating_sub(p)),
+                _ => self.delivered_time - prior_time,
+            };
             let interval = rs_send_elapsed.max(ack_elapsed);
             let bytes = self.delivered - rs_prior_delivered;
             if interval >= self.rtt.min() / 2 && !interval.is_zero() {
                 rate.delivery_rate = bytes as f64 / interval.as_secs_f64();
                 self.last_rate = Some((now, rate.delivery_rate as u64, rs_app_limited));
             }
+        }
+        if peer_now.is_some() {
+            self.delivered_peer_us = peer_now;
         }
         if self.app_limited_until != 0 && self.delivered > self.app_limited_until {
             self.app_limited_until = 0;
@@ -596,6 +624,7 @@ impl Path {
                 in_flight: self.in_flight,
                 rtt: &self.rtt,
                 rtt_sample,
+                fwd_queue,
                 rate,
                 coupling: self.coupling,
             });
@@ -841,10 +870,11 @@ impl Path {
         self.largest_acked
     }
 
+    /// The receive time of the largest, in microseconds of our clock, goes in ACK_TS.
     pub(crate) fn ack_contents(
         &self,
         now: Instant,
-    ) -> Option<(impl Iterator<Item = std::ops::Range<u64>> + '_, u64)> {
+    ) -> Option<(impl Iterator<Item = std::ops::Range<u64>> + '_, u64, u64)> {
         let (_, t) = self.largest_recv?;
         let floor = self.ack_floor;
         let ranges = self
@@ -853,7 +883,7 @@ impl Path {
             .rev()
             .take_while(move |r| r.end > floor)
             .map(move |r| r.start.max(floor)..r.end);
-        Some((ranges, (now - t).as_micros() as u64))
+        Some((ranges, (now - t).as_micros() as u64, t.as_nanos() / 1000))
     }
 
     /// An ACK frame for this path was written.

@@ -13,7 +13,7 @@ fn at(ms: u64) -> Instant {
 fn ack(ranges: &[Range<u64>], f: impl FnOnce(&AckFrame<'_>)) {
     let mut buf = [0u8; 128];
     let mut w = Writer::new(&mut buf);
-    emit::ack(&mut w, 0, ranges.iter().cloned(), 0, 32).unwrap();
+    emit::ack(&mut w, 0, ranges.iter().cloned(), 0, None, 32).unwrap();
     let n = w.pos();
     match FrameIter::new(&buf[..n]).next() {
         Some(Ok(Frame::Ack(a))) => f(&a),

@@ -116,10 +116,15 @@ impl Session {
         if !p.ack_pending() {
             return;
         }
-        let Some((ranges, delay)) = p.ack_contents(now) else {
+        let Some((ranges, delay, recv_us)) = p.ack_contents(now) else {
             return;
         };
-        if let Some(largest) = emit::ack(&mut pkt.w, for_path, ranges, delay, MAX_ACK_RANGES) {
+        let stamp = self
+            .peer_params
+            .is_some_and(|h| h.features & crate::wire::features::ACK_TIMESTAMPS != 0)
+            .then_some(recv_us);
+        if let Some(largest) = emit::ack(&mut pkt.w, for_path, ranges, delay, stamp, MAX_ACK_RANGES)
+        {
             pkt.frames.push(SentFrame::Ack {
                 path: for_path,
                 largest,
@@ -326,7 +331,8 @@ impl Session {
     /// The super-aggregation mechanisms this side uses, as HELLO feature bits.
     pub(super) fn feature_bits(&self) -> u64 {
         use crate::wire::features as f;
-        let mut bits = 0;
+        // Every build reads ACK_TS; announcing it lets the peer timestamp its ACKs.
+        let mut bits = f::ACK_TIMESTAMPS;
         if self.cfg.ack_offload {
             bits |= f::ACK_OFFLOAD;
         }

@@ -12,6 +12,8 @@ pub mod ty {
     pub const PADDING: u64 = 0x00;
     pub const PING: u64 = 0x01;
     pub const ACK: u64 = 0x02;
+    /// ACK with the receiver's clock when it received the largest packet (ACK_TS).
+    pub const ACK_TS: u64 = 0x03;
     pub const RESET_STREAM: u64 = 0x04;
     pub const STOP_SENDING: u64 = 0x05;
     /// STREAM is 0x08, or 0x09 with the FIN bit.
@@ -100,6 +102,9 @@ pub mod features {
     /// Auto datagrams: real-time flows on the fastest path with a budgeted copy
     /// (DATAGRAM_SEQ), bulk flows spread. `DATAGRAM_REDUNDANT` wins when both are set.
     pub const DATAGRAM_AUTO: u64 = 16;
+    /// A capability, not a choice: the sender of HELLO reads ACK_TS frames, so its peer
+    /// may acknowledge with them (each side announces it; neither adopts it).
+    pub const ACK_TIMESTAMPS: u64 = 32;
 }
 
 /// An ACK frame: the packets received on `path`, as descending ranges.
@@ -111,6 +116,10 @@ pub struct AckFrame<'a> {
     pub largest: u64,
     /// Microseconds the receiver held the largest before acknowledging.
     pub ack_delay_us: u64,
+    /// ACK_TS only: the receiver's clock (microseconds since an epoch of its own) when the
+    /// largest arrived; with the sender's send time, the path's one-way delay plus the
+    /// clocks' constant offset.
+    pub recv_time_us: Option<u64>,
     first_range: u64,
     range_count: u64,
     rest: &'a [u8],
@@ -262,10 +271,11 @@ fn path_id(r: &mut Reader<'_>) -> Result<u8, WireError> {
     r.u8()
 }
 
-fn parse_ack<'a>(r: &mut Reader<'a>) -> Result<AckFrame<'a>, WireError> {
+fn parse_ack<'a>(r: &mut Reader<'a>, timestamped: bool) -> Result<AckFrame<'a>, WireError> {
     let path = path_id(r)?;
     let largest = r.varint()?;
     let ack_delay_us = r.varint()?;
+    let recv_time_us = if timestamped { Some(r.varint()?) } else { None };
     let range_count = r.varint()?;
     let first_range = r.varint()?;
     if first_range > largest {
@@ -288,6 +298,7 @@ fn parse_ack<'a>(r: &mut Reader<'a>) -> Result<AckFrame<'a>, WireError> {
         path,
         largest,
         ack_delay_us,
+        recv_time_us,
         first_range,
         range_count,
         rest,
@@ -299,7 +310,8 @@ fn parse_one<'a>(r: &mut Reader<'a>) -> Result<Frame<'a>, WireError> {
     Ok(match t {
         ty::PADDING => Frame::Padding,
         ty::PING => Frame::Ping,
-        ty::ACK => Frame::Ack(parse_ack(r)?),
+        ty::ACK => Frame::Ack(parse_ack(r, false)?),
+        ty::ACK_TS => Frame::Ack(parse_ack(r, true)?),
         ty::RESET_STREAM => Frame::ResetStream {
             id: r.varint()?,
             code: r.varint()?,
@@ -405,12 +417,14 @@ pub mod emit {
     }
 
     /// An ACK frame for `path` covering `ranges` (disjoint, non-adjacent, highest first;
-    /// at most `max_ranges` are written). Returns the largest packet number acknowledged.
+    /// at most `max_ranges` are written), an ACK_TS frame when `recv_time_us` is given.
+    /// Returns the largest packet number acknowledged.
     pub fn ack(
         w: &mut Writer<'_>,
         path: u8,
         ranges: impl Iterator<Item = Range<u64>>,
         ack_delay_us: u64,
+        recv_time_us: Option<u64>,
         max_ranges: usize,
     ) -> Option<u64> {
         let start = w.pos();
@@ -419,10 +433,17 @@ pub mod emit {
             let top = it.next()?;
             let largest = top.end - 1;
             let rest: Vec<Range<u64>> = it.take(max_ranges.saturating_sub(1)).collect();
-            w.varint(ty::ACK)?;
+            w.varint(if recv_time_us.is_some() {
+                ty::ACK_TS
+            } else {
+                ty::ACK
+            })?;
             w.u8(path)?;
             w.varint(largest)?;
             w.varint(ack_delay_us)?;
+            if let Some(t) = recv_time_us {
+                w.varint(t)?;
+            }
             w.varint(rest.len() as u64)?;
             w.varint(top.end - 1 - top.start)?;
             let mut low = top.start;
@@ -663,7 +684,10 @@ mod tests {
         set.insert(10..20);
         let mut buf = [0u8; 64];
         let mut w = Writer::new(&mut buf);
-        assert_eq!(emit::ack(&mut w, 2, set.iter().rev(), 123, 16), Some(19));
+        assert_eq!(
+            emit::ack(&mut w, 2, set.iter().rev(), 123, None, 16),
+            Some(19)
+        );
         let n = w.pos();
         match one(&buf[..n]) {
             Frame::Ack(a) => {
@@ -686,7 +710,7 @@ mod tests {
         }
         let mut buf = [0u8; 128];
         let mut w = Writer::new(&mut buf);
-        emit::ack(&mut w, 0, set.iter().rev(), 0, 3).unwrap();
+        emit::ack(&mut w, 0, set.iter().rev(), 0, None, 3).unwrap();
         let n = w.pos();
         let Frame::Ack(a) = one(&buf[..n]) else {
             panic!()

@@ -32,3 +32,23 @@ fn at_home_the_default_adds_at_most_5_ms_to_a_call_beside_a_download() {
     assert!(cubic_p50 >= 40.0, "cubic added p50 {cubic_p50} ms");
     assert!(get(&r, "cubic").efficiency <= d.efficiency + 0.01);
 }
+
+/// The same home with a 64 MB upload beside the download: the download's acknowledgements
+/// wait in the up queues the upload fills. Before the peer's receive timestamps (ACK_TS)
+/// the download read that wait as its own queue and its rate samples from bunched
+/// acknowledgements as bandwidth (0.70 of the sum, the call +13 ms at p50 and +35 at p95).
+#[test]
+fn an_upload_beside_the_download_keeps_its_rate_and_the_call_fast() {
+    let r = run_shipped("latency-home-upload.toml", &["default"]);
+    let d = get(&r, "default");
+    let l = d.latency;
+    let (p50, p95) = (l.added_p50_ms().unwrap(), l.added_p95_ms().unwrap());
+    eprintln!(
+        "default: added p50 {p50:.1} ms, p95 {p95:.1} ms, {:.3} of the sum",
+        d.efficiency
+    );
+    assert!(d.efficiency >= 0.88, "efficiency {}", d.efficiency);
+    assert!(p50 <= 6.0, "added p50 {p50} ms");
+    assert!(p95 <= 15.0, "added p95 {p95} ms");
+    assert_eq!(l.probe_loss, Some(0.0));
+}

@@ -203,16 +203,8 @@ macro_rules! bar_test {
 
 bar_test!(responsive_tun_two_downloads, Mode::Tun, DOWNLOADS);
 bar_test!(responsive_socks_two_downloads, Mode::Socks, DOWNLOADS);
+bar_test!(responsive_tun_upload_and_two_downloads, Mode::Tun, MIXED);
 bar_test!(
-    #[ignore = "misses the bar (issue 23): the upload's queue on the up links delays the \
-                downloads' acknowledgements; docs/results.md"]
-    responsive_tun_upload_and_two_downloads,
-    Mode::Tun,
-    MIXED
-);
-bar_test!(
-    #[ignore = "misses the bar (issue 23): the upload's queue on the up links delays the \
-                downloads' acknowledgements; docs/results.md"]
     responsive_socks_upload_and_two_downloads,
     Mode::Socks,
     MIXED
