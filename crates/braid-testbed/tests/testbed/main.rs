@@ -3,6 +3,7 @@
 
 mod tunrig;
 
+mod calls;
 mod responsive;
 mod testbed;
 mod tun;
