@@ -3,6 +3,7 @@
 
 mod tunrig;
 
+mod address;
 mod calls;
 mod responsive;
 mod testbed;
