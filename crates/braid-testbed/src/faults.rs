@@ -23,7 +23,10 @@
 //!
 //! An address change has no duration: it ends when it starts, so its probe measures cover
 //! the second after it, its fallback compares with the surviving paths' capacity in that
-//! second, and its recovery counts from the change.
+//! second, and its recovery runs from the change to the first sample at 80 % after the
+//! last one below it in the second after the change (0 when there is none: the first
+//! samples after a change still carry the rate from before it, and a dead subflow may hold
+//! its data until its timeout).
 
 pub mod renumber;
 
@@ -176,7 +179,24 @@ pub fn measure_fault(
     let recovery = (interval_s > 0.0 && before.len() as f64 * interval_s >= 1.0)
         .then(|| {
             let pre = before.iter().sum::<f64>() / before.len() as f64;
-            first_from(end, &|v| v >= 0.8 * pre)
+            let ok = |v: f64| v >= 0.8 * pre;
+            if fault.duration_s > 0.0 {
+                return first_from(end, &ok);
+            }
+            // An address change: the rate falls some round trips after it (a dead subflow
+            // holds data until its timeout), so count past the last sample below 80 % in
+            // the second after it (none: nothing to recover).
+            let k0 = (at / interval_s).ceil().max(0.0) as usize;
+            let dip = (k0..throughput_bps.len())
+                .take_while(|&k| (k as f64) * interval_s < at + 1.0)
+                .filter(|&k| !ok(throughput_bps[k]))
+                .last();
+            match dip {
+                None => Some(0.0),
+                Some(k) => (k..throughput_bps.len())
+                    .find(|&j| ok(throughput_bps[j]))
+                    .map(|j| sample_end(j) - at),
+            }
         })
         .flatten();
     let mut arrivals: Vec<f64> = probe
@@ -498,5 +518,29 @@ mod tests {
         // No samples before the fault: no recovery measure.
         let early = Fault { at_s: 0.5, ..fault };
         assert_eq!(measure_fault(&early, 0.1, &tp, &probe, 10e6).3, None);
+    }
+
+    #[test]
+    fn an_address_change_recovers_from_its_dip() {
+        let change = Fault {
+            kind: FaultKind::Address,
+            path: "a".into(),
+            at_s: 3.0,
+            duration_s: 0.0,
+        };
+        // The first samples after the change still carry the old rate; the dip comes
+        // 0.3 s later, with one sample back up at 3.6 s, and lasts until 4.5 s.
+        let tp: Vec<f64> = (0..80)
+            .map(|k| match k {
+                36 => 20e6,
+                33..=44 => 5e6,
+                _ => 20e6,
+            })
+            .collect();
+        let (_, _, _, rec) = measure_fault(&change, 0.1, &tp, &[], 10e6);
+        assert!((rec.unwrap() - 1.6).abs() < 1e-9, "{rec:?}");
+        // No dip in the second after it: nothing to recover.
+        let flat = vec![20e6; 80];
+        assert_eq!(measure_fault(&change, 0.1, &flat, &[], 10e6).3, Some(0.0));
     }
 }
