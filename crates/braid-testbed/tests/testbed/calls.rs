@@ -21,8 +21,10 @@
 //! The download's time to fall back and to recover is printed, not asserted.
 //!
 //! `BRAID_CALLS_ARGS` (whitespace-separated) adds agent arguments, e.g. `--udp spread` to
-//! see the protection off fail. About 35 s. Root and namespaces are needed; elsewhere the
-//! test prints why it skips.
+//! see the protection off fail; `BRAID_CALLS_GAPS=1` lists every gap over 60 ms. The packets
+//! around each fault's longest gap are printed (send time + round trip, ms): a late send is
+//! the test machine's, a late answer braid's or the links'. About 25 s. Root and namespaces
+//! are needed; elsewhere the test prints why it skips.
 
 use crate::tunrig::*;
 use crate::SERIAL;
@@ -138,6 +140,25 @@ fn calls_keep_every_packet_through_a_silent_wifi_and_a_carrier_loss() {
     })
     .collect();
     print!("{}", table(&results));
+    for f in &results {
+        println!(
+            "{:?}: {}",
+            f.fault.kind,
+            around_longest_gap(&r.loaded_probe, &f.fault)
+        );
+    }
+    if std::env::var_os("BRAID_CALLS_GAPS").is_some() {
+        let mut arr: Vec<f64> = r
+            .loaded_probe
+            .iter()
+            .filter(|p| p.1.is_finite())
+            .map(|p| p.0 + p.1)
+            .collect();
+        arr.sort_by(f64::total_cmp);
+        for w in arr.windows(2).filter(|w| w[1] - w[0] > 0.06) {
+            println!("gap {:.0} ms at {:.3} s", (w[1] - w[0]) * 1e3, w[0]);
+        }
+    }
     let (a_dup, a_sent) = duplicates(&agent, "/session/datagrams");
     let (s_dup, s_sent) = duplicates(&server, "/sessions/0/datagrams");
     let share = |d: u64, s: u64| d as f64 / s.max(1) as f64;
@@ -207,6 +228,32 @@ fn calls_keep_every_packet_through_a_silent_wifi_and_a_carrier_loss() {
         failed.join("\n"),
         tail(&rig.agent_log(), 40)
     );
+}
+
+/// The call's packets around its longest gap near `f` (send time and round trip, ms), to
+/// tell a late answer (braid) from a late send (the probe's thread).
+fn around_longest_gap(probe: &[(f64, f64)], f: &Fault) -> String {
+    let mut arr: Vec<(f64, usize)> = probe
+        .iter()
+        .enumerate()
+        .filter(|(_, p)| p.1.is_finite())
+        .map(|(i, p)| (p.0 + p.1, i))
+        .collect();
+    arr.sort_by(|a, b| a.0.total_cmp(&b.0));
+    let end = f.at_s + f.duration_s + 1.0;
+    let Some(w) = arr
+        .windows(2)
+        .filter(|w| w[1].0 > f.at_s && w[0].0 < end)
+        .max_by(|a, b| (a[1].0 - a[0].0).total_cmp(&(b[1].0 - b[0].0)))
+    else {
+        return String::new();
+    };
+    let i = w[1].1;
+    probe[i.saturating_sub(8)..(i + 4).min(probe.len())]
+        .iter()
+        .map(|(t, rtt)| format!("{:.0}+{:.0}", t * 1e3, rtt * 1e3))
+        .collect::<Vec<_>>()
+        .join(" ")
 }
 
 fn tail(s: &str, n: usize) -> String {
