@@ -1,12 +1,14 @@
-//! Faults measured as a call sees them: a path that loses its carrier, or turns into a
-//! silent black hole, during a transfer; what the latency probe and the bulk flow saw.
+//! Faults measured as a call sees them: a path that loses its carrier, turns into a silent
+//! black hole, or changes its address during a transfer; what the latency probe and the
+//! bulk flow saw.
 //!
-//! Owns: the fault list ([`Fault`]: `--fault carrier:PATH:AT:DURATION`, and the scenario's
-//! own blackouts as black holes), taking a carrier down and up during a transfer
-//! ([`CarrierFaults`]: the emulator's client-side interface of the path goes down, so the
-//! client's interface loses its carrier as when a cable is pulled), and the measures
-//! ([`measure_fault`]). Must not touch: the link model (blackouts are braid-sim's), the
-//! probe's and the transfer's sending.
+//! Owns: the fault list ([`Fault`]: `--fault carrier:PATH:AT:DURATION`, `--fault
+//! addr:PATH:AT`, and the scenario's own blackouts as black holes), taking a carrier down
+//! and up during a transfer ([`CarrierFaults`]: the emulator's client-side interface of the
+//! path goes down, so the client's interface loses its carrier as when a cable is pulled),
+//! changing a path's address ([`renumber`]), and the measures ([`measure_fault`]). Must not
+//! touch: the link model (blackouts are braid-sim's), the probe's and the transfer's
+//! sending.
 //!
 //! Measures, all from the transfer's start (its 100 ms throughput samples, the probe packets
 //! sent while loaded):
@@ -18,6 +20,17 @@
 //!   above half the surviving paths' capacity in that time;
 //! - time to recovery: from the fault's end to the end of the first sample at or above 80 %
 //!   of the goodput before the fault (the mean of the 2 s before it, at least 1 s of it).
+//!
+//! An address change has no duration: it ends when it starts, so its probe measures cover
+//! the second after it, its fallback compares with the surviving paths' capacity in that
+//! second, and its recovery runs from the change to the first sample at 80 % after the
+//! last one below it in the second after the change (0 when there is none: the first
+//! samples after a change still carry the rate from before it, and a dead subflow may hold
+//! its data until its timeout).
+
+pub mod renumber;
+
+pub use renumber::AddressFaults;
 
 use crate::error::{Result, TestbedError};
 use crate::netns::Topology;
@@ -36,6 +49,9 @@ pub enum FaultKind {
     Carrier,
     /// Packets vanish silently (a scenario blackout: the interface stays up).
     BlackHole,
+    /// The client's address on the path changes (a DHCP renumbering: the old address goes,
+    /// a new one of the same subnet comes; the link stays up).
+    Address,
 }
 
 /// One fault on one scenario path, timed from each transfer's start.
@@ -54,21 +70,28 @@ pub struct Fault {
 impl std::str::FromStr for Fault {
     type Err = String;
 
-    /// `carrier:PATH:AT:DURATION`, times in seconds (`carrier:wifi:10:5`) or with a unit
-    /// (`carrier:wifi:10s:500ms`).
+    /// `carrier:PATH:AT:DURATION` or `addr:PATH:AT`, times in seconds (`carrier:wifi:10:5`)
+    /// or with a unit (`carrier:wifi:10s:500ms`).
     fn from_str(s: &str) -> std::result::Result<Fault, String> {
         let parts: Vec<&str> = s.split(':').collect();
-        let [kind, path, at, dur] = parts.as_slice() else {
-            return Err(format!(
-                "fault {s:?}: expected carrier:PATH:AT:DURATION, e.g. carrier:wifi:10s:5s"
-            ));
+        let (kind, path, at, dur) = match parts.as_slice() {
+            ["carrier", path, at, dur] => (FaultKind::Carrier, path, at, Some(dur)),
+            ["addr", path, at] => (FaultKind::Address, path, at, None),
+            ["carrier" | "addr", ..] => {
+                return Err(format!(
+                    "fault {s:?}: expected carrier:PATH:AT:DURATION (e.g. carrier:wifi:10s:5s) \
+                     or addr:PATH:AT (e.g. addr:wifi:10s)"
+                ))
+            }
+            other => {
+                let kind = other.first().copied().unwrap_or_default();
+                return Err(format!(
+                    "fault {s:?}: unknown kind {kind:?}; the testbed injects \"carrier\" and \
+                     \"addr\" (a black hole is a scenario blackout: \
+                     `blackouts = [{{ at = \"10s\", duration = \"5s\" }}]`)"
+                ));
+            }
         };
-        if *kind != "carrier" {
-            return Err(format!(
-                "fault {s:?}: unknown kind {kind:?}; the testbed injects \"carrier\" (a black \
-                 hole is a scenario blackout: `blackouts = [{{ at = \"10s\", duration = \"5s\" }}]`)"
-            ));
-        }
         let secs = |v: &str| -> std::result::Result<f64, String> {
             let t = v.trim();
             let (num, scale) = if let Some(n) = t.strip_suffix("ms") {
@@ -83,12 +106,18 @@ impl std::str::FromStr for Fault {
                 )),
             }
         };
-        let duration_s = secs(dur)?;
-        if duration_s <= 0.0 {
+        let duration_s = match dur {
+            Some(d) => secs(d)?,
+            None => 0.0,
+        };
+        if duration_s <= 0.0 && kind == FaultKind::Carrier {
             return Err(format!("fault {s:?}: the duration must be above 0"));
         }
+        if path.is_empty() {
+            return Err(format!("fault {s:?}: the path's name is missing"));
+        }
         Ok(Fault {
-            kind: FaultKind::Carrier,
+            kind,
             path: path.to_string(),
             at_s: secs(at)?,
             duration_s,
@@ -150,7 +179,24 @@ pub fn measure_fault(
     let recovery = (interval_s > 0.0 && before.len() as f64 * interval_s >= 1.0)
         .then(|| {
             let pre = before.iter().sum::<f64>() / before.len() as f64;
-            first_from(end, &|v| v >= 0.8 * pre)
+            let ok = |v: f64| v >= 0.8 * pre;
+            if fault.duration_s > 0.0 {
+                return first_from(end, &ok);
+            }
+            // An address change: the rate falls some round trips after it (a dead subflow
+            // holds data until its timeout), so count past the last sample below 80 % in
+            // the second after it (none: nothing to recover).
+            let k0 = (at / interval_s).ceil().max(0.0) as usize;
+            let dip = (k0..throughput_bps.len())
+                .take_while(|&k| (k as f64) * interval_s < at + 1.0)
+                .filter(|&k| !ok(throughput_bps[k]))
+                .last();
+            match dip {
+                None => Some(0.0),
+                Some(k) => (k..throughput_bps.len())
+                    .find(|&j| ok(throughput_bps[j]))
+                    .map(|j| sample_end(j) - at),
+            }
         })
         .flatten();
     let mut arrivals: Vec<f64> = probe
@@ -176,8 +222,9 @@ pub fn measure_fault(
 }
 
 /// The faults a variant's transfers meet, with the index of the faulted scenario path:
-/// the given carrier faults on its paths (not for `bond`, whose single interface carries
-/// every path), and each of its paths' explicit scenario blackouts as a black hole.
+/// the given carrier and address faults on its paths (not for `bond`, whose single
+/// interface carries every path), and each of its paths' explicit scenario blackouts as a
+/// black hole.
 pub fn faults_of(scn: &Scenario, v: &VariantSpec, carrier: &[Fault]) -> Vec<(Fault, usize)> {
     let mut out = Vec::new();
     for &i in &v.paths {
@@ -200,7 +247,7 @@ pub fn faults_of(scn: &Scenario, v: &VariantSpec, carrier: &[Fault]) -> Vec<(Fau
     out
 }
 
-/// Refuses carrier faults on paths the scenario does not have.
+/// Refuses given faults on paths the scenario does not have.
 pub fn check_faults(scn: &Scenario, carrier: &[Fault]) -> Result<()> {
     for f in carrier {
         if !scn.paths.iter().any(|p| p.name == f.path) {
@@ -230,7 +277,13 @@ pub fn results_for(
     faults
         .iter()
         .map(|(fault, faulted)| {
-            let (t0, t1) = (fault.at_s, fault.at_s + fault.duration_s);
+            // An address change's capacity: the second after it.
+            let span = if fault.duration_s > 0.0 {
+                fault.duration_s
+            } else {
+                1.0
+            };
+            let (t0, t1) = (fault.at_s, fault.at_s + span);
             let ns = |t: f64| (t * 1e9) as u64;
             let surviving_bits: f64 = v
                 .paths
@@ -243,7 +296,7 @@ pub fn results_for(
                 samples.interval_s,
                 &samples.throughput_bps,
                 probe,
-                surviving_bits / fault.duration_s,
+                surviving_bits / span,
             );
             FaultResult {
                 variant: v.name.clone(),
@@ -283,8 +336,12 @@ pub fn table(results: &[FaultResult]) -> String {
         let kind = match f.kind {
             FaultKind::Carrier => "carrier loss",
             FaultKind::BlackHole => "black hole",
+            FaultKind::Address => "address change",
         };
-        let what = format!("{kind} {} {:.1}+{:.1} s", f.path, f.at_s, f.duration_s);
+        let what = match f.kind {
+            FaultKind::Address => format!("{kind} {} {:.1} s", f.path, f.at_s),
+            _ => format!("{kind} {} {:.1}+{:.1} s", f.path, f.at_s, f.duration_s),
+        };
         let loss = r
             .probe_loss_during
             .map_or("–".to_string(), |l| format!("{:.1} %", l * 100.0));
@@ -395,16 +452,27 @@ mod tests {
     use super::*;
 
     #[test]
-    fn parses_carrier_faults_and_refuses_the_rest() {
+    fn parses_carrier_and_address_faults_and_refuses_the_rest() {
         let f: Fault = "carrier:wifi:10s:500ms".parse().unwrap();
         assert_eq!((f.path.as_str(), f.at_s, f.duration_s), ("wifi", 10.0, 0.5));
+        assert_eq!(f.kind, FaultKind::Carrier);
         let f: Fault = "carrier:lte:2:3".parse().unwrap();
         assert_eq!((f.at_s, f.duration_s), (2.0, 3.0));
+        let f: Fault = "addr:wifi:7.5s".parse().unwrap();
+        assert_eq!(
+            (f.kind, f.path.as_str(), f.at_s, f.duration_s),
+            (FaultKind::Address, "wifi", 7.5, 0.0)
+        );
         for bad in [
             "blackhole:a:1:1",
             "carrier:a:1",
             "carrier:a:x:1",
             "carrier:a:1:0",
+            "addr:a",
+            "addr:a:1:1",
+            "addr:a:soon",
+            "addr::1",
+            "",
         ] {
             assert!(bad.parse::<Fault>().is_err(), "{bad}");
         }
@@ -450,5 +518,29 @@ mod tests {
         // No samples before the fault: no recovery measure.
         let early = Fault { at_s: 0.5, ..fault };
         assert_eq!(measure_fault(&early, 0.1, &tp, &probe, 10e6).3, None);
+    }
+
+    #[test]
+    fn an_address_change_recovers_from_its_dip() {
+        let change = Fault {
+            kind: FaultKind::Address,
+            path: "a".into(),
+            at_s: 3.0,
+            duration_s: 0.0,
+        };
+        // The first samples after the change still carry the old rate; the dip comes
+        // 0.3 s later, with one sample back up at 3.6 s, and lasts until 4.5 s.
+        let tp: Vec<f64> = (0..80)
+            .map(|k| match k {
+                36 => 20e6,
+                33..=44 => 5e6,
+                _ => 20e6,
+            })
+            .collect();
+        let (_, _, _, rec) = measure_fault(&change, 0.1, &tp, &[], 10e6);
+        assert!((rec.unwrap() - 1.6).abs() < 1e-9, "{rec:?}");
+        // No dip in the second after it: nothing to recover.
+        let flat = vec![20e6; 80];
+        assert_eq!(measure_fault(&change, 0.1, &flat, &[], 10e6).3, Some(0.0));
     }
 }

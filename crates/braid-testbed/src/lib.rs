@@ -10,8 +10,8 @@
 //! - [`traffic`]: the transfer server and client (TCP, MPTCP, SOCKS5), byte-exact checks;
 //! - [`probe`]: the sparse UDP latency probe and its echo responder; [`rpm`]: responsiveness
 //!   under load (new and long-lived connections); [`measure`]: a transfer with both beside it;
-//!   [`faults`]: carrier loss and black holes during a transfer, as the probe and the bulk
-//!   flow saw them;
+//!   [`faults`]: carrier loss, black holes and address changes during a transfer, as the
+//!   probe and the bulk flow saw them;
 //! - [`procs`]: helper processes in namespaces (braid, shadowsocks);
 //! - [`runner`]: the whole run, per-variant stacks, the report;
 //! - [`lock`], [`signal`]: one run at a time, root check, SIGINT/SIGTERM teardown;

@@ -22,6 +22,11 @@
 //! packets until stopped or its time limit, then waits for the outstanding answers, at most
 //! [`ANSWER_WITHIN`] after the last packet. A packet not answered within [`ANSWER_WITHIN`]
 //! is lost.
+//!
+//! **Scheduling.** The probe's and the responder's threads ask for `SCHED_FIFO` (best
+//! effort, as the emulator's threads do; they sleep in `recv` between packets), so that on
+//! a busy machine the measuring tool's own wake-ups are not counted as the call's delay:
+//! without it, four CPU hogs on two cores made the probe send 170 ms late.
 
 use crate::error::{Result, TestbedError};
 use crate::traffic::{self, Abort, Proto};
@@ -105,7 +110,22 @@ impl Drop for EchoServer {
     }
 }
 
+/// `SCHED_FIFO` priority of the probe's threads (below the emulator's, `l2emu`).
+const RT_PRIORITY: libc::c_int = 5;
+
+/// Asks for `SCHED_FIFO` for the calling thread; refused (not root), it stays as it was.
+fn prefer_realtime() {
+    let param = libc::sched_param {
+        sched_priority: RT_PRIORITY,
+    };
+    // SAFETY: sched_setscheduler(0, ..) changes only this thread; `param` outlives the call.
+    unsafe {
+        libc::sched_setscheduler(0, libc::SCHED_FIFO, &param);
+    }
+}
+
 fn echo_loop(sock: &UdpSocket, stop: &AtomicBool) {
+    prefer_realtime();
     let mut buf = [0u8; 2048];
     while !stop.load(Ordering::Relaxed) {
         if let Ok((n, from)) = sock.recv_from(&mut buf) {
@@ -198,6 +218,7 @@ impl Probe {
                         ..ProbeRun::default()
                     };
                 }
+                prefer_realtime();
                 run_probe(route, limit, &st, ready_tx)
             })
             .map_err(|e| TestbedError::io("spawning the latency probe's thread", e))?;

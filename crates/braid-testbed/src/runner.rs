@@ -25,7 +25,7 @@
 
 use crate::cmd;
 use crate::error::{Result, TestbedError};
-use crate::faults::{CarrierFaults, Fault, FaultResult};
+use crate::faults::{AddressFaults, CarrierFaults, Fault, FaultKind, FaultResult};
 use crate::l2emu::{EmuConfig, LinkEmu};
 use crate::lock::RunLock;
 use crate::measure::Responders;
@@ -97,7 +97,8 @@ pub struct RunOptions {
     pub handle_signals: bool,
     /// The run lock.
     pub lock_file: PathBuf,
-    /// Carrier faults to inject into every transfer whose variant uses the path.
+    /// Carrier and address faults to inject into every transfer whose variant uses the
+    /// path.
     pub faults: Vec<Fault>,
 }
 
@@ -654,8 +655,18 @@ impl Stack {
                         })
                         .collect();
                     // The variant's standby paths and the energy model's power, as the
-                    // agent's path options (what `braid sim` gives its client too).
-                    let mut spec = format!("{name}={}", topo.paths[i].client_ip);
+                    // agent's path options (what `braid sim` gives its client too). A path
+                    // whose address changes is given by its interface, as a user whose
+                    // address changes would (an address would vanish with the change).
+                    let renumbered = opts
+                        .faults
+                        .iter()
+                        .any(|f| f.kind == FaultKind::Address && f.path == scn.paths[i].name);
+                    let mut spec = if renumbered {
+                        format!("{name}={}", topo.paths[i].client_if)
+                    } else {
+                        format!("{name}={}", topo.paths[i].client_ip)
+                    };
                     if v.standby.contains(&i) {
                         spec.push_str(",backup");
                     }
@@ -819,6 +830,7 @@ fn one_transfer(
     spec.seed = splitmix64(seed ^ size);
     let faults = crate::faults::faults_of(scn, v, at.carrier);
     let carrier = crate::faults::carrier_schedule(at.topo, &faults);
+    let renumber = crate::faults::renumber::address_schedule(at.topo, &faults);
     // Fresh link models after the idle probe, just before the transfer connects; the
     // carrier faults' clock starts there too.
     let fresh_links = || {
@@ -834,11 +846,18 @@ fn one_transfer(
         let injector = (!carrier.is_empty())
             .then(|| CarrierFaults::start(&at.topo.emu, carrier.clone()))
             .transpose();
-        (before, injector)
+        let renumberer = (!renumber.is_empty())
+            .then(|| AddressFaults::start(&at.topo.client, renumber.clone()))
+            .transpose();
+        (before, injector, renumberer)
     };
-    let (m, (before, injector)) = crate::measure::transfer(&spec, &stack.responders, fresh_links)?;
+    let (m, (before, injector, renumberer)) =
+        crate::measure::transfer(&spec, &stack.responders, fresh_links)?;
     if let Some(inj) = injector? {
         inj.finish();
+    }
+    if let Some(r) = renumberer? {
+        r.finish();
     }
     if let Some(w) = &m.warning {
         eprintln!("braid testbed: {} rep {rep} size {size}: {w}", v.name);

@@ -29,10 +29,12 @@ pub enum TestbedCommand {
         #[arg(long, value_name = "FILE")]
         db: Option<PathBuf>,
         /// Take a path's carrier down during every transfer that uses it, AT seconds after
-        /// the transfer starts, for DURATION (e.g. carrier:wifi:10s:5s; repeatable). The
-        /// probe's longest gap and loss, the time to fall back to the other paths and to
-        /// recover are printed (scenario blackouts are measured the same way, as black holes).
-        #[arg(long, value_name = "carrier:PATH:AT:DURATION")]
+        /// the transfer starts, for DURATION (e.g. carrier:wifi:10s:5s), or change the
+        /// client's address on it at AT (addr:wifi:10s: the next address of its subnet,
+        /// put back after the transfer); repeatable. The probe's longest gap and loss, the
+        /// time to fall back to the other paths and to recover are printed (scenario
+        /// blackouts are measured the same way, as black holes).
+        #[arg(long, value_name = "carrier:PATH:AT:DURATION|addr:PATH:AT")]
         fault: Vec<braid_testbed::faults::Fault>,
     },
 }

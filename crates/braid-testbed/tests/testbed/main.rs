@@ -3,6 +3,8 @@
 
 mod tunrig;
 
+mod address;
+mod calls;
 mod responsive;
 mod testbed;
 mod tun;

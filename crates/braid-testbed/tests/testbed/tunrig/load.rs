@@ -2,7 +2,9 @@
 //! with the testbed's sparse UDP echo probe (50 packets/s of 160 bytes) beside them, idle
 //! first. Flows and probe go the way an application's would: by the client namespace's
 //! routes (TUN mode, or a plain link without braid), or through a SOCKS5 proxy (CONNECT for
-//! the flows, UDP ASSOCIATE for the probe).
+//! the flows, UDP ASSOCIATE for the probe). A script may run beside the loaded phase
+//! ([`Rig::measure_load_during`]: faults on the links), and the result keeps the probe's
+//! packets and the downloads' goodput in 100 ms samples to time them against.
 
 use super::{set_cc, Rig, DEST4, HTTP_PORT, SINK_PORT};
 use braid_sim::Latency;
@@ -53,7 +55,15 @@ pub struct LoadResult {
     pub errors: Vec<String>,
     /// Whether the probe came back at all before measuring.
     pub warmed_up: bool,
+    /// The probe's packets sent while loaded: (send time from the load's start, round trip;
+    /// infinite when lost), seconds, as `braid_testbed::faults::measure_fault` takes them.
+    pub loaded_probe: Vec<(f64, f64)>,
+    /// The downloads' goodput together, bit/s, in [`SAMPLE`] intervals from the load's start.
+    pub down_samples_bps: Vec<f64>,
 }
+
+/// The interval of [`LoadResult::down_samples_bps`].
+pub const SAMPLE: Duration = Duration::from_millis(100);
 
 impl LoadResult {
     pub fn added_p50_ms(&self) -> f64 {
@@ -92,6 +102,18 @@ impl Rig {
     /// The probe alone for `t.idle`, then `flows` at once for `t.load` with the probe
     /// beside them, all from the client namespace `via` the given way.
     pub fn measure_load(&self, via: Via, flows: &[Bulk], t: LoadTimes) -> LoadResult {
+        self.measure_load_during(via, flows, t, || {})
+    }
+
+    /// [`Rig::measure_load`], with `script` started on its own thread as the flows start
+    /// (it must end within `t.load`; its timing is the caller's).
+    pub fn measure_load_during(
+        &self,
+        via: Via,
+        flows: &[Bulk],
+        t: LoadTimes,
+        script: impl FnOnce() + Send + 'static,
+    ) -> LoadResult {
         let ns = self.topo.client.clone();
         let any = SocketAddrV4::new(DEST4, 0);
         let echo = EchoServer::start(&self.topo.server, any).expect("the probe's echo");
@@ -108,6 +130,11 @@ impl Rig {
         let down = Arc::new(AtomicU64::new(0));
         let errors = Arc::new(Mutex::new(Vec::new()));
         let load_from = Instant::now();
+        let script = std::thread::spawn(script);
+        let sampler = {
+            let (stop, down) = (stop.clone(), down.clone());
+            std::thread::spawn(move || sample_every(SAMPLE, load_from, &down, &stop))
+        };
         let threads: Vec<_> = flows
             .iter()
             .map(|&b| {
@@ -145,9 +172,17 @@ impl Rig {
         for th in threads {
             let _ = th.join();
         }
+        let down_samples_bps = sampler.join().unwrap_or_default();
+        if script.join().is_err() {
+            errors
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .push("the script beside the load panicked".into());
+        }
         let idle_from = run.measuring_from.unwrap_or(load_from);
         let (idle, _) = run.window(idle_from, load_from);
         let (loaded, sent) = run.window(load_from, load_to);
+        let loaded_probe = run.window_with_losses(load_from, load_to);
         let errors = std::mem::take(&mut *errors.lock().unwrap_or_else(|e| e.into_inner()));
         LoadResult {
             latency: Latency::from_samples(&idle, &loaded, sent),
@@ -155,8 +190,24 @@ impl Rig {
             up_bps: (u1 - u0) as f64 * 8.0 / secs,
             errors: errors.into_iter().chain(run.error).collect(),
             warmed_up: run.warmed_up,
+            loaded_probe,
+            down_samples_bps,
         }
     }
+}
+
+/// The growth of `count` in each `every` from `from` until `stop`, bit/s.
+fn sample_every(every: Duration, from: Instant, count: &AtomicU64, stop: &AtomicBool) -> Vec<f64> {
+    let mut out = Vec::new();
+    let mut last = count.load(Ordering::Relaxed);
+    while !stop.load(Ordering::Relaxed) {
+        let due = from + every * (out.len() as u32 + 1);
+        std::thread::sleep(due.saturating_duration_since(Instant::now()));
+        let now = count.load(Ordering::Relaxed);
+        out.push((now - last) as f64 * 8.0 / every.as_secs_f64());
+        last = now;
+    }
+    out
 }
 
 /// Runs one bulk flow until `stop` with congestion controller `cc` on its socket; a download

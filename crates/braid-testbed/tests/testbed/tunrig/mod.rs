@@ -6,6 +6,7 @@
 //! client namespace plays a host of a LAN carried in router mode.
 #![allow(dead_code)]
 
+mod faults;
 mod load;
 pub use load::*;
 
@@ -424,6 +425,17 @@ impl Rig {
                 .unwrap_or(0.0)
         };
         (of(self.agent.as_ref()), of(Some(&self.server)))
+    }
+
+    /// `braid status --json` of the agent (`"agent"`) or the server (`"server"`), parsed.
+    pub fn status(&self, who: &str) -> serde_json::Value {
+        let sock = self.path(&format!("{who}.sock"));
+        let bin = self.bin.display().to_string();
+        let out = must(
+            run(&bin, &["status", "--json", "--control", &sock]),
+            "braid status",
+        );
+        must(serde_json::from_str(&out), "braid status --json")
     }
 
     pub fn agent_log(&self) -> String {
