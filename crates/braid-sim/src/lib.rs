@@ -24,6 +24,7 @@ pub mod scenario;
 pub mod sweep;
 pub mod trace;
 pub mod units;
+pub mod wifi;
 pub mod world;
 
 pub use energy::EnergyMeter;

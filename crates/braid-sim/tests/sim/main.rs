@@ -17,3 +17,4 @@ mod scenario_errors;
 mod sessions;
 mod superagg;
 mod targets;
+mod wifi;

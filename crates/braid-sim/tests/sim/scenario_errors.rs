@@ -619,3 +619,33 @@ fn standby_names_only_the_variants_own_paths_and_leaves_one_active() {
         &["every path", "at least one active"],
     );
 }
+
+#[test]
+fn wifi_paths_need_a_known_standard_and_its_phy_rates() {
+    let with = |extra: &str| base_with("rate = \"10Mbit\"", extra);
+    let s = parse(&with("rate = \"11Mbit\"\nwifi = \"802.11b\"")).unwrap();
+    assert_eq!(
+        s.paths[1].wifi.map(|w| w.standard),
+        Some(braid_sim::wifi::Standard::B)
+    );
+    expect_err(
+        &with("rate = \"54Mbit\"\nwifi = \"802.11n\""),
+        "path[1].wifi",
+        &["802.11b", "802.11g-protected", "802.11n"],
+    );
+    expect_err(
+        &with("rate = \"10Mbit\"\nwifi = \"802.11b\""),
+        "path[1].rate",
+        &["PHY rates", "1, 2, 5.5, 11"],
+    );
+    expect_err(
+        &with("rate = \"54Mbit\"\nwifi = \"802.11g\"\n[path.up]\nrate = \"11Mbit\""),
+        "path[1].rate",
+        &["up rate", "54"],
+    );
+    expect_err(
+        &with("rate = \"11Mbit\"\nwifi = \"802.11b\"\nhalf_duplex = true"),
+        "path[1].wifi",
+        &["remove `half_duplex`"],
+    );
+}
