@@ -6,6 +6,7 @@
 //! scheduler and congestion-controller names themselves and may add errors through
 //! `ScenarioError::new`). Nothing here panics on any input.
 
+use crate::connlevel::{ConnWorkload, RawConnections};
 pub use crate::energy::EnergySpec;
 use crate::link::Nanos;
 pub use crate::trace::RateSpec;
@@ -165,6 +166,9 @@ pub struct Workload {
     /// Run the sparse latency probe (`latency.rs`) idle before each transfer and beside it
     /// (`probe = false` turns it off where its packets would disturb what is measured).
     pub probe: bool,
+    /// `kind = "connections"`: connection-level runs (`connlevel.rs`) instead of transfers
+    /// (`sizes` is then empty).
+    pub connections: Option<ConnWorkload>,
 }
 
 /// Which system a variant runs. Only `Braid` runs in the simulator.
@@ -315,6 +319,7 @@ struct RawBlackout {
 enum WorkloadKind {
     Bulk,
     Sizes,
+    Connections,
 }
 
 #[derive(Deserialize)]
@@ -328,6 +333,7 @@ struct RawWorkload {
     session: Option<String>,
     gap: Option<UnitStr>,
     probe: Option<bool>,
+    connections: Option<RawConnections>,
 }
 
 #[derive(Deserialize)]
@@ -810,7 +816,25 @@ impl Resolver<'_> {
     }
 
     fn workload(&self, w: Option<RawWorkload>) -> R<Workload> {
-        let w = w.ok_or_else(|| self.err("workload", "missing the [workload] table"))?;
+        let mut w = w.ok_or_else(|| self.err("workload", "missing the [workload] table"))?;
+        let connections = match (w.kind, w.connections.take()) {
+            (Some(WorkloadKind::Connections), Some(c)) => {
+                Some(c.resolve(self.file, "workload.connections")?)
+            }
+            (Some(WorkloadKind::Connections), None) => {
+                return Err(self.err(
+                    "workload.connections",
+                    r#"kind = "connections" needs a [workload.connections] table with [[workload.connections.class]] entries"#,
+                ))
+            }
+            (_, Some(_)) => {
+                return Err(self.err(
+                    "workload.connections",
+                    r#"[workload.connections] is only used with kind = "connections""#,
+                ))
+            }
+            (_, None) => None,
+        };
         let kind =
             match (w.kind, &w.size, &w.sizes) {
                 (Some(k), _, _) => k,
@@ -822,6 +846,15 @@ impl Resolver<'_> {
                 )),
             };
         let sizes = match kind {
+            WorkloadKind::Connections => {
+                if w.size.is_some() || w.sizes.is_some() {
+                    return Err(self.err(
+                        "workload.size",
+                        r#"kind = "connections" takes its sizes from [[workload.connections.class]]"#,
+                    ));
+                }
+                Vec::new()
+            }
             WorkloadKind::Bulk => {
                 if w.sizes.is_some() {
                     return Err(self.err(
@@ -894,6 +927,7 @@ impl Resolver<'_> {
             shared_session,
             gap,
             probe: w.probe.unwrap_or(true),
+            connections,
         })
     }
 

@@ -11,6 +11,7 @@ mod default_stack;
 mod keepalive_energy;
 mod latency;
 mod link_effects;
+mod opconn;
 mod operetta;
 mod properties;
 mod scenario_errors;

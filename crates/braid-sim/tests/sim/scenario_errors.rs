@@ -649,3 +649,38 @@ fn wifi_paths_need_a_known_standard_and_its_phy_rates() {
         &["remove `half_duplex`"],
     );
 }
+
+#[test]
+fn connection_workloads_need_their_table_and_a_placement_they_know() {
+    let conn = |extra: &str| {
+        base_with(
+            "kind = \"bulk\"\nsize = \"1MB\"",
+            &format!("kind = \"connections\"\n{extra}"),
+        )
+    };
+    expect_err(
+        &conn(""),
+        "workload.connections",
+        &["[workload.connections]"],
+    );
+    expect_err(
+        &conn("[workload.connections]\narrivals_for = \"10s\""),
+        "workload.connections.class",
+        &["at least one"],
+    );
+    expect_err(
+        &conn(
+            "[workload.connections]\n[[workload.connections.class]]\nsize = \"10KB\"\nper_s = 0.0",
+        ),
+        "workload.connections.class[0].per_s",
+        &["(0, 10000]"],
+    );
+    let ok = conn("[workload.connections]\narrivals_for = \"5s\"\n[[workload.connections.class]]\nsize = \"10KB\"\nper_s = 2.0");
+    let s = parse(&ok).unwrap();
+    let c = s.workload.connections.as_ref().unwrap();
+    assert_eq!((c.arrivals_for, c.classes[0].size), (5_000_000_000, 10e3));
+    // Packet schedulers other than rr, wrr, operetta and minrtt place no connections.
+    let ecf = ok.replace("name = \"v\"", "name = \"v\"\nscheduler = \"ecf\"");
+    let e = braid_sim::run_scenario(&parse(&ecf).unwrap(), |_, _| {}).unwrap_err();
+    assert_eq!(e.key, "variant[0].scheduler", "{e}");
+}
