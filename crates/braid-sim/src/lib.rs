@@ -12,6 +12,7 @@
 //! - [`latency`]: the sparse probe flow's shape and its idle/loaded percentiles, [`probe`]:
 //!   the probe application that measures them.
 
+pub mod connlevel;
 pub mod connmix;
 pub mod energy;
 pub mod latency;
@@ -24,6 +25,7 @@ pub mod scenario;
 pub mod sweep;
 pub mod trace;
 pub mod units;
+pub mod wifi;
 pub mod world;
 
 pub use energy::EnergyMeter;

@@ -24,17 +24,25 @@
 //!   frame is on the air at a time, and when both queues wait the medium alternates between
 //!   them frame by frame (802.11 DCF gives contenders equal transmission opportunities, not
 //!   equal airtime), so a small ACK frame costs nearly as much as a data frame.
+//! - 802.11 (`wifi`): both directions share one medium as two DCF stations (`wifi.rs` says
+//!   when each may send, for how long, and when they collide); each direction keeps its own
+//!   queue and PHY rate. A frame waiting for its backoff counts as queued. A frame dropped
+//!   after the retry limit counts in `retry_drops`; `airtime_ns` counts successful
+//!   exchanges (data, SIFS, ACK) only.
 //!
 //! Determinism: everything depends only on the spec, the seed and the calls; each
 //! direction draws from its own `Rng` derived with `splitmix64`.
 
 use crate::energy::EnergyMeter;
 use crate::scenario::{BurstSpec, LinkSpec, PathSpec, RateSpec};
+use crate::wifi::{Dcf, FULL_FRAME};
 use braid_core::rng::splitmix64;
 use braid_core::Rng;
 use serde::Serialize;
 use std::cmp::Ordering;
 use std::collections::{BinaryHeap, VecDeque};
+
+mod medium;
 
 /// Virtual time in nanoseconds.
 pub type Nanos = u64;
@@ -92,6 +100,10 @@ pub struct LinkStats {
     pub delivered_bytes: u64,
     /// Total airtime of this direction's frames.
     pub airtime_ns: u64,
+    /// 802.11 paths: transmissions of this direction's frames that collided.
+    pub collisions: u64,
+    /// 802.11 paths: frames dropped after the retry limit.
+    pub retry_drops: u64,
 }
 
 /// Merged blackout intervals plus the periodic schedule.
@@ -294,7 +306,12 @@ impl<P: Clone> DirState<P> {
 
     /// Pops queued packets (dropping those caught by a blackout) and puts the first that
     /// can go on the air at `t`. Returns the airtime interval it started.
-    fn start(&mut self, t: Nanos) -> Option<(Nanos, Nanos)> {
+    /// `airtime`: the frame's medium time from its size (802.11), else the rate's.
+    fn start(
+        &mut self,
+        t: Nanos,
+        airtime: Option<&dyn Fn(u64) -> Nanos>,
+    ) -> Option<(Nanos, Nanos)> {
         while let Some((wire, payload)) = self.queue.pop_front() {
             self.queued_bytes -= wire as u64;
             if self.blackouts.contains(t) {
@@ -302,10 +319,13 @@ impl<P: Clone> DirState<P> {
                 self.stats.blackout_drop_bytes += wire as u64;
                 continue;
             }
-            let end = t
-                .checked_add(self.overhead)
-                .and_then(|s| self.rate.end_of(s, wire as u64 * 8))
-                .unwrap_or(Nanos::MAX);
+            let end = match airtime {
+                Some(f) => t.saturating_add(f(wire as u64)),
+                None => t
+                    .checked_add(self.overhead)
+                    .and_then(|s| self.rate.end_of(s, wire as u64 * 8))
+                    .unwrap_or(Nanos::MAX),
+            };
             self.on_air = Some(OnAir {
                 start: t,
                 end,
@@ -380,6 +400,8 @@ pub struct PathModel<P> {
     half_duplex: bool,
     /// The direction that last had the medium (half-duplex only).
     last: Dir,
+    /// 802.11 contention, on a `wifi` path.
+    dcf: Option<Dcf>,
     energy: EnergyMeter,
     meter_on: bool,
 }
@@ -394,6 +416,10 @@ impl<P: Clone> PathModel<P> {
         };
         let base = splitmix64(seed);
         let energy = EnergyMeter::new(&spec.energy);
+        let dcf = spec.wifi.map(|w| {
+            let r = |l: &LinkSpec| l.rate.rate_at(0);
+            Dcf::new(w, [r(&spec.up), r(&spec.down)], splitmix64(base ^ 0xDCF))
+        });
         PathModel {
             dirs: [
                 DirState::new(&spec.up, up_rate, overhead, splitmix64(base ^ 0x5550)),
@@ -406,6 +432,7 @@ impl<P: Clone> PathModel<P> {
             ],
             half_duplex: spec.half_duplex,
             last: Dir::Down,
+            dcf,
             meter_on: !energy.is_zero(),
             energy,
         }
@@ -431,7 +458,7 @@ impl<P: Clone> PathModel<P> {
     }
 
     fn start(&mut self, d: usize, t: Nanos) -> bool {
-        match self.dirs[d].start(t) {
+        match self.dirs[d].start(t, None) {
             Some((s, e)) => {
                 if self.meter_on && e != Nanos::MAX {
                     self.energy.record(s, e);
@@ -444,6 +471,9 @@ impl<P: Clone> PathModel<P> {
 
     /// Completes every transmission that ends at or before `now`, in time order.
     fn run_tx(&mut self, now: Nanos) {
+        if self.dcf.is_some() {
+            return self.run_dcf(now);
+        }
         loop {
             let d = match (self.dirs[0].air_end(), self.dirs[1].air_end()) {
                 (Some(a), Some(b)) if a <= now || b <= now => usize::from(b < a),
@@ -462,6 +492,9 @@ impl<P: Clone> PathModel<P> {
         self.run_tx(now);
         let d = dir.idx();
         let bytes = wire_bytes as u64;
+        if self.dcf.is_some() {
+            return self.send_dcf(now, d, wire_bytes, payload);
+        }
         let idle = if self.half_duplex {
             self.dirs[0].on_air.is_none() && self.dirs[1].on_air.is_none()
         } else {
@@ -494,6 +527,7 @@ impl<P: Clone> PathModel<P> {
             .iter()
             .flat_map(|s| [s.air_end(), s.flights.next_at()])
             .flatten()
+            .chain(self.next_access())
             .min()
     }
 
@@ -521,8 +555,27 @@ impl<P: Clone> PathModel<P> {
 
     /// Bits `dir` could carry in `[t0, t1]`: the integral of its rate (the medium's rate on a
     /// half-duplex path), counting 0 during blackouts.
+    ///
+    /// On an 802.11 path the rate is the IP-layer rate of full-size frames sent back to back
+    /// by that direction alone (a UDP flood's), not the PHY rate.
     pub fn capacity_bits(&self, dir: Dir, t0: Nanos, t1: Nanos) -> f64 {
         let s = &self.dirs[dir.idx()];
+        if let Some(dcf) = &self.dcf {
+            let phy = s.rate.rate_at(0);
+            let sat = dcf.standard().saturation_bps(FULL_FRAME, phy);
+            let mut up = 0;
+            let mut cur = t0;
+            while cur < t1 {
+                if let Some(e) = s.blackouts.end_if_in(cur) {
+                    cur = e;
+                    continue;
+                }
+                let stop = s.blackouts.next_start_after(cur).map_or(t1, |n| n.min(t1));
+                up += stop - cur;
+                cur = stop;
+            }
+            return sat * up as f64 / 1e9;
+        }
         let mut cur = t0;
         let mut total: u128 = 0;
         while cur < t1 {
@@ -596,6 +649,7 @@ mod tests {
             down: l,
             half_duplex: false,
             frame_overhead: 0,
+            wifi: None,
             energy: EnergySpec::default(),
             rate_hint: None,
         }

@@ -125,6 +125,11 @@ pub fn run_scenario(
     mut progress: impl FnMut(usize, usize),
 ) -> Result<Report, ScenarioError> {
     let plans = plan(scn)?;
+    if let Some(cw) = &scn.workload.connections {
+        let r = crate::connlevel::run(scn, cw)?;
+        progress(r.results.len(), r.results.len());
+        return Ok(r);
+    }
     let jobs = jobs(scn, &plans);
     let mut results = Vec::with_capacity(jobs.len());
     let mut handshakes = Vec::new();

@@ -6,11 +6,13 @@
 //! scheduler and congestion-controller names themselves and may add errors through
 //! `ScenarioError::new`). Nothing here panics on any input.
 
+use crate::connlevel::{ConnWorkload, RawConnections};
 pub use crate::energy::EnergySpec;
 use crate::link::Nanos;
 pub use crate::trace::RateSpec;
 use crate::trace::{Trace, TraceFormat};
 use crate::units::{parse_duration, parse_rate, parse_size};
+use crate::wifi::{Standard, WifiSpec};
 use serde::{Deserialize, Deserializer, Serialize};
 use std::collections::HashMap;
 use std::fmt;
@@ -94,6 +96,9 @@ pub struct PathSpec {
     pub half_duplex: bool,
     /// Extra airtime per frame on a half-duplex medium.
     pub frame_overhead: Nanos,
+    /// Both directions are 802.11 stations contending for one medium (`wifi.rs`); each
+    /// direction's `rate` is its PHY rate.
+    pub wifi: Option<WifiSpec>,
     pub energy: EnergySpec,
     /// The rate the agent tells the scheduler the path has (bits per second, PATH_COST's
     /// rate hint); `None`: the scheduler estimates it.
@@ -164,6 +169,9 @@ pub struct Workload {
     /// Bytes of a bulk transfer the other way, beside each measured one (0: none): an
     /// upload beside a download fills the queue the download's acknowledgements cross.
     pub reverse: u64,
+    /// `kind = "connections"`: connection-level runs (`connlevel.rs`) instead of transfers
+    /// (`sizes` is then empty).
+    pub connections: Option<ConnWorkload>,
 }
 
 /// Which system a variant runs. Only `Braid` runs in the simulator.
@@ -276,6 +284,7 @@ struct RawPath {
     burst: Option<BurstSpec>,
     half_duplex: Option<bool>,
     frame_overhead: Option<UnitStr>,
+    wifi: Option<String>,
     #[serde(default)]
     blackouts: Vec<RawBlackout>,
     blackout_every: Option<UnitStr>,
@@ -313,6 +322,7 @@ struct RawBlackout {
 enum WorkloadKind {
     Bulk,
     Sizes,
+    Connections,
 }
 
 #[derive(Deserialize)]
@@ -327,6 +337,7 @@ struct RawWorkload {
     gap: Option<UnitStr>,
     probe: Option<bool>,
     reverse: Option<UnitStr>,
+    connections: Option<RawConnections>,
 }
 
 #[derive(Deserialize)]
@@ -660,15 +671,54 @@ impl Resolver<'_> {
             l.blackouts.clone_from(&blackouts);
             l.blackout_every = blackout_every;
         }
+        let wifi = self.wifi(&k, &rp, [&up, &down])?;
         Ok(PathSpec {
             name,
             up,
             down,
             half_duplex,
             frame_overhead,
+            wifi,
             energy,
             rate_hint,
         })
+    }
+
+    /// The `wifi` key: a standard, on a path that is not also `half_duplex`, whose
+    /// directions' rates are constant PHY rates of that standard.
+    fn wifi(&self, k: &str, rp: &RawPath, dirs: [&LinkSpec; 2]) -> R<Option<WifiSpec>> {
+        let Some(w) = &rp.wifi else { return Ok(None) };
+        let key = format!("{k}.wifi");
+        let standard = Standard::parse(w).ok_or_else(|| {
+            self.err(
+                &key,
+                format!(r#"expected "802.11b", "802.11g" or "802.11g-protected", got {w:?}"#),
+            )
+        })?;
+        if rp.half_duplex == Some(true) || rp.frame_overhead.is_some() {
+            return Err(self.err(
+                &key,
+                "`wifi` models the shared medium itself: remove `half_duplex` and `frame_overhead`",
+            ));
+        }
+        let rates: Vec<String> = standard
+            .rates()
+            .iter()
+            .map(|r| format!("{}", *r as f64 / 1e6))
+            .collect();
+        for (dir, l) in ["up", "down"].iter().zip(dirs) {
+            let ok = matches!(l.rate, RateSpec::Constant(r) if standard.rates().contains(&r));
+            if !ok {
+                return Err(self.err(
+                    format!("{k}.rate"),
+                    format!(
+                        "a {w} path's {dir} rate must be one of its PHY rates ({} Mbit/s), not a trace or another rate",
+                        rates.join(", ")
+                    ),
+                ));
+            }
+        }
+        Ok(Some(WifiSpec { standard }))
     }
 
     /// Resolves one direction: the direction's own keys win over the path's.
@@ -770,7 +820,25 @@ impl Resolver<'_> {
     }
 
     fn workload(&self, w: Option<RawWorkload>) -> R<Workload> {
-        let w = w.ok_or_else(|| self.err("workload", "missing the [workload] table"))?;
+        let mut w = w.ok_or_else(|| self.err("workload", "missing the [workload] table"))?;
+        let connections = match (w.kind, w.connections.take()) {
+            (Some(WorkloadKind::Connections), Some(c)) => {
+                Some(c.resolve(self.file, "workload.connections")?)
+            }
+            (Some(WorkloadKind::Connections), None) => {
+                return Err(self.err(
+                    "workload.connections",
+                    r#"kind = "connections" needs a [workload.connections] table with [[workload.connections.class]] entries"#,
+                ))
+            }
+            (_, Some(_)) => {
+                return Err(self.err(
+                    "workload.connections",
+                    r#"[workload.connections] is only used with kind = "connections""#,
+                ))
+            }
+            (_, None) => None,
+        };
         let kind =
             match (w.kind, &w.size, &w.sizes) {
                 (Some(k), _, _) => k,
@@ -782,6 +850,15 @@ impl Resolver<'_> {
                 )),
             };
         let sizes = match kind {
+            WorkloadKind::Connections => {
+                if w.size.is_some() || w.sizes.is_some() {
+                    return Err(self.err(
+                        "workload.size",
+                        r#"kind = "connections" takes its sizes from [[workload.connections.class]]"#,
+                    ));
+                }
+                Vec::new()
+            }
             WorkloadKind::Bulk => {
                 if w.sizes.is_some() {
                     return Err(self.err(
@@ -858,6 +935,7 @@ impl Resolver<'_> {
                 Some(v) => self.size("workload.reverse", v)?,
                 None => 0,
             },
+            connections,
         })
     }
 

@@ -297,3 +297,36 @@ fn operetta_without_rate_hints_estimates_rates_and_still_meets_the_checks() {
     }
     assert!(failures.is_empty(), "{failures:#?}");
 }
+
+/// `scenarios/operetta-sets.toml`'s points (the paper's interface set and three others,
+/// no rate hints), the paper's first.
+fn sets() -> Vec<(String, Scenario)> {
+    let file = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../scenarios/operetta-sets.toml");
+    braid_sim::sweep::load(&file)
+        .unwrap_or_else(|e| panic!("{e}"))
+        .into_iter()
+        .map(|p| (p.label, p.scenario))
+        .collect()
+}
+
+#[test]
+fn operetta_without_rate_hints_meets_alpha_0_and_1_on_three_more_interface_sets() {
+    // Issue 25's bounds (5 % of the LP optimum's energy per bit, 0.95 of the target) on the
+    // sets beyond the paper's (which the test above covers at 0, 0.5 and 1). Alpha 0.5
+    // misses them on these sets (docs/results.md): not checked here.
+    let sets = sets();
+    assert_eq!(sets.len(), 4);
+    let mut failures = Vec::new();
+    for (label, scn) in &sets[1..] {
+        assert!(scn.paths.iter().all(|p| p.rate_hint.is_none()));
+        let ifs = interfaces(scn);
+        for (alpha, variant) in [(0.0, "operetta-0"), (1.0, "operetta-1")] {
+            let (ok, msg) = check_within(scn, &ifs, variant, alpha, 0.05, 0.05);
+            eprintln!("{label}: {msg}");
+            if !ok {
+                failures.push(format!("{label}: {msg}"));
+            }
+        }
+    }
+    assert!(failures.is_empty(), "{failures:#?}");
+}

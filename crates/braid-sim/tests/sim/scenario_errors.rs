@@ -619,3 +619,68 @@ fn standby_names_only_the_variants_own_paths_and_leaves_one_active() {
         &["every path", "at least one active"],
     );
 }
+
+#[test]
+fn wifi_paths_need_a_known_standard_and_its_phy_rates() {
+    let with = |extra: &str| base_with("rate = \"10Mbit\"", extra);
+    let s = parse(&with("rate = \"11Mbit\"\nwifi = \"802.11b\"")).unwrap();
+    assert_eq!(
+        s.paths[1].wifi.map(|w| w.standard),
+        Some(braid_sim::wifi::Standard::B)
+    );
+    expect_err(
+        &with("rate = \"54Mbit\"\nwifi = \"802.11n\""),
+        "path[1].wifi",
+        &["802.11b", "802.11g-protected", "802.11n"],
+    );
+    expect_err(
+        &with("rate = \"10Mbit\"\nwifi = \"802.11b\""),
+        "path[1].rate",
+        &["PHY rates", "1, 2, 5.5, 11"],
+    );
+    expect_err(
+        &with("rate = \"54Mbit\"\nwifi = \"802.11g\"\n[path.up]\nrate = \"11Mbit\""),
+        "path[1].rate",
+        &["up rate", "54"],
+    );
+    expect_err(
+        &with("rate = \"11Mbit\"\nwifi = \"802.11b\"\nhalf_duplex = true"),
+        "path[1].wifi",
+        &["remove `half_duplex`"],
+    );
+}
+
+#[test]
+fn connection_workloads_need_their_table_and_a_placement_they_know() {
+    let conn = |extra: &str| {
+        base_with(
+            "kind = \"bulk\"\nsize = \"1MB\"",
+            &format!("kind = \"connections\"\n{extra}"),
+        )
+    };
+    expect_err(
+        &conn(""),
+        "workload.connections",
+        &["[workload.connections]"],
+    );
+    expect_err(
+        &conn("[workload.connections]\narrivals_for = \"10s\""),
+        "workload.connections.class",
+        &["at least one"],
+    );
+    expect_err(
+        &conn(
+            "[workload.connections]\n[[workload.connections.class]]\nsize = \"10KB\"\nper_s = 0.0",
+        ),
+        "workload.connections.class[0].per_s",
+        &["(0, 10000]"],
+    );
+    let ok = conn("[workload.connections]\narrivals_for = \"5s\"\n[[workload.connections.class]]\nsize = \"10KB\"\nper_s = 2.0");
+    let s = parse(&ok).unwrap();
+    let c = s.workload.connections.as_ref().unwrap();
+    assert_eq!((c.arrivals_for, c.classes[0].size), (5_000_000_000, 10e3));
+    // Packet schedulers other than rr, wrr, operetta and minrtt place no connections.
+    let ecf = ok.replace("name = \"v\"", "name = \"v\"\nscheduler = \"ecf\"");
+    let e = braid_sim::run_scenario(&parse(&ecf).unwrap(), |_, _| {}).unwrap_err();
+    assert_eq!(e.key, "variant[0].scheduler", "{e}");
+}
