@@ -360,56 +360,38 @@ pub fn table(results: &[FaultResult]) -> String {
     s
 }
 
-/// Carrier faults of one transfer: a thread takes each path's emulator-side interface down
-/// at its time and up again; dropping it (or [`CarrierFaults::finish`]) brings every
-/// interface it took down back up.
-pub struct CarrierFaults {
+/// A fault schedule's thread: `run` gets the stop flag and the schedule's start time.
+/// Stopping it ([`ScheduleThread::finish`] or dropping it) sets the flag and waits for the
+/// thread, so whatever the thread restores on its way out is back when it returns.
+pub(crate) struct ScheduleThread {
     stop: Arc<AtomicBool>,
     thread: Option<JoinHandle<()>>,
 }
 
-impl CarrierFaults {
-    /// Starts the schedule now (the transfer's start): `(emulator-side interface, at,
-    /// duration)` in the emulator namespace `ns`.
-    pub fn start(ns: &str, faults: Vec<(String, Duration, Duration)>) -> Result<CarrierFaults> {
+impl ScheduleThread {
+    pub(crate) fn spawn(
+        name: &str,
+        run: impl FnOnce(&AtomicBool, Instant) + Send + 'static,
+    ) -> Result<ScheduleThread> {
         let stop = Arc::new(AtomicBool::new(false));
-        let (st, ns) = (stop.clone(), ns.to_string());
+        let st = stop.clone();
         let t0 = Instant::now();
         let thread = std::thread::Builder::new()
-            .name("carrier-faults".into())
-            .spawn(move || {
-                let mut events: Vec<(Duration, &str, &String)> = Vec::new();
-                for (dev, at, dur) in &faults {
-                    events.push((*at, "down", dev));
-                    events.push((*at + *dur, "up", dev));
-                }
-                events.sort_by_key(|e| e.0);
-                for (t, state, dev) in &events {
-                    while Instant::now() < t0 + *t && !st.load(Ordering::Relaxed) {
-                        std::thread::sleep(Duration::from_millis(5));
-                    }
-                    if st.load(Ordering::Relaxed) {
-                        break;
-                    }
-                    set_link(&ns, dev, state);
-                }
-                for (dev, _, _) in &faults {
-                    set_link(&ns, dev, "up");
-                }
-            })
-            .map_err(|e| TestbedError::io("spawning the carrier fault thread", e))?;
-        Ok(CarrierFaults {
+            .name(name.into())
+            .spawn(move || run(&st, t0))
+            .map_err(|e| TestbedError::io(format!("spawning the {name} thread"), e))?;
+        Ok(ScheduleThread {
             stop,
             thread: Some(thread),
         })
     }
 
-    /// Stops the schedule; every interface is up again when it returns.
-    pub fn finish(mut self) {
-        self.stop_and_join();
-    }
+    /// Stops the schedule and waits for its thread.
+    pub(crate) fn finish(self) {}
+}
 
-    fn stop_and_join(&mut self) {
+impl Drop for ScheduleThread {
+    fn drop(&mut self) {
         self.stop.store(true, Ordering::SeqCst);
         if let Some(t) = self.thread.take() {
             let _ = t.join();
@@ -417,9 +399,47 @@ impl CarrierFaults {
     }
 }
 
-impl Drop for CarrierFaults {
-    fn drop(&mut self) {
-        self.stop_and_join();
+/// Sleeps until `t0 + at`; false when the schedule was stopped first.
+pub(crate) fn wait_until(stop: &AtomicBool, t0: Instant, at: Duration) -> bool {
+    while Instant::now() < t0 + at && !stop.load(Ordering::Relaxed) {
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    !stop.load(Ordering::Relaxed)
+}
+
+/// Carrier faults of one transfer: a thread takes each path's emulator-side interface down
+/// at its time and up again; dropping it (or [`CarrierFaults::finish`]) brings every
+/// interface it took down back up.
+pub struct CarrierFaults(ScheduleThread);
+
+impl CarrierFaults {
+    /// Starts the schedule now (the transfer's start): `(emulator-side interface, at,
+    /// duration)` in the emulator namespace `ns`.
+    pub fn start(ns: &str, faults: Vec<(String, Duration, Duration)>) -> Result<CarrierFaults> {
+        let ns = ns.to_string();
+        let thread = ScheduleThread::spawn("carrier-faults", move |stop, t0| {
+            let mut events: Vec<(Duration, &str, &String)> = Vec::new();
+            for (dev, at, dur) in &faults {
+                events.push((*at, "down", dev));
+                events.push((*at + *dur, "up", dev));
+            }
+            events.sort_by_key(|e| e.0);
+            for (t, state, dev) in &events {
+                if !wait_until(stop, t0, *t) {
+                    break;
+                }
+                set_link(&ns, dev, state);
+            }
+            for (dev, _, _) in &faults {
+                set_link(&ns, dev, "up");
+            }
+        })?;
+        Ok(CarrierFaults(thread))
+    }
+
+    /// Stops the schedule; every interface is up again when it returns.
+    pub fn finish(self) {
+        self.0.finish();
     }
 }
 

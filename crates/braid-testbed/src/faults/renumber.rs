@@ -14,14 +14,12 @@
 //! Owns: the schedule thread and the renumbering commands. Must not touch: the measures
 //! (`faults`), the link emulators, the variants' stacks.
 
-use super::{Fault, FaultKind};
-use crate::error::{Result, TestbedError};
+use super::{wait_until, Fault, FaultKind, ScheduleThread};
+use crate::error::Result;
 use crate::netns::{PathLink, Topology};
 use std::net::Ipv4Addr;
-use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::Arc;
-use std::thread::JoinHandle;
-use std::time::{Duration, Instant};
+use std::sync::atomic::Ordering;
+use std::time::Duration;
 
 /// The address a path's client address is changed to: the next one in its /24 (10.1.0.1
 /// becomes 10.1.0.2; .254 wraps to .1).
@@ -32,83 +30,56 @@ pub fn renumbered(ip: Ipv4Addr) -> Ipv4Addr {
 
 /// Address changes of one transfer: a thread renumbers each path at its time; dropping it
 /// (or [`AddressFaults::finish`]) puts every changed address back.
-pub struct AddressFaults {
-    stop: Arc<AtomicBool>,
-    thread: Option<JoinHandle<()>>,
-}
+pub struct AddressFaults(ScheduleThread);
 
 impl AddressFaults {
     /// Starts the schedule now (the transfer's start): `(path, at)` in the client
     /// namespace `ns`. A path changed twice goes back to its first address.
     pub fn start(ns: &str, changes: Vec<(PathLink, Duration)>) -> Result<AddressFaults> {
-        let stop = Arc::new(AtomicBool::new(false));
-        let (st, ns) = (stop.clone(), ns.to_string());
-        let t0 = Instant::now();
-        let thread = std::thread::Builder::new()
-            .name("address-faults".into())
-            .spawn(move || {
-                let mut changes = changes;
-                changes.sort_by_key(|c| c.1);
-                // Each path's address now, by path index.
-                let mut now: Vec<(usize, Ipv4Addr, Ipv4Addr)> = Vec::new();
-                for (link, at) in &changes {
-                    while Instant::now() < t0 + *at && !st.load(Ordering::Relaxed) {
-                        std::thread::sleep(Duration::from_millis(5));
-                    }
-                    if st.load(Ordering::Relaxed) {
-                        break;
-                    }
-                    let cur = match now.iter().position(|c| c.0 == link.index) {
-                        Some(k) => &mut now[k],
-                        None => {
-                            now.push((link.index, link.client_ip, link.client_ip));
-                            now.last_mut().expect("just pushed")
-                        }
-                    };
-                    let to = if cur.2 == link.client_ip {
-                        renumbered(link.client_ip)
-                    } else {
-                        link.client_ip
-                    };
-                    renumber(&ns, link, cur.2, to);
-                    cur.2 = to;
+        let ns = ns.to_string();
+        let thread = ScheduleThread::spawn("address-faults", move |st, t0| {
+            let mut changes = changes;
+            changes.sort_by_key(|c| c.1);
+            // Each path's address now, by path index.
+            let mut now: Vec<(usize, Ipv4Addr, Ipv4Addr)> = Vec::new();
+            for (link, at) in &changes {
+                if !wait_until(st, t0, *at) {
+                    break;
                 }
-                // Put back when the transfer ends.
-                while !st.load(Ordering::Relaxed) {
-                    std::thread::sleep(Duration::from_millis(5));
-                }
-                for (link, _) in &changes {
-                    if let Some(c) = now.iter_mut().find(|c| c.0 == link.index) {
-                        if c.2 != c.1 {
-                            renumber(&ns, link, c.2, c.1);
-                            c.2 = c.1;
-                        }
+                let cur = match now.iter().position(|c| c.0 == link.index) {
+                    Some(k) => &mut now[k],
+                    None => {
+                        now.push((link.index, link.client_ip, link.client_ip));
+                        now.last_mut().expect("just pushed")
+                    }
+                };
+                let to = if cur.2 == link.client_ip {
+                    renumbered(link.client_ip)
+                } else {
+                    link.client_ip
+                };
+                renumber(&ns, link, cur.2, to);
+                cur.2 = to;
+            }
+            // Put back when the transfer ends.
+            while !st.load(Ordering::Relaxed) {
+                std::thread::sleep(Duration::from_millis(5));
+            }
+            for (link, _) in &changes {
+                if let Some(c) = now.iter_mut().find(|c| c.0 == link.index) {
+                    if c.2 != c.1 {
+                        renumber(&ns, link, c.2, c.1);
+                        c.2 = c.1;
                     }
                 }
-            })
-            .map_err(|e| TestbedError::io("spawning the address fault thread", e))?;
-        Ok(AddressFaults {
-            stop,
-            thread: Some(thread),
-        })
+            }
+        })?;
+        Ok(AddressFaults(thread))
     }
 
     /// Stops the schedule; every address is back when it returns.
-    pub fn finish(mut self) {
-        self.stop_and_join();
-    }
-
-    fn stop_and_join(&mut self) {
-        self.stop.store(true, Ordering::SeqCst);
-        if let Some(t) = self.thread.take() {
-            let _ = t.join();
-        }
-    }
-}
-
-impl Drop for AddressFaults {
-    fn drop(&mut self) {
-        self.stop_and_join();
+    pub fn finish(self) {
+        self.0.finish();
     }
 }
 

@@ -34,16 +34,8 @@ use braid_testbed::unavailable_reason;
 use std::path::Path;
 use std::time::{Duration, Instant};
 
-const WIFI: Shaped = Shaped {
-    down_mbit: 16.0,
-    up_mbit: 8.0,
-    queue_ms: 80,
-};
-const LTE: Shaped = Shaped {
-    down_mbit: 8.0,
-    up_mbit: 4.0,
-    queue_ms: 80,
-};
+const WIFI: Shaped = HOME_WIFI;
+const LTE: Shaped = HOME_LTE;
 /// Each fault, seconds from the download's start.
 const BLACK_HOLE: (f64, f64) = (3.0, 7.0);
 const CARRIER: (f64, f64) = (13.0, 7.0);

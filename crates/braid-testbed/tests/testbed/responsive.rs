@@ -30,16 +30,8 @@ use braid_testbed::unavailable_reason;
 use std::path::Path;
 use std::time::Duration;
 
-const WIFI: Shaped = Shaped {
-    down_mbit: 16.0,
-    up_mbit: 8.0,
-    queue_ms: 80,
-};
-const LTE: Shaped = Shaped {
-    down_mbit: 8.0,
-    up_mbit: 4.0,
-    queue_ms: 80,
-};
+const WIFI: Shaped = HOME_WIFI;
+const LTE: Shaped = HOME_LTE;
 const TIMES: LoadTimes = LoadTimes {
     idle: Duration::from_secs(2),
     load: Duration::from_secs(12),

@@ -49,6 +49,19 @@ pub struct Shaped {
     pub queue_ms: u64,
 }
 
+/// Issue 23's home links: a WiFi-like link of 16/8 Mbit/s down/up and an LTE-like link of
+/// 8/4 Mbit/s, each with a home router's 80 ms queue.
+pub const HOME_WIFI: Shaped = Shaped {
+    down_mbit: 16.0,
+    up_mbit: 8.0,
+    queue_ms: 80,
+};
+pub const HOME_LTE: Shaped = Shaped {
+    down_mbit: 8.0,
+    up_mbit: 4.0,
+    queue_ms: 80,
+};
+
 /// `tc qdisc add dev DEV root tbf rate Rmbit burst 20kb latency Qms` in namespace `ns`: a
 /// home router's queue of `queue_ms` at that rate.
 fn tbf(ns: &str, dev: &str, mbit: f64, queue_ms: u64) {
