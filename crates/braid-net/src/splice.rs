@@ -15,6 +15,38 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 use tracing::debug;
 
+/// The most bytes a relayed TCP socket's kernel buffer may hold unsent
+/// (`TCP_NOTSENT_LOWAT`): the rest waits in the session, where flow control pushes back on
+/// the sender and the session's queues decide what goes first, instead of megabytes of an
+/// auto-tuned send buffer in front of everything written after them.
+pub const NOTSENT_LOWAT: u32 = 128 * 1024;
+
+/// Bound the unsent bytes the kernel keeps for `tcp` ([`NOTSENT_LOWAT`]). Linux only;
+/// elsewhere a no-op.
+pub fn bound_unsent(tcp: &TcpStream) -> std::io::Result<()> {
+    #[cfg(target_os = "linux")]
+    {
+        use std::os::fd::AsRawFd;
+        let v: libc::c_int = NOTSENT_LOWAT as libc::c_int;
+        // SAFETY: a valid socket descriptor and a c_int option of the size given.
+        let rc = unsafe {
+            libc::setsockopt(
+                tcp.as_raw_fd(),
+                libc::IPPROTO_TCP,
+                libc::TCP_NOTSENT_LOWAT,
+                (&v as *const libc::c_int).cast(),
+                std::mem::size_of::<libc::c_int>() as libc::socklen_t,
+            )
+        };
+        if rc != 0 {
+            return Err(std::io::Error::last_os_error());
+        }
+    }
+    #[cfg(not(target_os = "linux"))]
+    let _ = tcp;
+    Ok(())
+}
+
 /// Application error code for a stream aborted because its TCP side failed.
 pub const TCP_FAILED: u64 = 0x10;
 
@@ -48,6 +80,9 @@ pub async fn splice_counted(
     down: &AtomicU64,
 ) {
     let _ = tcp.set_nodelay(true);
+    if let Err(e) = bound_unsent(&tcp) {
+        debug!("TCP_NOTSENT_LOWAT not set: {e}");
+    }
     let start = tokio::time::Instant::now();
     // Milliseconds since `start` of the last byte either way.
     let active = AtomicU64::new(0);
@@ -137,5 +172,43 @@ pub async fn splice_counted(
         if let Ok(tcp) = rd.reunite(wr) {
             let _ = socket2::SockRef::from(&tcp).set_linger(Some(std::time::Duration::ZERO));
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[cfg(target_os = "linux")]
+    fn unsent_limit(tcp: &TcpStream) -> libc::c_int {
+        use std::os::fd::AsRawFd;
+        let mut v: libc::c_int = 0;
+        let mut len = std::mem::size_of::<libc::c_int>() as libc::socklen_t;
+        // SAFETY: a valid socket descriptor, a c_int and its size.
+        let rc = unsafe {
+            libc::getsockopt(
+                tcp.as_raw_fd(),
+                libc::IPPROTO_TCP,
+                libc::TCP_NOTSENT_LOWAT,
+                (&mut v as *mut libc::c_int).cast(),
+                &mut len,
+            )
+        };
+        assert_eq!(rc, 0, "{}", std::io::Error::last_os_error());
+        v
+    }
+
+    #[cfg(target_os = "linux")]
+    #[tokio::test]
+    async fn a_relayed_socket_keeps_at_most_128_kib_unsent() {
+        let l = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let tcp = TcpStream::connect(l.local_addr().unwrap()).await.unwrap();
+        let before = unsent_limit(&tcp);
+        bound_unsent(&tcp).unwrap();
+        assert_eq!(unsent_limit(&tcp), NOTSENT_LOWAT as libc::c_int);
+        assert_ne!(
+            before, NOTSENT_LOWAT as libc::c_int,
+            "the kernel's default differs"
+        );
     }
 }
