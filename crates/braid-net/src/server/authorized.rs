@@ -14,6 +14,7 @@
 use super::control::Authorized;
 use braid_crypto::PublicKey;
 use std::path::PathBuf;
+use std::sync::RwLockReadGuard;
 use std::time::{Duration, Instant, SystemTime};
 use tracing::{info, warn};
 
@@ -22,7 +23,7 @@ pub const RECHECK: Duration = Duration::from_secs(1);
 
 /// The authorized keys (shared with the control handle), and the file they come from (if
 /// any).
-#[derive(Debug)]
+#[derive(Debug, Clone)]
 pub struct AuthorizedKeys {
     keys: Authorized,
     file: Option<PathBuf>,
@@ -47,8 +48,14 @@ impl AuthorizedKeys {
     /// The current list, after re-reading the file if it changed (at most once per
     /// [`RECHECK`]).
     pub fn get(&mut self, now: Instant) -> Vec<PublicKey> {
+        self.read(now).clone()
+    }
+
+    /// [`AuthorizedKeys::get`] without a copy: the list under its read lock (hold it only
+    /// while one message 1 is read; a reload waits for it).
+    pub fn read(&mut self, now: Instant) -> RwLockReadGuard<'_, Vec<PublicKey>> {
         self.refresh(now);
-        self.keys.read().map(|k| k.clone()).unwrap_or_default()
+        self.keys.read().unwrap_or_else(|p| p.into_inner())
     }
 
     fn refresh(&mut self, now: Instant) {

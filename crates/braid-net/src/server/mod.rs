@@ -13,7 +13,8 @@
 //! - `worker`: the receive loop of each worker, the worker threads, hand-over channels,
 //! - `session`: starting a session task and what goes with it,
 //! - [`authorized`]: the authorized agent keys, re-read when their file changes,
-//! - [`gate`]: per-address rate limit and the load meter,
+//! - [`gate`]: per-address rate limit, the load meter and the hint gate (one per worker),
+//! - `shared`: what all workers' endpoints share (replay guard, authorized keys, session count),
 //! - [`logs`]: rate-limited logging of drops, with counts,
 //! - [`relay`]: streams to TCP targets and UDP flows (bounded return traffic),
 //! - [`report`]: the registry of live sessions behind `braid status` (all workers),
@@ -22,9 +23,11 @@
 //! Threads: `threads` workers (`ServerConfig::threads`, 0 = one per core), each with its
 //! own UDP socket on the listen address and its own session table; the kernel gives each
 //! datagram to the worker of its session id (a classic-BPF reuseport program), so the
-//! transport path takes no lock and crosses no thread. What must be global (replay guard,
-//! rate limiter, load meter, cookies, authorized keys, the session count, counters, the
-//! status board) is shared ([`endpoint::Shared`]). Worker 0 runs on the caller's runtime
+//! transport path takes no lock and crosses no thread. The DoS gate (mac1, per-address
+//! token buckets, load meter, cookies, hints) is per worker, each with its share of the
+//! budgets; what must be global (the replay guard, authorized keys, the session count,
+//! counters, the status board) is shared ([`endpoint::Shared`]), and no handshake holds a
+//! shared lock through its Diffie-Hellman. Worker 0 runs on the caller's runtime
 //! inside [`Server::run`]; with one worker the server is one loop on one socket.
 //!
 //! On a wildcard listen address (`0.0.0.0`, `[::]`) every answer goes from the address its
@@ -45,6 +48,7 @@ mod logs;
 mod relay;
 mod report;
 mod session;
+mod shared;
 pub mod steer;
 mod worker;
 
@@ -386,18 +390,20 @@ impl Server {
         };
         let authorized =
             AuthorizedKeys::new(self.authorized.clone(), self.cfg.authorized_file.clone());
-        let shared = Shared::new(
+        let shared = Arc::new(Shared::new(
             shared_cfg,
             self.guard.clone(),
             authorized,
             self.counters.clone(),
-            unix_ms(),
-        )
-        .map_err(std::io::Error::other)?;
-        let (state_tx, state_rx) = watch::channel(self.guard.clone());
-        if let Some(path) = self.cfg.state_file.clone() {
-            tokio::spawn(worker::persist_guard(path, state_rx));
-        }
+        ));
+        // The state file is written by one task, from a snapshot it takes itself after
+        // each change (a worker only bumps the generation: no copy of the guard per
+        // handshake).
+        let state_tx = self.cfg.state_file.clone().map(|path| {
+            let (tx, rx) = watch::channel(0u64);
+            tokio::spawn(worker::persist_guard(path, rx, shared.clone()));
+            tx
+        });
         let (handoff, mut inboxes): (Vec<_>, Vec<_>) =
             (0..n).map(|_| mpsc::channel(worker::HANDOFF_QUEUE)).unzip();
         let _tcp = self.tcp.take().map(|l| {
@@ -411,7 +417,7 @@ impl Server {
             tcp::AbortOnDrop(tokio::spawn(tcp::serve(l, self.peers.clone(), to)))
         });
         let common = Arc::new(Common {
-            shared: Arc::new(shared),
+            shared,
             session: SessionCtx {
                 cfg: self.cfg.clone(),
                 board: self.board.clone(),

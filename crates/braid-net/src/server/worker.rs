@@ -15,7 +15,7 @@ use super::steer::Steering;
 use crate::driver::Incoming;
 use crate::protect::RekeyInbox;
 use crate::tcp::Outbound;
-use braid_crypto::{parse_header, ReplayGuard};
+use braid_crypto::parse_header;
 use bytes::BytesMut;
 use std::io;
 use std::net::SocketAddr;
@@ -71,7 +71,8 @@ pub(super) struct Common {
     pub steering: Steering,
     pub handoff: Vec<mpsc::Sender<Handoff>>,
     pub stats: Arc<[WorkerCounters]>,
-    pub state_tx: watch::Sender<ReplayGuard>,
+    /// Bumped after each change of the replay guard (only with a state file).
+    pub state_tx: Option<watch::Sender<u64>>,
 }
 
 /// One worker.
@@ -92,7 +93,13 @@ impl Worker {
             udp: socket.clone(),
             tcp: common.session.peers.clone(),
         };
-        let endpoint = Endpoint::new(common.shared.clone(), common.steering, index);
+        let endpoint = Endpoint::new(
+            common.shared.clone(),
+            common.steering,
+            index,
+            super::unix_ms(),
+        )
+        .map_err(io::Error::other)?;
         Ok(Worker {
             index,
             socket,
@@ -121,7 +128,7 @@ impl Worker {
                 r = crate::batch::recv_async(&socket, &mut buf) => match r {
                     Ok(r) => {
                         for data in crate::batch::split(&mut buf, r.segment_size) {
-                            let pkt = Incoming { from: r.from, local: r.local, data };
+                            let pkt = Incoming { from: r.from, local: r.local, data, header: None };
                             self.packet(pkt, true, &ends);
                         }
                     }
@@ -144,7 +151,7 @@ impl Worker {
     /// goes from the local address it was sent to (where the socket says it).
     fn packet(
         &mut self,
-        pkt: Incoming,
+        mut pkt: Incoming,
         own: bool,
         ends: &(mpsc::UnboundedSender<u64>, mpsc::UnboundedSender<u64>),
     ) {
@@ -154,7 +161,13 @@ impl Worker {
         }
         let (from, local) = (pkt.from, pkt.local);
         let now = std::time::Instant::now();
-        match self.endpoint.handle(now, super::unix_ms(), from, &pkt.data) {
+        // The header is parsed once (or was, by the TCP fallback or the worker that handed
+        // the packet over) and travels with the packet to the session.
+        if pkt.header.is_none() {
+            pkt.header = parse_header(&pkt.data).ok();
+        }
+        let header = pkt.header;
+        match (self.endpoint).handle_parsed(now, super::unix_ms(), from, &pkt.data, header) {
             Outcome::Deliver(h) => {
                 let _ = h.tx.try_send(pkt);
             }
@@ -203,12 +216,11 @@ impl Worker {
         }
     }
 
-    /// Send the replay guard to the task that writes it to the state file.
+    /// Tell the task that writes the replay guard to its state file that it changed.
     fn persist_guard(&self) {
-        let tx = &self.common.state_tx;
-        self.common
-            .shared
-            .with_guard(|g| tx.send_replace(g.clone()));
+        if let Some(tx) = &self.common.state_tx {
+            tx.send_modify(|n| *n += 1);
+        }
     }
 }
 
@@ -219,8 +231,9 @@ pub(super) async fn route_tcp(
     steering: Steering,
     workers: Vec<mpsc::Sender<Handoff>>,
 ) {
-    while let Some(pkt) = rx.recv().await {
-        let w = parse_header(&pkt.data).map_or(0, |h| steering.worker_of(h.session_id));
+    while let Some(mut pkt) = rx.recv().await {
+        pkt.header = parse_header(&pkt.data).ok();
+        let w = pkt.header.map_or(0, |h| steering.worker_of(h.session_id));
         if workers[w].send(pkt).await.is_err() {
             return;
         }
@@ -307,11 +320,16 @@ impl Drop for Threads {
 }
 
 /// Writes the replay guard to its state file whenever it changed (coalescing changes that
-/// come faster than the disk).
-pub(super) async fn persist_guard(path: PathBuf, mut rx: watch::Receiver<ReplayGuard>) {
+/// come faster than the disk: each write takes a snapshot of the guard as it is then).
+pub(super) async fn persist_guard(
+    path: PathBuf,
+    mut rx: watch::Receiver<u64>,
+    shared: Arc<Shared>,
+) {
     let mut failures = 0u64;
     while rx.changed().await.is_ok() {
-        let g = rx.borrow_and_update().clone();
+        rx.borrow_and_update();
+        let g = shared.with_guard(|g| g.clone());
         let p = path.clone();
         match tokio::task::spawn_blocking(move || g.save(&p)).await {
             Ok(Ok(())) => failures = 0,
