@@ -5,7 +5,7 @@
 //! protection of transport packets ([`aead`]), the per-path replay window ([`replay`]), the
 //! cheap checks in front of the handshake's Diffie-Hellman (mac1, mac2 and cookies: [`cookie`]),
 //! the server's side of the handshake in two steps ([`responder`]), the handshake replay guard and its state file ([`guard`]), unguessable values from
-//! the system CSPRNG ([`random`]), the key epochs of key rotation ([`rekey`]) and the
+//! the system CSPRNG ([`random`]), the key epochs of key rotation ([`rekey`]), X25519 work for benchmarks ([`speed`]) and the
 //! server's refusal of a client that offers no cipher it accepts ([`refusal`]).
 //!
 //! The packet header's codec is `braid-wire`'s, the same one the core uses.
@@ -46,6 +46,7 @@ pub mod refusal;
 pub mod rekey;
 pub mod replay;
 pub mod responder;
+pub mod speed;
 
 pub use aead::{
     cpu_has_aes, AeadError, Cipher, CipherError, Ciphers, PacketKey, Role, SessionKeys, TAG_LEN,
