@@ -62,7 +62,6 @@ pub use worker::WorkerCounters;
 
 use crate::protect::KeyStats;
 use crate::tcp::{self, TcpPeers};
-use crate::udp::bind_udp;
 use braid_core::Config;
 use braid_crypto::{Ciphers, PublicKey, RekeyPolicy, ReplayGuard, StaticKeypair};
 use endpoint::{Shared, SharedConfig};
@@ -218,7 +217,8 @@ impl HandshakeCounters {
 
 /// A running server.
 pub struct Server {
-    /// One socket per worker (the SO_REUSEPORT group, in worker order).
+    /// Two sockets per worker (the SO_REUSEPORT group: the workers' transport sockets in
+    /// worker order, then their control sockets).
     sockets: Vec<std::net::UdpSocket>,
     local: SocketAddr,
     /// The TCP listener on the same port, for agents whose network blocks UDP.
@@ -268,21 +268,18 @@ impl Server {
         }
         let mix = braid_crypto::random::random_u64().map_err(std::io::Error::other)? as u32;
         let steering = Steering::new(threads, mix);
-        let (sockets, kernel_steering) = if threads == 1 {
-            (vec![bind_udp(cfg.listen, None)?.into_std()?], true)
-        } else {
-            let sockets = steer::bind_group(cfg.listen, threads)?;
-            let attached = match steering.attach(&sockets[0]) {
-                Ok(()) => true,
-                Err(e) => {
-                    warn!(
-                        "cannot attach the reuseport BPF program ({e}): packets that reach \
-                         the wrong worker are handed over (slower)"
-                    );
-                    false
-                }
-            };
-            (sockets, attached)
+        // Two sockets per worker: its transport packets, and everything else (see steer).
+        let sockets = steer::bind_group(cfg.listen, 2 * threads)?;
+        let kernel_steering = match steering.attach(&sockets[0]) {
+            Ok(()) => true,
+            Err(e) => {
+                warn!(
+                    "cannot attach the reuseport BPF program ({e}): handshake floods share \
+                     the socket buffers of live sessions, and packets that reach the wrong \
+                     worker are handed over (slower)"
+                );
+                threads == 1
+            }
         };
         let local = sockets[0].local_addr()?;
         // On a wildcard address, every reply goes from the address its agent sent to (an
@@ -378,7 +375,7 @@ impl Server {
     /// Serve until the task is dropped (which also stops the worker threads). Worker 0
     /// runs on the caller's runtime, the others on threads of their own.
     pub async fn run(mut self) -> std::io::Result<()> {
-        let n = self.sockets.len();
+        let n = self.sockets.len() / 2;
         let shared_cfg = SharedConfig {
             key: self.cfg.key.clone(),
             unicast: self.cfg.unicast,
@@ -429,14 +426,16 @@ impl Server {
             stats: self.workers.clone(),
             state_tx,
         });
-        let mut sockets = std::mem::take(&mut self.sockets).into_iter();
-        let first = sockets
+        let mut sockets = std::mem::take(&mut self.sockets);
+        let control = sockets.split_off(n);
+        let mut pairs = sockets.into_iter().zip(control);
+        let first = pairs
             .next()
             .ok_or_else(|| std::io::Error::other("no socket"))?;
         let first_inbox = inboxes.remove(0);
         let mut threads = worker::Threads::new();
-        for (i, (socket, inbox)) in sockets.zip(inboxes).enumerate() {
-            threads.spawn(i + 1, socket, inbox, common.clone())?;
+        for (i, (pair, inbox)) in pairs.zip(inboxes).enumerate() {
+            threads.spawn(i + 1, pair, inbox, common.clone())?;
         }
         let w0 = Worker::new(0, first, common)?;
         tokio::select! {

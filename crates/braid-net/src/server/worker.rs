@@ -45,6 +45,17 @@ pub struct WorkerCounters {
 /// to.
 pub(super) type Handoff = Incoming;
 
+/// Control datagrams (handshakes, anything not a transport packet) a worker reads per
+/// [`CONTROL_PERIOD`], at most: beyond that (a flood) they wait in the control socket's
+/// buffer, where the kernel drops what does not fit, so that a flood costs the worker a
+/// bounded share of its core (about 51 000 a second, each an HMAC and a lookup) and its
+/// sessions keep the rest. Far above any real handshake rate (each costs a few hundred
+/// microseconds of Diffie-Hellman).
+pub(super) const CONTROL_PER_PERIOD: usize = 256;
+
+/// See [`CONTROL_PER_PERIOD`].
+pub(super) const CONTROL_PERIOD: Duration = Duration::from_millis(5);
+
 /// How many packets may wait in a worker's hand-over channel (dropped beyond, like a full
 /// socket buffer).
 pub(super) const HANDOFF_QUEUE: usize = 4096;
@@ -78,7 +89,10 @@ pub(super) struct Common {
 /// One worker.
 pub(super) struct Worker {
     index: usize,
+    /// Its sessions' transport packets arrive here...
     socket: Arc<UdpSocket>,
+    /// ...and everything else here (handshakes, floods of them, garbage): see `steer`.
+    control: Arc<UdpSocket>,
     out: Outbound,
     endpoint: Endpoint<Handle>,
     common: Arc<Common>,
@@ -86,9 +100,15 @@ pub(super) struct Worker {
 }
 
 impl Worker {
-    /// Worker `index` on `socket` (call on the runtime that will run it).
-    pub fn new(index: usize, socket: std::net::UdpSocket, common: Arc<Common>) -> io::Result<Self> {
+    /// Worker `index` on its transport and control sockets (call on the runtime that will
+    /// run it).
+    pub fn new(
+        index: usize,
+        (socket, control): (std::net::UdpSocket, std::net::UdpSocket),
+        common: Arc<Common>,
+    ) -> io::Result<Self> {
         let socket = Arc::new(UdpSocket::from_std(socket)?);
+        let control = Arc::new(UdpSocket::from_std(control)?);
         let out = Outbound {
             udp: socket.clone(),
             tcp: common.session.peers.clone(),
@@ -103,6 +123,7 @@ impl Worker {
         Ok(Worker {
             index,
             socket,
+            control,
             out,
             endpoint,
             common,
@@ -122,7 +143,13 @@ impl Worker {
         // own part of the buffer: a session's packet reaches its task without a copy).
         crate::batch::enable_gro(self.socket.as_ref());
         let mut buf = BytesMut::new();
-        let socket = self.socket.clone();
+        // One datagram at a time from the control socket: a flood there waits in its own
+        // buffer (and is dropped there when it is full), while each turn of this loop may
+        // take the transport socket's next batch.
+        let mut cbuf = BytesMut::new();
+        let (socket, control) = (self.socket.clone(), self.control.clone());
+        let mut control_left = CONTROL_PER_PERIOD;
+        let mut refill = tokio::time::Instant::now() + CONTROL_PERIOD;
         loop {
             tokio::select! {
                 r = crate::batch::recv_async(&socket, &mut buf) => match r {
@@ -133,6 +160,24 @@ impl Worker {
                         }
                     }
                     Err(_) => buf.clear(),
+                },
+                _ = tokio::time::sleep_until(refill), if control_left == 0 => {
+                    control_left = CONTROL_PER_PERIOD;
+                    refill = tokio::time::Instant::now() + CONTROL_PERIOD;
+                }
+                r = crate::batch::recv_async(&control, &mut cbuf), if control_left > 0 => match r {
+                    Ok(r) => {
+                        control_left -= 1;
+                        if control_left == 0 && tokio::time::Instant::now() >= refill {
+                            control_left = CONTROL_PER_PERIOD;
+                            refill = tokio::time::Instant::now() + CONTROL_PERIOD;
+                        }
+                        for data in crate::batch::split(&mut cbuf, r.segment_size) {
+                            let pkt = Incoming { from: r.from, local: r.local, data, header: None };
+                            self.packet(pkt, true, &ends);
+                        }
+                    }
+                    Err(_) => cbuf.clear(),
                 },
                 Some(pkt) = inbox.recv() => self.packet(pkt, false, &ends),
                 Some(id) = done_rx.recv() => if self.endpoint.session_ended(id) {
@@ -264,7 +309,7 @@ impl Threads {
     pub fn spawn(
         &mut self,
         index: usize,
-        socket: std::net::UdpSocket,
+        socket: (std::net::UdpSocket, std::net::UdpSocket),
         inbox: mpsc::Receiver<Handoff>,
         common: Arc<Common>,
     ) -> io::Result<()> {
