@@ -1,7 +1,7 @@
 //! The agent keys the server accepts, re-read from the authorized file when it changes.
 //!
-//! Owns: when to look at the file again (its modification time, at most once a second,
-//! checked when a handshake needs the list) and putting what it read into the one shared
+//! Owns: when to look at the file again (its modification time, at most once a second per
+//! worker, each of which has its own copy of this, checked when a handshake needs the list) and putting what it read into the one shared
 //! list ([`control::Authorized`](super::control::Authorized)), which a SIGHUP reload
 //! (`ServerControl::reload_authorized`) replaces too: the last of the two to change it
 //! wins, and every handshake and key rotation reads that list. Must not touch: the

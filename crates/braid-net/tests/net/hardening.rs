@@ -271,7 +271,10 @@ async fn one_address_gets_at_most_its_handshake_budget() {
     // The flood reached the limiter (the worker reads at most 256 control datagrams per
     // 5 ms; the kernel drops the rest in the control socket's buffer).
     let limited = get(&srv.counters.rate_limited);
-    assert!(limited >= (sent / 2).min(5_000), "{limited} of {sent} rate-limited");
+    assert!(
+        limited >= (sent / 2).min(5_000),
+        "{limited} of {sent} rate-limited"
+    );
     assert_eq!(get(&srv.counters.replies), 0);
     assert_eq!(get(&srv.counters.accepted), 0);
 }
