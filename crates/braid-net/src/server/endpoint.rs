@@ -327,17 +327,32 @@ impl<H: SessionHandle> Endpoint<H> {
             let bytes = braid_crypto::session_limit_refusal(h);
             return Outcome::Send { to: from, bytes };
         }
+        self.new_session(now, now_ms, from, pkt, h)
+    }
+
+    /// The Noise step for a new session whose slot is reserved: accepted, or refused (the
+    /// slot given back; an agent with no common cipher is told the server's list).
+    fn new_session(
+        &mut self,
+        now: Instant,
+        now_ms: u64,
+        from: SocketAddr,
+        pkt: &[u8],
+        h: &Header,
+    ) -> Outcome<'_, H> {
+        let shared = self.shared.clone();
+        let c = &shared.counters;
         match self.noise(now, now_ms, pkt, h, shared.unicast) {
             Ok((client, keys, reply)) => {
                 HandshakeCounters::bump(&c.accepted);
                 HandshakeCounters::bump(&c.replies);
                 let session = Accepted {
-                    id: sid,
+                    id: h.session_id,
                     path: h.path_id,
                     from,
                     client,
                     reply,
-                    request: body.to_vec(),
+                    request: pkt[..pkt.len() - braid_crypto::cookie::MAC_LEN].to_vec(),
                 };
                 Outcome::Accept { session, keys }
             }
