@@ -1,9 +1,9 @@
 //! The Noise IK handshake (`Noise_IK_25519_ChaChaPoly_BLAKE2s`, prologue `braid v2`).
 //!
-//! Owns: building and checking the handshake packets, the client's proof of freshness (a
-//! timestamp) and the server's refusal of unknown clients and replays (with a
-//! [`ReplayGuard`]), the client's use of a cookie reply, and turning the finished handshake
-//! into [`SessionKeys`].
+//! Owns: building and checking the handshake packets, the client's side (its proof of
+//! freshness, a timestamp, and its use of a cookie reply), the handshake's errors, and
+//! turning the finished handshake into [`SessionKeys`]. The server's side (refusing
+//! unknown clients and replays with a [`crate::ReplayGuard`]) is [`crate::responder`]'s.
 //!
 //! Must not touch: clocks (the caller passes unix time in milliseconds), sockets, key files
 //! and transport packets. The Noise protocol itself is `snow`'s; the MACs and cookies are
@@ -39,7 +39,7 @@
 //! it together with the client's authentication (the header itself travels in the clear).
 //!
 //! Freshness: the server refuses a message 1 whose timestamp is more than `max_skew_ms` away
-//! from its own clock, and the [`ReplayGuard`] refuses one whose timestamp is not newer
+//! from its own clock, and the [`crate::ReplayGuard`] refuses one whose timestamp is not newer
 //! than the newest already accepted from the same client key (checked before the server
 //! spends its second and third Diffie-Hellman on message 2). Two handshakes of one client
 //! key therefore need distinct milliseconds (use e.g. `max(now, last + 1)`).
@@ -55,7 +55,6 @@
 
 use crate::aead::{Cipher, Ciphers, Role, SessionKeys};
 use crate::cookie::{self, CookieError, Mac1Key, COOKIE_LEN, MACS_LEN, MAC_LEN};
-use crate::guard::ReplayGuard;
 use crate::keys::{wipe, PublicKey, StaticKeypair};
 use braid_wire::{parse_header, write_header, HeaderError, PacketType};
 
@@ -66,16 +65,16 @@ pub const NOISE_PARAMS: &str = "Noise_IK_25519_ChaChaPoly_BLAKE2s";
 pub const PROLOGUE: &[u8] = b"braid v2";
 
 /// Bytes of message 1's payload before the cipher list: timestamp and session id.
-const PAYLOAD_LEN: usize = 16;
+pub(crate) const PAYLOAD_LEN: usize = 16;
 
 /// Most cipher ids in message 1's list.
-const MAX_OFFER: usize = 8;
+pub(crate) const MAX_OFFER: usize = 8;
 
 /// The tag of message 2's cipher item.
-const CIPHER_ITEM: u8 = b'C';
+pub(crate) const CIPHER_ITEM: u8 = b'C';
 
 /// Largest Noise message (the Noise specification's limit).
-const MAX_NOISE_MSG: usize = 65_535;
+pub(crate) const MAX_NOISE_MSG: usize = 65_535;
 
 /// Why a handshake failed.
 #[derive(Debug, thiserror::Error)]
@@ -210,11 +209,14 @@ pub enum HandshakeError {
     AlreadyFinished,
 }
 
-fn noise(stage: &'static str) -> impl FnOnce(snow::Error) -> HandshakeError {
+/// The server's side, [`crate::responder`]'s (here too for the tests and older paths).
+pub use crate::responder::{Message1, Responder, ServerHandshake};
+
+pub(crate) fn noise(stage: &'static str) -> impl FnOnce(snow::Error) -> HandshakeError {
     move |source| HandshakeError::Noise { stage, source }
 }
 
-fn builder(prologue: &[u8]) -> Result<snow::Builder<'_>, HandshakeError> {
+pub(crate) fn builder(prologue: &[u8]) -> Result<snow::Builder<'_>, HandshakeError> {
     let params = NOISE_PARAMS.parse().map_err(noise("setup"))?;
     snow::Builder::new(params)
         .prologue(prologue)
@@ -222,7 +224,11 @@ fn builder(prologue: &[u8]) -> Result<snow::Builder<'_>, HandshakeError> {
 }
 
 /// A handshake packet: header (type 1, pn 0) and the Noise message.
-fn handshake_packet(session_id: u64, path_id: u8, msg: &[u8]) -> Result<Vec<u8>, HandshakeError> {
+pub(crate) fn handshake_packet(
+    session_id: u64,
+    path_id: u8,
+    msg: &[u8],
+) -> Result<Vec<u8>, HandshakeError> {
     let mut p = Vec::with_capacity(12 + msg.len());
     write_header(&mut p, PacketType::Handshake, session_id, path_id, 0)?;
     p.extend_from_slice(msg);
@@ -244,7 +250,11 @@ fn split_handshake_packet(packet: &[u8]) -> Result<(u64, u8, &[u8]), HandshakeEr
 }
 
 /// Turn the finished handshake into session keys of `cipher`, wiping the raw split.
-fn keys_from(state: &mut snow::HandshakeState, role: Role, cipher: Cipher) -> SessionKeys {
+pub(crate) fn keys_from(
+    state: &mut snow::HandshakeState,
+    role: Role,
+    cipher: Cipher,
+) -> SessionKeys {
     let mut split = state.dangerously_get_raw_split();
     let keys = SessionKeys::from_split_with(role, cipher, &split);
     wipe(&mut split.0);
@@ -252,7 +262,7 @@ fn keys_from(state: &mut snow::HandshakeState, role: Role, cipher: Cipher) -> Se
     keys
 }
 
-fn names(list: &[Cipher]) -> String {
+pub(crate) fn names(list: &[Cipher]) -> String {
     list.iter().map(|c| c.name()).collect::<Vec<_>>().join(", ")
 }
 
@@ -460,178 +470,6 @@ impl ClientHandshake {
     }
 }
 
-/// The server's side: one call per message 1 (the server keeps no handshake state).
-#[derive(Debug, Clone, Copy)]
-pub struct ServerHandshake;
-
-impl ServerHandshake {
-    /// Answer message 1 (`packet`, a complete handshake packet). Checks, in order: the
-    /// header, mac1 (cheap: do any load or mac2 checks of [`crate::CookieChecker`] before
-    /// calling this), the Noise message (server key and prologue; one X25519), that the
-    /// client's key is in `authorized` (one more X25519), the payload, that the timestamp
-    /// is within `max_skew_ms` of `now_unix_ms`, and that `guard` has seen no newer
-    /// timestamp from this client; only then is message 2 built (two more X25519) and the
-    /// guard updated. Returns the client's key, the session keys and message 2 as a
-    /// complete handshake packet to send back on the same path. Accepts [`Ciphers::auto`].
-    pub fn respond(
-        server_key: &StaticKeypair,
-        authorized: &[PublicKey],
-        guard: &mut ReplayGuard,
-        packet: &[u8],
-        now_unix_ms: u64,
-        max_skew_ms: u64,
-    ) -> Result<(PublicKey, SessionKeys, Vec<u8>), HandshakeError> {
-        let (k, g, p) = (server_key, guard, packet);
-        Self::respond_with_address(k, authorized, g, p, now_unix_ms, max_skew_ms, None)
-    }
-
-    /// [`ServerHandshake::respond`], with the server's own unicast address in message 2
-    /// (when `unicast` is given) for the client to send the whole session to.
-    pub fn respond_with_address(
-        server_key: &StaticKeypair,
-        authorized: &[PublicKey],
-        guard: &mut ReplayGuard,
-        packet: &[u8],
-        now_unix_ms: u64,
-        max_skew_ms: u64,
-        unicast: Option<std::net::SocketAddr>,
-    ) -> Result<(PublicKey, SessionKeys, Vec<u8>), HandshakeError> {
-        let r = Responder {
-            key: server_key,
-            authorized,
-            max_skew_ms,
-            unicast,
-            ciphers: &Ciphers::auto(),
-        };
-        r.respond(guard, packet, now_unix_ms)
-    }
-}
-
-/// The server's settings for answering message 1: [`ServerHandshake::respond`] with
-/// every option.
-#[derive(Debug, Clone, Copy)]
-pub struct Responder<'a> {
-    /// The server's static key.
-    pub key: &'a StaticKeypair,
-    /// The client keys allowed in.
-    pub authorized: &'a [PublicKey],
-    /// Largest accepted difference between the client's timestamp and `now_unix_ms`.
-    pub max_skew_ms: u64,
-    /// The server's own unicast address, named in message 2 when given.
-    pub unicast: Option<std::net::SocketAddr>,
-    /// The packet ciphers the server accepts, its preferred first.
-    pub ciphers: &'a Ciphers,
-}
-
-impl Responder<'_> {
-    /// Answer message 1 as [`ServerHandshake::respond`] does; the packet cipher is the
-    /// first of `self.ciphers` that the client offered.
-    pub fn respond(
-        &self,
-        guard: &mut ReplayGuard,
-        packet: &[u8],
-        now_unix_ms: u64,
-    ) -> Result<(PublicKey, SessionKeys, Vec<u8>), HandshakeError> {
-        let (server_key, authorized) = (self.key, self.authorized);
-        let (max_skew_ms, unicast) = (self.max_skew_ms, self.unicast);
-        let (session_id, path_id, msg) = split_handshake_packet(packet)?;
-        if !Mac1Key::new(&server_key.public()).check(packet) {
-            return Err(HandshakeError::Mac1);
-        }
-        let msg = msg
-            .len()
-            .checked_sub(MACS_LEN)
-            .and_then(|n| msg.get(..n))
-            .ok_or(HandshakeError::Mac1)?;
-        let mut state = builder(PROLOGUE)?
-            .local_private_key(server_key.private_bytes())
-            .and_then(|b| b.build_responder())
-            .map_err(noise("setup"))?;
-        let mut payload = vec![0u8; msg.len().min(MAX_NOISE_MSG)];
-        let n = state
-            .read_message(msg, &mut payload)
-            .map_err(noise("reading message 1"))?;
-        let client: [u8; 32] = state
-            .get_remote_static()
-            .and_then(|s| s.try_into().ok())
-            .ok_or(HandshakeError::Noise {
-                stage: "reading the client key",
-                source: snow::Error::Input,
-            })?;
-        let client = PublicKey(client);
-        if !authorized.contains(&client) {
-            return Err(HandshakeError::UnknownClient(client));
-        }
-        let (payload, offer) =
-            decode_message1(&payload[..n]).ok_or(HandshakeError::BadPayload {
-                message: 1,
-                len: n,
-                expected: PAYLOAD_LEN,
-            })?;
-        let legacy = offer.is_none();
-        let offered = offer.unwrap_or_else(|| vec![Cipher::ChaCha20Poly1305]);
-        let cipher =
-            self.ciphers
-                .choose(&offered)
-                .ok_or_else(|| HandshakeError::NoCommonCipher {
-                    offered: names(&offered),
-                    accepted: names(self.ciphers.as_slice()),
-                })?;
-        let mut ts = [0u8; 8];
-        ts.copy_from_slice(&payload[..8]);
-        let timestamp_ms = u64::from_be_bytes(ts);
-        let mut sid = [0u8; 8];
-        sid.copy_from_slice(&payload[8..]);
-        let payload_sid = u64::from_be_bytes(sid);
-        if payload_sid != session_id {
-            return Err(HandshakeError::SessionMismatch {
-                header: session_id,
-                payload: payload_sid,
-            });
-        }
-        if timestamp_ms.abs_diff(now_unix_ms) > max_skew_ms {
-            return Err(HandshakeError::ClockSkew {
-                timestamp_ms,
-                now_ms: now_unix_ms,
-                max_skew_ms,
-            });
-        }
-        // A replay costs no more Diffie-Hellman than this.
-        guard.check(&client, timestamp_ms)?;
-        // Build the reply before recording the timestamp, so a failure leaves the guard as
-        // it was.
-        let mut reply = [0u8; 256];
-        let mut payload2 = Vec::new();
-        if !legacy {
-            payload2.extend_from_slice(&[CIPHER_ITEM, cipher.id()]);
-        }
-        payload2.extend(unicast.map(encode_address).unwrap_or_default());
-        let m = state
-            .write_message(&payload2, &mut reply)
-            .map_err(noise("writing message 2"))?;
-        let packet = handshake_packet(session_id, path_id, &reply[..m])?;
-        guard.check_and_record(&client, timestamp_ms)?;
-        let keys = keys_from(&mut state, Role::Server, cipher);
-        Ok((client, keys, packet))
-    }
-}
-
-/// Message 1's payload: the fixed part and the offered ciphers (None: no list, a client
-/// before negotiation). Ids this version does not know are skipped; a list of none that
-/// it knows is an empty offer.
-fn decode_message1(b: &[u8]) -> Option<([u8; PAYLOAD_LEN], Option<Vec<Cipher>>)> {
-    let fixed: [u8; PAYLOAD_LEN] = b.get(..PAYLOAD_LEN)?.try_into().ok()?;
-    let rest = &b[PAYLOAD_LEN..];
-    let Some((&n, ids)) = rest.split_first() else {
-        return Some((fixed, None));
-    };
-    if n == 0 || n as usize > MAX_OFFER || ids.len() != n as usize {
-        return None;
-    }
-    let offer = ids.iter().filter_map(|&i| Cipher::from_id(i)).collect();
-    Some((fixed, Some(offer)))
-}
-
 /// Message 2's payload: (the cipher item, the address item), each optional; None if the
 /// items do not parse, repeat, or a cipher id is unknown.
 fn decode_message2(mut b: &[u8]) -> Option<(Option<Cipher>, Option<std::net::SocketAddr>)> {
@@ -654,16 +492,6 @@ fn decode_message2(mut b: &[u8]) -> Option<(Option<Cipher>, Option<std::net::Soc
         b = &b[len..];
     }
     Some((cipher, address))
-}
-
-/// Message 2's optional payload: a socket address.
-fn encode_address(a: std::net::SocketAddr) -> Vec<u8> {
-    let mut v = match a.ip() {
-        std::net::IpAddr::V4(ip) => [&[4u8][..], &ip.octets()].concat(),
-        std::net::IpAddr::V6(ip) => [&[6u8][..], &ip.octets()].concat(),
-    };
-    v.extend_from_slice(&a.port().to_be_bytes());
-    v
 }
 
 fn decode_address(b: &[u8]) -> Option<std::net::SocketAddr> {

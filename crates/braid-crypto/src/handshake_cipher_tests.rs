@@ -3,6 +3,7 @@
 //! men in the middle who try to change the offer or the choice.
 use super::*;
 use crate::aead::TAG_LEN;
+use crate::guard::ReplayGuard;
 use Cipher::{Aes256Gcm as Aes, ChaCha20Poly1305 as ChaCha};
 
 const NOW: u64 = 1_700_000_000_000;

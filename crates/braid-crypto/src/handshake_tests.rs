@@ -1,6 +1,8 @@
 //! Unit tests of the handshake (kept apart so that `handshake.rs` reads in one sitting).
 use super::*;
 use crate::aead::TAG_LEN;
+use crate::guard::ReplayGuard;
+use crate::responder::encode_address;
 
 const NOW: u64 = 1_700_000_000_000;
 const SKEW: u64 = 30_000;

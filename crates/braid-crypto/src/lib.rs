@@ -4,8 +4,8 @@
 //! client and server and derives per-session keys ([`handshake`]), per-packet AEAD
 //! protection of transport packets ([`aead`]), the per-path replay window ([`replay`]), the
 //! cheap checks in front of the handshake's Diffie-Hellman (mac1, mac2 and cookies: [`cookie`]),
-//! the handshake replay guard and its state file ([`guard`]), unguessable values from
-//! the system CSPRNG ([`random`]), the key epochs of key rotation ([`rekey`]) and the
+//! the server's side of the handshake in two steps ([`responder`]), the handshake replay guard and its state file ([`guard`]), unguessable values from
+//! the system CSPRNG ([`random`]), the key epochs of key rotation ([`rekey`]), X25519 work for benchmarks ([`speed`]) and the
 //! server's refusal of a client that offers no cipher it accepts ([`refusal`]).
 //!
 //! The packet header's codec is `braid-wire`'s, the same one the core uses.
@@ -27,7 +27,9 @@
 //!    price of one HMAC; under load [`CookieChecker::check_mac2`] demands a cookie bound to
 //!    the source address (and [`CookieChecker::cookie_reply`] hands one out);
 //!    [`ServerHandshake::respond`] checks message 1 (authorized key, clock skew, replay) and
-//!    yields the client's key, [`SessionKeys`] and the reply packet.
+//!    yields the client's key, [`SessionKeys`] and the reply packet; a server with several
+//!    threads uses its two steps, [`Responder::read`] (no shared state) and
+//!    [`Message1::answer_shared`] (the replay guard's lock held for a lookup only).
 //! 3. Send: the core writes a transport packet ending in 16 zero bytes; the driver calls
 //!    [`PacketKey::seal_in_place`] with `keys.send`.
 //! 4. Receive: [`parse_header`] routes the datagram; [`PacketKey::open_in_place`] with
@@ -43,6 +45,8 @@ pub mod random;
 pub mod refusal;
 pub mod rekey;
 pub mod replay;
+pub mod responder;
+pub mod speed;
 
 pub use aead::{
     cpu_has_aes, AeadError, Cipher, CipherError, Ciphers, PacketKey, Role, SessionKeys, TAG_LEN,
@@ -54,9 +58,7 @@ pub use braid_wire::{
 };
 pub use cookie::{CookieChecker, CookieError, Mac1Key};
 pub use guard::{GuardFileError, ReplayGuard};
-pub use handshake::{
-    ClientHandshake, HandshakeError, Responder, ServerHandshake, NOISE_PARAMS, PROLOGUE,
-};
+pub use handshake::{ClientHandshake, HandshakeError, NOISE_PARAMS, PROLOGUE};
 pub use keys::{
     parse_authorized, parse_public_key, read_authorized, read_private_key, read_public_key,
     write_keypair, KeyError, PublicKey, StaticKeypair,
@@ -65,3 +67,4 @@ pub use random::RandomError;
 pub use refusal::{cipher_refusal, read_cipher_refusal};
 pub use rekey::{KeyRing, RekeyPolicy};
 pub use replay::ReplayWindow;
+pub use responder::{Message1, Responder, ServerHandshake};

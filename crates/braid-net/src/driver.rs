@@ -24,7 +24,13 @@ pub trait PacketProtection: Send + 'static {
     /// header of key phase 0 (the session takes it as it is: the header is parsed once per
     /// packet); `None`: drop the packet (or it was a key-management packet the protection
     /// consumed).
-    fn open(&mut self, packet: &mut [u8]) -> Option<Header>;
+    fn open(&mut self, packet: &mut [u8]) -> Option<Header> {
+        let h = braid_core::wire::parse_header(packet).ok()?;
+        self.open_parsed(packet, h)
+    }
+    /// [`PacketProtection::open`] for a packet whose header the receiver parsed already
+    /// (`header` is `parse_header(packet)`): each header is parsed once per packet.
+    fn open_parsed(&mut self, packet: &mut [u8], header: Header) -> Option<Header>;
     /// Called on every turn of the session loop with the time: what key management needs
     /// done now (nothing by default).
     fn poll_control(&mut self, _now: Instant) -> Option<Control> {
@@ -71,6 +77,9 @@ pub struct Incoming {
     pub local: Option<std::net::IpAddr>,
     /// The whole UDP payload.
     pub data: BytesMut,
+    /// Its header, when whoever received it parsed it already (the server's worker): the
+    /// session then does not parse it again.
+    pub header: Option<Header>,
 }
 
 thread_local! {
@@ -308,7 +317,11 @@ impl<P: PacketProtection, S: PathSender> SessionTask<P, S> {
     }
 
     fn receive(&mut self, mut pkt: Incoming) {
-        let Some(hdr) = self.protection.open(&mut pkt.data) else {
+        let opened = match pkt.header {
+            Some(h) => self.protection.open_parsed(&mut pkt.data, h),
+            None => self.protection.open(&mut pkt.data),
+        };
+        let Some(hdr) = opened else {
             debug!(from = %pkt.from, "dropped a packet that failed authentication");
             return;
         };

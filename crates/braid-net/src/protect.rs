@@ -13,8 +13,8 @@
 use crate::driver::{Control, PacketProtection};
 use braid_core::{Instant, PathId};
 use braid_crypto::{
-    parse_header, Ciphers, ClientHandshake, Header, KeyRing, PacketType, PublicKey, RekeyPolicy,
-    ReplayWindow, SessionKeys, StaticKeypair,
+    Ciphers, ClientHandshake, Header, KeyRing, PacketType, PublicKey, RekeyPolicy, ReplayWindow,
+    SessionKeys, StaticKeypair,
 };
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -255,8 +255,7 @@ impl PacketProtection for Aead {
         self.ring.seal(packet).is_ok()
     }
 
-    fn open(&mut self, packet: &mut [u8]) -> Option<Header> {
-        let h = parse_header(packet).ok()?;
+    fn open_parsed(&mut self, packet: &mut [u8], h: Header) -> Option<Header> {
         if h.ptype != PacketType::Transport {
             self.handshake_packet(packet, h.ptype, h.session_id);
             return None;
@@ -354,7 +353,7 @@ impl PacketProtection for Plain {
     fn seal(&mut self, _: &mut [u8]) -> bool {
         true
     }
-    fn open(&mut self, packet: &mut [u8]) -> Option<Header> {
-        parse_header(packet).ok()
+    fn open_parsed(&mut self, _: &mut [u8], h: Header) -> Option<Header> {
+        Some(h)
     }
 }

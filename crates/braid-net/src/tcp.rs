@@ -164,6 +164,7 @@ pub fn agent_link<Id: Copy + Send + 'static>(
                             from: server,
                             local: None,
                             data,
+                            header: None,
                         };
                         if incoming.send(pkt).await.is_err() {
                             return "the session ended".to_string();
@@ -297,6 +298,7 @@ pub async fn serve(listener: TcpListener, peers: TcpPeers, packets: mpsc::Sender
                                 from,
                                 local: None,
                                 data,
+                                header: None,
                             };
                             if packets.send(pkt).await.is_err() {
                                 return "the server stopped".to_string();

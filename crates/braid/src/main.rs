@@ -193,6 +193,10 @@ struct BenchArgs {
     /// Also open N idle sessions on a server and report its memory per session.
     #[arg(long, value_name = "N")]
     idle_sessions: Option<usize>,
+    /// Also run N fresh handshakes from 64 source ports against a server of --threads
+    /// workers and report its CPU per handshake next to this CPU's X25519 speed.
+    #[arg(long, value_name = "N")]
+    handshakes: Option<usize>,
     /// Print one JSON object on stdout instead of a table.
     #[arg(long)]
     json: bool,
@@ -219,6 +223,7 @@ fn bench_cmd(a: BenchArgs) -> Result<bool> {
         udp: a.udp.then_some(a.udp_datagrams),
         udp_rate: a.udp_rate,
         idle_sessions: a.idle_sessions,
+        handshakes: a.handshakes,
         progress: std::io::IsTerminal::is_terminal(&std::io::stderr()),
         aead_time: std::time::Duration::from_millis(300),
     };

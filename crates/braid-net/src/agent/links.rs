@@ -241,6 +241,7 @@ fn udp_reader(b: &Bound, in_tx: mpsc::Sender<Incoming>) -> Task {
                         from,
                         local: None,
                         data,
+                        header: None,
                     })
                     .await
                     .is_err()

@@ -1,7 +1,7 @@
 //! The agent keys the server accepts, re-read from the authorized file when it changes.
 //!
-//! Owns: when to look at the file again (its modification time, at most once a second,
-//! checked when a handshake needs the list) and putting what it read into the one shared
+//! Owns: when to look at the file again (its modification time, at most once a second per
+//! worker, each of which has its own copy of this, checked when a handshake needs the list) and putting what it read into the one shared
 //! list ([`control::Authorized`](super::control::Authorized)), which a SIGHUP reload
 //! (`ServerControl::reload_authorized`) replaces too: the last of the two to change it
 //! wins, and every handshake and key rotation reads that list. Must not touch: the
@@ -14,6 +14,7 @@
 use super::control::Authorized;
 use braid_crypto::PublicKey;
 use std::path::PathBuf;
+use std::sync::RwLockReadGuard;
 use std::time::{Duration, Instant, SystemTime};
 use tracing::{info, warn};
 
@@ -22,7 +23,7 @@ pub const RECHECK: Duration = Duration::from_secs(1);
 
 /// The authorized keys (shared with the control handle), and the file they come from (if
 /// any).
-#[derive(Debug)]
+#[derive(Debug, Clone)]
 pub struct AuthorizedKeys {
     keys: Authorized,
     file: Option<PathBuf>,
@@ -47,8 +48,14 @@ impl AuthorizedKeys {
     /// The current list, after re-reading the file if it changed (at most once per
     /// [`RECHECK`]).
     pub fn get(&mut self, now: Instant) -> Vec<PublicKey> {
+        self.read(now).clone()
+    }
+
+    /// [`AuthorizedKeys::get`] without a copy: the list under its read lock (hold it only
+    /// while one message 1 is read; a reload waits for it).
+    pub fn read(&mut self, now: Instant) -> RwLockReadGuard<'_, Vec<PublicKey>> {
         self.refresh(now);
-        self.keys.read().map(|k| k.clone()).unwrap_or_default()
+        self.keys.read().unwrap_or_else(|p| p.into_inner())
     }
 
     fn refresh(&mut self, now: Instant) {

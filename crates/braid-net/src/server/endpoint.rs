@@ -2,38 +2,46 @@
 //!
 //! Owns: one worker's session table (session id -> the caller's per-session handle and the
 //! handshake it answered), the handshake policy of docs/protocol.md section 16 in its
-//! order, and the drop log of this worker. [`Shared`] owns what every worker's endpoint
-//! must see alike: the replay guard, the cookie checker, the authorized keys, the
-//! per-address rate limit, the load meter, the hint gate and the total session count for
-//! `max_sessions` (behind one mutex, taken by handshakes and unknown-session hints only;
-//! the transport path of a live session takes no lock).
+//! order, this worker's gate (mac1 key, per-address token buckets, load meter, cookie
+//! checker, hint gate: [`Gate`]) and the drop log of this worker. What every worker must
+//! see alike is [`Shared`]'s (the replay guard, the authorized keys, the session count).
+//!
+//! No lock on the per-packet path, and none through a Diffie-Hellman: the transport path
+//! of a live session touches only this worker's table; a handshake is gated by this
+//! worker's own state, reads message 1 with no shared state ([`Responder::read`]), and
+//! takes the replay guard's lock only for its check-and-record. Each worker's gate has its
+//! share of the server's budgets (`rate`, `burst`, `load_threshold` and the hint limits
+//! divided by the number of workers, rounded up): the kernel spreads an address's
+//! handshakes over the workers by session id, so together they get about the configured
+//! budget, and a flood of one captured message 1 (one session id) reaches one worker and
+//! gets its share only.
 //!
 //! Must not touch: sockets, tokio, spawning, clocks (the caller passes `now` and
 //! `now_ms`), the session's protocol and the cryptography (braid-crypto's). The caller
 //! does what an [`Outcome`] says: delivers, sends, creates the session and
 //! [`Endpoint::insert`]s its handle, or hands the packet to the worker that owns it.
 //!
-//! A handshake packet (type 1) goes through, in order: mac1 (one HMAC, no lock; else
-//! dropped silently) -> an existing session's retransmission (the cached reply, only to an
-//! address of that session) or key rotation (section 16a) -> the address's token bucket ->
-//! under load, mac2 (else a cookie reply) -> the session limit (a 12-byte refusal) -> the
-//! Noise handshake with the replay guard (an authorized client that offers no cipher the
-//! server accepts gets the cipher refusal, type 6) -> a new session.
+//! A handshake packet (type 1) goes through, in order: mac1 (one HMAC, once; else dropped
+//! silently) -> an existing session's retransmission (the cached reply, only to an address
+//! of that session) or key rotation (section 16a) -> the address's token bucket -> under
+//! load, mac2 (else a cookie reply) -> the session limit (a 12-byte refusal) -> message 1
+//! read (an authorized client that offers no cipher the server accepts gets the cipher
+//! refusal, type 6) -> the replay guard -> a new session.
 
 use super::gate::{HintGate, LoadMeter, RateLimiter};
 use super::logs::{DropLog, Dropped};
+pub use super::shared::{Shared, SharedConfig};
 use super::steer::Steering;
 use super::{AuthorizedKeys, HandshakeCounters, MAX_SKEW_MS};
 use braid_core::PathId;
 use braid_crypto::{
-    parse_header, CookieChecker, HandshakeError, Mac1Key, PacketType, PublicKey, RandomError,
-    ReplayGuard, Responder, SessionKeys, StaticKeypair,
+    parse_header, CookieChecker, HandshakeError, Header, Mac1Key, PacketType, PublicKey,
+    RandomError, Responder, SessionKeys,
 };
 use std::collections::HashMap;
 use std::net::SocketAddr;
-use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::{Arc, Mutex, MutexGuard};
-use std::time::{Duration, Instant};
+use std::sync::Arc;
+use std::time::Instant;
 
 /// What the endpoint needs to know of the caller's per-session handle.
 pub trait SessionHandle {
@@ -41,9 +49,9 @@ pub trait SessionHandle {
     fn has_address(&self, addr: SocketAddr) -> bool;
 }
 
-/// The handshake state every worker shares (handshakes are rare: one mutex).
+/// One worker's gate in front of the handshake: its own state, no lock.
 struct Gate {
-    guard: ReplayGuard,
+    mac1: Mac1Key,
     checker: CookieChecker,
     authorized: AuthorizedKeys,
     limiter: RateLimiter,
@@ -51,90 +59,24 @@ struct Gate {
     load: LoadMeter,
 }
 
-/// The settings and state shared by all workers' endpoints of one server.
-pub struct Shared {
-    gate: Mutex<Gate>,
-    /// Sessions in all workers' tables (only grows under the gate's lock).
-    sessions: AtomicUsize,
-    key: Arc<StaticKeypair>,
-    unicast: Option<SocketAddr>,
-    ciphers: braid_crypto::Ciphers,
-    max_sessions: usize,
-    rate: (u32, u32),
-    first_exchange_timeout: Duration,
-    counters: Arc<HandshakeCounters>,
+/// `total` shared by `n` workers: each one's part, rounded up.
+fn share(total: u64, n: usize) -> u64 {
+    total.div_ceil(n.max(1) as u64)
 }
 
-/// The settings of [`Shared`] (a subset of `ServerConfig`).
-pub struct SharedConfig {
-    /// The server's static key.
-    pub key: Arc<StaticKeypair>,
-    /// Told to agents in message 2, if set.
-    pub unicast: Option<SocketAddr>,
-    /// The packet ciphers accepted, the preferred first.
-    pub ciphers: braid_crypto::Ciphers,
-    /// Most sessions at once, all workers together.
-    pub max_sessions: usize,
-    /// Handshakes a second per address, and the burst.
-    pub rate: (u32, u32),
-    /// Handshake packets a second above which cookies are demanded.
-    pub load_threshold: u64,
-    /// For the log line of an unfinished session.
-    pub first_exchange_timeout: Duration,
-}
-
-impl Shared {
-    /// The shared state, with the replay guard `guard` and the authorized keys `authorized`.
-    pub fn new(
-        cfg: SharedConfig,
-        guard: ReplayGuard,
-        authorized: AuthorizedKeys,
-        counters: Arc<HandshakeCounters>,
-        now_ms: u64,
-    ) -> Result<Shared, RandomError> {
-        let checker = CookieChecker::new(&cfg.key.public(), now_ms)?;
-        Ok(Shared {
-            gate: Mutex::new(Gate {
-                guard,
-                checker,
-                authorized,
-                limiter: RateLimiter::new(cfg.rate.0, cfg.rate.1),
-                hints: HintGate::new(),
-                load: LoadMeter::new(cfg.load_threshold),
-            }),
-            sessions: AtomicUsize::new(0),
-            key: cfg.key,
-            unicast: cfg.unicast,
-            ciphers: cfg.ciphers,
-            max_sessions: cfg.max_sessions,
-            rate: cfg.rate,
-            first_exchange_timeout: cfg.first_exchange_timeout,
-            counters,
+impl Gate {
+    fn new(shared: &Shared, workers: usize, now_ms: u64) -> Result<Gate, RandomError> {
+        let public = shared.key.public();
+        let (rate, burst) = shared.rate;
+        let part = |x: u32| share(u64::from(x), workers) as u32;
+        Ok(Gate {
+            mac1: Mac1Key::new(&public),
+            checker: CookieChecker::new(&public, now_ms)?,
+            authorized: shared.authorized.clone(),
+            limiter: RateLimiter::new(part(rate), part(burst)),
+            hints: HintGate::with_share(workers),
+            load: LoadMeter::new(share(shared.load_threshold, workers)),
         })
-    }
-
-    fn gate(&self) -> MutexGuard<'_, Gate> {
-        // A worker that panicked while holding the lock left consistent enough state
-        // (every field is updated in one step): go on with it.
-        self.gate.lock().unwrap_or_else(|p| p.into_inner())
-    }
-
-    /// Sessions live in all workers.
-    pub fn sessions(&self) -> usize {
-        self.sessions.load(Ordering::Relaxed)
-    }
-
-    /// Call `f` with the replay guard, under the lock (so that snapshots for the state
-    /// file are taken in the order the guard changed).
-    pub fn with_guard<R>(&self, f: impl FnOnce(&ReplayGuard) -> R) -> R {
-        f(&self.gate().guard)
-    }
-
-    /// Forget quiet addresses (call now and then).
-    pub fn gc(&self, now: Instant) {
-        let mut g = self.gate();
-        g.limiter.gc(now);
-        g.hints.gc(now);
     }
 }
 
@@ -207,11 +149,34 @@ struct Entry<H> {
     reply: Vec<u8>,
 }
 
+/// A transport packet of no session of ours. Perhaps a session of ours before a restart:
+/// tell the agent, so that it shakes hands again now rather than after a silence (it only
+/// takes this as a hint). Never more bytes than the packet had.
+fn unknown_session<'a, H>(
+    log: &mut DropLog,
+    hints: &mut HintGate,
+    counters: &HandshakeCounters,
+    (now, from): (Instant, SocketAddr),
+    pkt: &[u8],
+    h: &Header,
+) -> Outcome<'a, H> {
+    let sid = h.session_id;
+    log.count(Dropped::UnknownSession, Some(from), || {
+        format!("session {sid:016x}")
+    });
+    if pkt.len() >= h.header_len + braid_crypto::TAG_LEN && hints.allow(from.ip(), now) {
+        HandshakeCounters::bump(&counters.hints);
+        let bytes = braid_crypto::session_unknown_hint(h);
+        return Outcome::Send { to: from, bytes };
+    }
+    Outcome::Drop(Dropped::UnknownSession)
+}
+
 /// One worker's endpoint.
 pub struct Endpoint<H> {
     sessions: HashMap<u64, Entry<H>>,
     shared: Arc<Shared>,
-    mac1: Mac1Key,
+    gate: Gate,
     steering: Steering,
     worker: usize,
     log: DropLog,
@@ -219,16 +184,21 @@ pub struct Endpoint<H> {
 
 impl<H: SessionHandle> Endpoint<H> {
     /// The endpoint of worker `worker` (packets whose session `steering` gives another
-    /// worker are forwarded there).
-    pub fn new(shared: Arc<Shared>, steering: Steering, worker: usize) -> Endpoint<H> {
-        Endpoint {
+    /// worker are forwarded there); its first cookie secret is born at `now_ms`.
+    pub fn new(
+        shared: Arc<Shared>,
+        steering: Steering,
+        worker: usize,
+        now_ms: u64,
+    ) -> Result<Endpoint<H>, RandomError> {
+        Ok(Endpoint {
             sessions: HashMap::new(),
-            mac1: Mac1Key::new(&shared.key.public()),
+            gate: Gate::new(&shared, steering.workers(), now_ms)?,
             steering,
             worker,
             log: DropLog::new().counting_into(shared.counters.clone()),
             shared,
-        }
+        })
     }
 
     /// Sessions in this worker's table.
@@ -255,17 +225,21 @@ impl<H: SessionHandle> Endpoint<H> {
         from: SocketAddr,
         packet: &[u8],
     ) -> Outcome<'_, H> {
-        self.decide(now, now_ms, from, packet)
+        self.handle_parsed(now, now_ms, from, packet, parse_header(packet).ok())
     }
 
-    fn decide(
+    /// [`Endpoint::handle`] for a packet whose header the caller parsed already:
+    /// `header` must be `parse_header(packet).ok()` (the receive path parses each header
+    /// once and carries it to the session).
+    pub fn handle_parsed(
         &mut self,
         now: Instant,
         now_ms: u64,
         from: SocketAddr,
         pkt: &[u8],
+        header: Option<Header>,
     ) -> Outcome<'_, H> {
-        let Ok(h) = parse_header(pkt) else {
+        let Some(h) = header else {
             let n = pkt.len();
             self.log
                 .count(Dropped::NotBraid, Some(from), || format!("{n} bytes"));
@@ -277,27 +251,13 @@ impl<H: SessionHandle> Endpoint<H> {
                 return Outcome::Forward(owner);
             }
         }
-        let c = &self.shared.counters;
         match h.ptype {
             PacketType::Transport => {
                 if let Some(e) = self.sessions.get(&h.session_id) {
                     return Outcome::Deliver(&e.handle);
                 }
-                let sid = h.session_id;
-                self.log.count(Dropped::UnknownSession, Some(from), || {
-                    format!("session {sid:016x}")
-                });
-                // Perhaps a session of ours before a restart: tell the agent, so that it
-                // shakes hands again now rather than after a silence (it only takes this
-                // as a hint). Never more bytes than the packet had.
-                if pkt.len() >= h.header_len + braid_crypto::TAG_LEN
-                    && self.shared.gate().hints.allow(from.ip(), now)
-                {
-                    HandshakeCounters::bump(&c.hints);
-                    let bytes = braid_crypto::session_unknown_hint(&h);
-                    return Outcome::Send { to: from, bytes };
-                }
-                Outcome::Drop(Dropped::UnknownSession)
+                let c = &self.shared.counters;
+                unknown_session(&mut self.log, &mut self.gate.hints, c, (now, from), pkt, &h)
             }
             PacketType::Cookie
             | PacketType::SessionUnknown
@@ -318,35 +278,33 @@ impl<H: SessionHandle> Endpoint<H> {
         now_ms: u64,
         from: SocketAddr,
         pkt: &[u8],
-        h: &braid_crypto::Header,
+        h: &Header,
     ) -> Outcome<'_, H> {
-        let (sid, path) = (h.session_id, h.path_id);
+        let sid = h.session_id;
         let shared = self.shared.clone();
         let c = &shared.counters;
-        if !self.mac1.check(pkt) {
+        if !self.gate.mac1.check(pkt) {
             HandshakeCounters::bump(&c.bad_mac1);
             let n = pkt.len();
             self.log
                 .count(Dropped::BadMac1, Some(from), || format!("{n} bytes"));
             return Outcome::Drop(Dropped::BadMac1);
         }
-        let mut g = shared.gate();
-        g.load.record(now);
+        self.gate.load.record(now);
         let body = &pkt[..pkt.len() - braid_crypto::cookie::MAC_LEN];
         if let Some(e) = self.sessions.get(&sid) {
             let known = e.from == from || e.handle.has_address(from);
             if known && e.request == body {
                 // Our reply was lost and the agent sent its message 1 again: the same
                 // reply, to one of its addresses only, within its address's budget.
-                if g.limiter.allow(from.ip(), now) {
+                if self.gate.limiter.allow(from.ip(), now) {
                     HandshakeCounters::bump(&c.replies);
                     let bytes = e.reply.clone();
                     return Outcome::Send { to: from, bytes };
                 }
                 return Outcome::Drop(Dropped::RateLimited);
             } else if known {
-                drop(g);
-                return self.rotate(now, now_ms, from, pkt, sid);
+                return self.rotate(now, now_ms, from, pkt, h);
             }
             self.log.count(Dropped::ExistingSession, Some(from), || {
                 format!("session {sid:016x}")
@@ -356,18 +314,10 @@ impl<H: SessionHandle> Endpoint<H> {
         // One token of the address's budget pays for whatever comes next: a cookie reply
         // or the Diffie-Hellman. A flood from one address costs one HMAC and one lookup
         // per packet beyond it.
-        if !g.limiter.allow(from.ip(), now) {
-            HandshakeCounters::bump(&c.rate_limited);
-            let (rate, burst) = shared.rate;
-            self.log.count(Dropped::RateLimited, Some(from), || {
-                format!("more than {rate} a second (burst {burst})")
-            });
-            return Outcome::Drop(Dropped::RateLimited);
-        }
-        if let Some(out) = self.cookie(&mut g, now, now_ms, from, pkt) {
+        if let Some(out) = self.admit(now, now_ms, from, pkt, "") {
             return out;
         }
-        if shared.sessions() >= shared.max_sessions {
+        if !shared.reserve_session() {
             // A clear refusal (12 bytes, paid from the address's budget, after the cookie
             // under load), so that the agent can say why instead of timing out.
             HandshakeCounters::bump(&c.full);
@@ -377,33 +327,37 @@ impl<H: SessionHandle> Endpoint<H> {
             let bytes = braid_crypto::session_limit_refusal(h);
             return Outcome::Send { to: from, bytes };
         }
-        // One list: what SIGHUP reloaded or the file re-read last.
-        let allowed = g.authorized.get(now);
-        let g = &mut *g;
-        let responder = Responder {
-            key: &shared.key,
-            authorized: &allowed,
-            max_skew_ms: MAX_SKEW_MS,
-            unicast: shared.unicast,
-            ciphers: &shared.ciphers,
-        };
-        match responder.respond(&mut g.guard, pkt, now_ms) {
+        self.new_session(now, now_ms, from, pkt, h)
+    }
+
+    /// The Noise step for a new session whose slot is reserved: accepted, or refused (the
+    /// slot given back; an agent with no common cipher is told the server's list).
+    fn new_session(
+        &mut self,
+        now: Instant,
+        now_ms: u64,
+        from: SocketAddr,
+        pkt: &[u8],
+        h: &Header,
+    ) -> Outcome<'_, H> {
+        let shared = self.shared.clone();
+        let c = &shared.counters;
+        match self.noise(now, now_ms, pkt, h, shared.unicast) {
             Ok((client, keys, reply)) => {
                 HandshakeCounters::bump(&c.accepted);
                 HandshakeCounters::bump(&c.replies);
-                // Counted under the lock: the limit check above cannot race another worker.
-                shared.sessions.fetch_add(1, Ordering::Relaxed);
                 let session = Accepted {
-                    id: sid,
-                    path,
+                    id: h.session_id,
+                    path: h.path_id,
                     from,
                     client,
                     reply,
-                    request: body.to_vec(),
+                    request: pkt[..pkt.len() - braid_crypto::cookie::MAC_LEN].to_vec(),
                 };
                 Outcome::Accept { session, keys }
             }
             Err(e) => {
+                shared.release_session();
                 HandshakeCounters::bump(&c.refused);
                 self.log
                     .count(Dropped::Refused, Some(from), || e.to_string());
@@ -419,15 +373,52 @@ impl<H: SessionHandle> Endpoint<H> {
         }
     }
 
-    /// Under load, a handshake without a valid mac2 gets a cookie reply instead of work.
-    fn cookie<'a>(
+    /// The Noise step: message 1 read with this worker's view of the authorized keys (no
+    /// shared lock but the list's read lock), then answered with the shared replay guard
+    /// (its lock held for its check-and-record only).
+    fn noise(
         &mut self,
-        g: &mut Gate,
+        now: Instant,
+        now_ms: u64,
+        pkt: &[u8],
+        h: &Header,
+        unicast: Option<SocketAddr>,
+    ) -> Result<(PublicKey, SessionKeys, Vec<u8>), HandshakeError> {
+        let shared = &self.shared;
+        let message1 = {
+            let allowed = self.gate.authorized.read(now);
+            let responder = Responder {
+                key: &shared.key,
+                authorized: &allowed,
+                max_skew_ms: MAX_SKEW_MS,
+                unicast,
+                ciphers: &shared.ciphers,
+            };
+            responder.read(h, pkt, now_ms)?
+        };
+        message1.answer_shared(&shared.guard)
+    }
+
+    /// The address's token bucket, then under load mac2 (else a cookie reply instead of
+    /// work): `Some` when the packet goes no further. `what` names a rotation in the log.
+    fn admit<'a>(
+        &mut self,
         now: Instant,
         now_ms: u64,
         from: SocketAddr,
         pkt: &[u8],
+        what: &str,
     ) -> Option<Outcome<'a, H>> {
+        let c = &self.shared.counters;
+        if !self.gate.limiter.allow(from.ip(), now) {
+            HandshakeCounters::bump(&c.rate_limited);
+            let (rate, burst) = self.shared.rate;
+            self.log.count(Dropped::RateLimited, Some(from), || {
+                format!("{what}more than {rate} a second (burst {burst})")
+            });
+            return Some(Outcome::Drop(Dropped::RateLimited));
+        }
+        let g = &mut self.gate;
         if !g.load.under_load(now) || g.checker.check_mac2(pkt, from, now_ms) {
             return None;
         }
@@ -435,69 +426,55 @@ impl<H: SessionHandle> Endpoint<H> {
             .count(Dropped::CookieDemanded, Some(from), String::new);
         match g.checker.cookie_reply(pkt, from, now_ms) {
             Ok(bytes) if !bytes.is_empty() => {
-                HandshakeCounters::bump(&self.shared.counters.cookies);
+                HandshakeCounters::bump(&c.cookies);
                 Some(Outcome::Send { to: from, bytes })
             }
             _ => Some(Outcome::Drop(Dropped::CookieDemanded)),
         }
     }
 
-    /// A new handshake for live session `sid` from one of its addresses: a key rotation.
-    /// It pays like a first handshake (the address's budget, a cookie under load, the
-    /// replay guard) and must come from the agent key that opened the session, still
-    /// authorized; then the new keys go to the session and message 2 goes back. A refused
-    /// rotation changes nothing: the session keeps its keys until they expire.
+    /// A new handshake for live session `h.session_id` from one of its addresses: a key
+    /// rotation. It pays like a first handshake (the address's budget, a cookie under
+    /// load, the replay guard) and must come from the agent key that opened the session,
+    /// still authorized; then the new keys go to the session and message 2 goes back. A
+    /// refused rotation changes nothing: the session keeps its keys until they expire.
     fn rotate(
         &mut self,
         now: Instant,
         now_ms: u64,
         from: SocketAddr,
         pkt: &[u8],
-        sid: u64,
+        h: &Header,
     ) -> Outcome<'_, H> {
-        let shared = self.shared.clone();
-        let c = &shared.counters;
-        let mut g = shared.gate();
-        if !g.limiter.allow(from.ip(), now) {
-            HandshakeCounters::bump(&c.rate_limited);
-            self.log.count(Dropped::RateLimited, Some(from), || {
-                format!("a key rotation of session {sid:016x}")
-            });
-            return Outcome::Drop(Dropped::RateLimited);
-        }
-        if let Some(out) = self.cookie(&mut g, now, now_ms, from, pkt) {
+        let sid = h.session_id;
+        let what = format!("a key rotation of session {sid:016x}: ");
+        if let Some(out) = self.admit(now, now_ms, from, pkt, &what) {
             return out;
         }
-        let allowed = g.authorized.get(now);
-        let g = &mut *g;
-        let Some(e) = self.sessions.get_mut(&sid) else {
-            return Outcome::Drop(Dropped::ExistingSession);
-        };
-        let responder = Responder {
-            key: &shared.key,
-            authorized: &allowed,
-            max_skew_ms: MAX_SKEW_MS,
-            unicast: None,
-            ciphers: &shared.ciphers,
-        };
-        let refused = match responder.respond(&mut g.guard, pkt, now_ms) {
-            Ok((client, keys, reply)) if client == e.client => {
-                HandshakeCounters::bump(&c.replies);
-                HandshakeCounters::bump(&c.rotations);
-                e.from = from;
-                e.request = pkt[..pkt.len() - braid_crypto::cookie::MAC_LEN].to_vec();
-                e.reply = reply.clone();
-                return Outcome::Rotate {
-                    session: &e.handle,
-                    keys,
-                    reply,
-                    to: from,
+        let c = self.shared.counters.clone();
+        let refused = match self.noise(now, now_ms, pkt, h, None) {
+            Ok((client, keys, reply)) => {
+                let Some(e) = self.sessions.get_mut(&sid) else {
+                    return Outcome::Drop(Dropped::ExistingSession);
                 };
+                if client == e.client {
+                    HandshakeCounters::bump(&c.replies);
+                    HandshakeCounters::bump(&c.rotations);
+                    e.from = from;
+                    e.request = pkt[..pkt.len() - braid_crypto::cookie::MAC_LEN].to_vec();
+                    e.reply = reply.clone();
+                    return Outcome::Rotate {
+                        session: &e.handle,
+                        keys,
+                        reply,
+                        to: from,
+                    };
+                }
+                format!(
+                    "session {sid:016x} belongs to another agent key than {}",
+                    client.to_base64()
+                )
             }
-            Ok((client, _, _)) => format!(
-                "session {sid:016x} belongs to another agent key than {}",
-                client.to_base64()
-            ),
             Err(e) => format!("session {sid:016x}: {e}"),
         };
         HandshakeCounters::bump(&c.rotations_refused);
@@ -506,7 +483,8 @@ impl<H: SessionHandle> Endpoint<H> {
         Outcome::Drop(Dropped::RotationRefused)
     }
 
-    /// Add the session an [`Outcome::Accept`] asked for, with its handle.
+    /// Add the session an [`Outcome::Accept`] asked for, with its handle (its slot of
+    /// `max_sessions` was taken when the handshake was accepted).
     pub fn insert(&mut self, s: Accepted, handle: H) {
         let e = Entry {
             handle,
@@ -518,7 +496,7 @@ impl<H: SessionHandle> Endpoint<H> {
         if self.sessions.insert(s.id, e).is_some() {
             // Cannot happen (a handshake for a live id is a retransmission or rotation),
             // but keep the count right if it does.
-            self.shared.sessions.fetch_sub(1, Ordering::Relaxed);
+            self.shared.release_session();
         }
     }
 
@@ -526,7 +504,7 @@ impl<H: SessionHandle> Endpoint<H> {
     pub fn session_ended(&mut self, id: u64) -> bool {
         let known = self.sessions.remove(&id).is_some();
         if known {
-            self.shared.sessions.fetch_sub(1, Ordering::Relaxed);
+            self.shared.release_session();
         }
         known
     }
@@ -548,7 +526,14 @@ impl<H: SessionHandle> Endpoint<H> {
     /// Every [`DropLog::PERIOD`]: write the drop counts, forget quiet addresses.
     pub fn tick(&mut self, now: Instant) {
         self.log.flush(now);
-        self.shared.gc(now);
+        self.gate.limiter.gc(now);
+        self.gate.hints.gc(now);
+    }
+
+    /// The shared state (tests).
+    #[cfg(test)]
+    pub(super) fn shared(&self) -> &Shared {
+        &self.shared
     }
 }
 

@@ -3,7 +3,9 @@
 use super::*;
 use crate::server::logs::Dropped;
 use braid_crypto::{write_header, ClientHandshake};
+use braid_crypto::{ReplayGuard, StaticKeypair};
 use std::sync::RwLock;
+use std::time::Duration;
 
 struct H(Vec<SocketAddr>);
 
@@ -60,9 +62,9 @@ fn rig_with(
         first_exchange_timeout: Duration::from_secs(10),
     };
     let auth = AuthorizedKeys::new(Arc::new(RwLock::new(keys)), None);
-    let shared = Shared::new(cfg, ReplayGuard::new(), auth, counters.clone(), ms).unwrap();
+    let shared = Shared::new(cfg, ReplayGuard::new(), auth, counters.clone());
     Rig {
-        ep: Endpoint::new(Arc::new(shared), steering, worker),
+        ep: Endpoint::new(Arc::new(shared), steering, worker, ms).unwrap(),
         server,
         agents,
         counters,
@@ -346,5 +348,67 @@ fn transport_packets_of_a_live_session_are_delivered_and_others_forwarded() {
     assert!(matches!(r.handle(a, &m1), Outcome::Forward(1)));
     assert!(r.ep.session_expired(mine));
     assert_eq!(HandshakeCounters::get(&r.counters.unfinished), 1);
-    assert_eq!(r.ep.shared.sessions(), 0);
+    assert_eq!(r.ep.shared().sessions(), 0);
+}
+
+/// Two workers over one `Shared`, as the server runs them: each gate has its share of an
+/// address's budget (burst 6 over 2 workers: 3 each, 6 in all), and `max_sessions` counts
+/// the sessions of both (reserved without a lock).
+#[test]
+fn two_workers_share_an_address_budget_and_the_session_limit() {
+    let steering = Steering::new(2, 0x5bd1_e995);
+    let mut r = rig_on(7, 1000, 6, steering, 0);
+    let shared = r.ep.shared.clone();
+    let mut other: Endpoint<H> = Endpoint::new(shared.clone(), steering, 1, r.ms).unwrap();
+    let a = addr("192.0.2.1:5000");
+    let mut accepted = [0usize; 2];
+    for sid in 1..=40u64 {
+        let (_, m1) = r.m1((sid % 2) as usize, sid, sid);
+        let w = steering.worker_of(sid);
+        let ep = if w == 0 { &mut r.ep } else { &mut other };
+        match ep.handle(r.t0, r.ms, a, &m1) {
+            Outcome::Accept { session, .. } => {
+                accepted[w] += 1;
+                ep.insert(session, H(vec![a]));
+            }
+            o => assert_eq!(dropped(&o), Some(Dropped::RateLimited)),
+        }
+    }
+    assert_eq!(accepted, [3, 3], "each worker's share of the burst");
+    assert_eq!(shared.sessions(), 6);
+    // One slot left of 7: the first worker takes it, the second is told the server is full.
+    let b = addr("192.0.2.2:5000");
+    let on = |w: usize| (100..).find(|&s| steering.worker_of(s) == w).unwrap();
+    let (_, m1) = r.m1(1, on(0), 100);
+    let Outcome::Accept { session, .. } = r.ep.handle(r.t0, r.ms, b, &m1) else {
+        panic!("the last slot was not given");
+    };
+    r.ep.insert(session, H(vec![b]));
+    let (_, m1) = r.m1(0, on(1), 101);
+    match other.handle(r.t0, r.ms, b, &m1) {
+        Outcome::Send { bytes, .. } => {
+            assert_eq!(
+                parse_header(&bytes).unwrap().ptype,
+                PacketType::SessionLimit
+            )
+        }
+        _ => panic!("a session beyond the limit"),
+    }
+    assert_eq!(shared.sessions(), 7);
+}
+
+/// A handshake refused after it reserved its slot (here: a stale timestamp) gives the slot
+/// back, so a flood of refused handshakes cannot fill the server.
+#[test]
+fn a_refused_handshake_gives_its_session_slot_back() {
+    let mut r = rig(1, 1000, 100);
+    for sid in 1..=5u64 {
+        let (k, ts) = (&r.agents[0], r.ms - 200_000);
+        let (_, stale) = ClientHandshake::new(k, &r.server.public(), sid, 0, ts).unwrap();
+        let o = r.handle(addr("192.0.2.1:5000"), &stale);
+        assert_eq!(dropped(&o), Some(Dropped::Refused));
+    }
+    assert_eq!(r.ep.shared().sessions(), 0);
+    r.accept(1, 9, addr("192.0.2.2:5000"), 1);
+    assert_eq!(r.ep.shared().sessions(), 1);
 }

@@ -7,6 +7,10 @@
 //! Must not touch: sockets, clocks (the caller passes `now`), cryptography (braid-crypto's
 //! `CookieChecker` does the MACs) and sessions.
 //!
+//! Each worker of the server has its own of each (`&mut self`, no lock, nothing shared
+//! between cores), sized to its share of the server's budgets ([`HintGate::with_share`];
+//! the endpoint divides `rate`, `burst` and the load threshold).
+//!
 //! Bounded memory: the limiter holds at most [`RateLimiter::MAX_ADDRESSES`] buckets; idle
 //! buckets (full again) are dropped by [`RateLimiter::gc`], and when the table is full an
 //! address without a bucket is refused (a flood from many spoofed addresses then costs
@@ -124,9 +128,16 @@ impl HintGate {
 
     /// A gate with the limits above.
     pub fn new() -> HintGate {
+        HintGate::with_share(1)
+    }
+
+    /// One worker's gate of `workers`: its share of the limits above (rounded up).
+    pub fn with_share(workers: usize) -> HintGate {
+        let n = workers.clamp(1, u32::MAX as usize) as u32;
+        let (per, total) = (Self::PER_ADDRESS.div_ceil(n), Self::TOTAL.div_ceil(n));
         HintGate {
-            per_address: RateLimiter::new(Self::PER_ADDRESS, Self::PER_ADDRESS),
-            total: RateLimiter::new(Self::TOTAL, Self::TOTAL / 10),
+            per_address: RateLimiter::new(per, per),
+            total: RateLimiter::new(total, total.div_ceil(10)),
         }
     }
 

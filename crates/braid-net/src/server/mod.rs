@@ -13,7 +13,8 @@
 //! - `worker`: the receive loop of each worker, the worker threads, hand-over channels,
 //! - `session`: starting a session task and what goes with it,
 //! - [`authorized`]: the authorized agent keys, re-read when their file changes,
-//! - [`gate`]: per-address rate limit and the load meter,
+//! - [`gate`]: per-address rate limit, the load meter and the hint gate (one per worker),
+//! - `shared`: what all workers' endpoints share (replay guard, authorized keys, session count),
 //! - [`logs`]: rate-limited logging of drops, with counts,
 //! - [`relay`]: streams to TCP targets and UDP flows (bounded return traffic),
 //! - [`report`]: the registry of live sessions behind `braid status` (all workers),
@@ -22,9 +23,11 @@
 //! Threads: `threads` workers (`ServerConfig::threads`, 0 = one per core), each with its
 //! own UDP socket on the listen address and its own session table; the kernel gives each
 //! datagram to the worker of its session id (a classic-BPF reuseport program), so the
-//! transport path takes no lock and crosses no thread. What must be global (replay guard,
-//! rate limiter, load meter, cookies, authorized keys, the session count, counters, the
-//! status board) is shared ([`endpoint::Shared`]). Worker 0 runs on the caller's runtime
+//! transport path takes no lock and crosses no thread. The DoS gate (mac1, per-address
+//! token buckets, load meter, cookies, hints) is per worker, each with its share of the
+//! budgets; what must be global (the replay guard, authorized keys, the session count,
+//! counters, the status board) is shared ([`endpoint::Shared`]), and no handshake holds a
+//! shared lock through its Diffie-Hellman. Worker 0 runs on the caller's runtime
 //! inside [`Server::run`]; with one worker the server is one loop on one socket.
 //!
 //! On a wildcard listen address (`0.0.0.0`, `[::]`) every answer goes from the address its
@@ -45,6 +48,7 @@ mod logs;
 mod relay;
 mod report;
 mod session;
+mod shared;
 pub mod steer;
 mod worker;
 
@@ -58,7 +62,6 @@ pub use worker::WorkerCounters;
 
 use crate::protect::KeyStats;
 use crate::tcp::{self, TcpPeers};
-use crate::udp::bind_udp;
 use braid_core::Config;
 use braid_crypto::{Ciphers, PublicKey, RekeyPolicy, ReplayGuard, StaticKeypair};
 use endpoint::{Shared, SharedConfig};
@@ -214,7 +217,8 @@ impl HandshakeCounters {
 
 /// A running server.
 pub struct Server {
-    /// One socket per worker (the SO_REUSEPORT group, in worker order).
+    /// Two sockets per worker (the SO_REUSEPORT group: the workers' transport sockets in
+    /// worker order, then their control sockets).
     sockets: Vec<std::net::UdpSocket>,
     local: SocketAddr,
     /// The TCP listener on the same port, for agents whose network blocks UDP.
@@ -264,21 +268,18 @@ impl Server {
         }
         let mix = braid_crypto::random::random_u64().map_err(std::io::Error::other)? as u32;
         let steering = Steering::new(threads, mix);
-        let (sockets, kernel_steering) = if threads == 1 {
-            (vec![bind_udp(cfg.listen, None)?.into_std()?], true)
-        } else {
-            let sockets = steer::bind_group(cfg.listen, threads)?;
-            let attached = match steering.attach(&sockets[0]) {
-                Ok(()) => true,
-                Err(e) => {
-                    warn!(
-                        "cannot attach the reuseport BPF program ({e}): packets that reach \
-                         the wrong worker are handed over (slower)"
-                    );
-                    false
-                }
-            };
-            (sockets, attached)
+        // Two sockets per worker: its transport packets, and everything else (see steer).
+        let sockets = steer::bind_group(cfg.listen, 2 * threads)?;
+        let kernel_steering = match steering.attach(&sockets[0]) {
+            Ok(()) => true,
+            Err(e) => {
+                warn!(
+                    "cannot attach the reuseport BPF program ({e}): handshake floods share \
+                     the socket buffers of live sessions, and packets that reach the wrong \
+                     worker are handed over (slower)"
+                );
+                threads == 1
+            }
         };
         let local = sockets[0].local_addr()?;
         // On a wildcard address, every reply goes from the address its agent sent to (an
@@ -374,7 +375,7 @@ impl Server {
     /// Serve until the task is dropped (which also stops the worker threads). Worker 0
     /// runs on the caller's runtime, the others on threads of their own.
     pub async fn run(mut self) -> std::io::Result<()> {
-        let n = self.sockets.len();
+        let n = self.sockets.len() / 2;
         let shared_cfg = SharedConfig {
             key: self.cfg.key.clone(),
             unicast: self.cfg.unicast,
@@ -386,18 +387,20 @@ impl Server {
         };
         let authorized =
             AuthorizedKeys::new(self.authorized.clone(), self.cfg.authorized_file.clone());
-        let shared = Shared::new(
+        let shared = Arc::new(Shared::new(
             shared_cfg,
             self.guard.clone(),
             authorized,
             self.counters.clone(),
-            unix_ms(),
-        )
-        .map_err(std::io::Error::other)?;
-        let (state_tx, state_rx) = watch::channel(self.guard.clone());
-        if let Some(path) = self.cfg.state_file.clone() {
-            tokio::spawn(worker::persist_guard(path, state_rx));
-        }
+        ));
+        // The state file is written by one task, from a snapshot it takes itself after
+        // each change (a worker only bumps the generation: no copy of the guard per
+        // handshake).
+        let state_tx = self.cfg.state_file.clone().map(|path| {
+            let (tx, rx) = watch::channel(0u64);
+            tokio::spawn(worker::persist_guard(path, rx, shared.clone()));
+            tx
+        });
         let (handoff, mut inboxes): (Vec<_>, Vec<_>) =
             (0..n).map(|_| mpsc::channel(worker::HANDOFF_QUEUE)).unzip();
         let _tcp = self.tcp.take().map(|l| {
@@ -411,7 +414,7 @@ impl Server {
             tcp::AbortOnDrop(tokio::spawn(tcp::serve(l, self.peers.clone(), to)))
         });
         let common = Arc::new(Common {
-            shared: Arc::new(shared),
+            shared,
             session: SessionCtx {
                 cfg: self.cfg.clone(),
                 board: self.board.clone(),
@@ -423,14 +426,16 @@ impl Server {
             stats: self.workers.clone(),
             state_tx,
         });
-        let mut sockets = std::mem::take(&mut self.sockets).into_iter();
-        let first = sockets
+        let mut sockets = std::mem::take(&mut self.sockets);
+        let control = sockets.split_off(n);
+        let mut pairs = sockets.into_iter().zip(control);
+        let first = pairs
             .next()
             .ok_or_else(|| std::io::Error::other("no socket"))?;
         let first_inbox = inboxes.remove(0);
         let mut threads = worker::Threads::new();
-        for (i, (socket, inbox)) in sockets.zip(inboxes).enumerate() {
-            threads.spawn(i + 1, socket, inbox, common.clone())?;
+        for (i, (pair, inbox)) in pairs.zip(inboxes).enumerate() {
+            threads.spawn(i + 1, pair, inbox, common.clone())?;
         }
         let w0 = Worker::new(0, first, common)?;
         tokio::select! {

@@ -1,8 +1,11 @@
-//! Which worker owns a session, and the kernel doing that choice for us: N UDP sockets on
+//! Which worker owns a session, and the kernel doing that choice for us: 2N UDP sockets on
 //! the listen address with SO_REUSEPORT, and a classic-BPF program
-//! (SO_ATTACH_REUSEPORT_CBPF) that picks the socket from the session id in the braid
-//! header, so that every packet of a session, its handshake included, reaches the worker
-//! that owns it.
+//! (SO_ATTACH_REUSEPORT_CBPF) that picks the socket from the session id and the type in the
+//! braid header, so that every packet of a session, its handshake included, reaches the
+//! worker that owns it. Each worker has two sockets: transport packets go to the first,
+//! everything else (handshakes, cookies asked for, garbage) to the second, so that a flood
+//! of handshake packets fills the second one's buffer and the kernel drops the flood
+//! there, never the acknowledgements of live sessions.
 //!
 //! Owns: [`Steering::worker_of`] and its BPF twin (the same arithmetic), binding the
 //! worker sockets. Must not touch: what the packets mean, the sockets' use.
@@ -46,23 +49,46 @@ impl Steering {
         ((x.wrapping_mul(self.mix) >> 16) % self.workers) as usize
     }
 
-    /// The classic-BPF program computing [`Steering::worker_of`] from a UDP payload (the
-    /// session id is bytes 2..10, big-endian). A payload too short to load from returns 0.
+    /// The socket of a packet in the group of `2 * workers` sockets: a transport packet
+    /// (type byte 0 or 3) goes to its worker's transport socket (`worker_of`), anything
+    /// else (handshakes, garbage, packets too short to hold a session id) to its worker's
+    /// control socket (`workers + worker_of`; worker 0's when there is no session id).
+    pub fn socket_of(&self, payload: &[u8]) -> usize {
+        let w = self.workers as usize;
+        let Some(id) = payload.get(2..10) else {
+            return w;
+        };
+        let owner = self.worker_of(u64::from_be_bytes(id.try_into().unwrap_or([0; 8])));
+        match payload[1] {
+            0 | 3 => owner,
+            _ => w + owner,
+        }
+    }
+
+    /// The classic-BPF program computing [`Steering::socket_of`] from a UDP payload (the
+    /// type is byte 1, the session id bytes 2..10, big-endian).
     pub fn program(&self) -> Vec<libc::sock_filter> {
         const LD_W_ABS: u16 = 0x20; // BPF_LD (0) | BPF_W (0) | BPF_ABS
+        const LD_B_ABS: u16 = 0x30; // BPF_LD | BPF_B | BPF_ABS
+        const LD_W_LEN: u16 = 0x80; // BPF_LD | BPF_W | BPF_LEN
+        const JEQ_K: u16 = 0x15; // BPF_JMP | BPF_JEQ | BPF_K
+        const JGE_K: u16 = 0x35; // BPF_JMP | BPF_JGE | BPF_K
         const TAX: u16 = 0x07; // BPF_MISC | BPF_TAX
         const XOR_X: u16 = 0x04 | 0xa0 | 0x08; // BPF_ALU | BPF_XOR | BPF_X
         const MUL_K: u16 = 0x04 | 0x20; // BPF_ALU | BPF_MUL | BPF_K
         const RSH_K: u16 = 0x04 | 0x70; // BPF_ALU | BPF_RSH | BPF_K
         const MOD_K: u16 = 0x04 | 0x90; // BPF_ALU | BPF_MOD | BPF_K
+        const ADD_K: u16 = 0x04; // BPF_ALU | BPF_ADD | BPF_K
         const RET_A: u16 = 0x06 | 0x10; // BPF_RET | BPF_A
+        const RET_K: u16 = 0x06; // BPF_RET | BPF_K
         let op = |code, k| libc::sock_filter {
             code,
             jt: 0,
             jf: 0,
             k,
         };
-        vec![
+        let jump = |code, k, jt, jf| libc::sock_filter { code, jt, jf, k };
+        let owner = [
             op(LD_W_ABS, 6), // A = low 32 bits of the session id
             op(TAX, 0),      // X = A
             op(LD_W_ABS, 2), // A = high 32 bits
@@ -70,8 +96,22 @@ impl Steering {
             op(MUL_K, self.mix),
             op(RSH_K, 16),
             op(MOD_K, self.workers),
-            op(RET_A, 0),
-        ]
+        ];
+        let mut p = vec![
+            op(LD_W_LEN, 0),
+            jump(JGE_K, 10, 1, 0),   // a session id: go on
+            op(RET_K, self.workers), // else worker 0's control socket
+            op(LD_B_ABS, 1),         // A = the type byte
+            jump(JEQ_K, 0, 10, 0),   // transport, key phase 0: to the transport part
+            jump(JEQ_K, 3, 9, 0),    // key phase 1: the same
+        ];
+        // Control: the owner's socket after the transport sockets (8 instructions).
+        p.extend(owner);
+        p.extend([op(ADD_K, self.workers), op(RET_A, 0)]);
+        // Transport: the owner's socket (8 instructions).
+        p.extend(owner);
+        p.push(op(RET_A, 0));
+        p
     }
 
     /// Attach [`Steering::program`] to the reuseport group of `socket`.
@@ -180,37 +220,50 @@ mod kernel_tests {
     use super::*;
     use std::time::{Duration, Instant};
 
-    /// The BPF program and `worker_of` agree: every session id's packets arrive on the
-    /// socket of its worker (skipped, loudly, where the kernel refuses the program).
+    /// The BPF program and `socket_of` agree: every session's transport packets (type 0 or
+    /// 3) arrive on its worker's transport socket, its other packets (a handshake, a
+    /// cookie-type packet, any other type byte) on its worker's control socket, and a
+    /// datagram too short for a session id on worker 0's control socket (skipped, loudly,
+    /// where the kernel refuses the program).
     #[test]
-    fn the_kernel_steers_each_session_to_its_worker() {
+    fn the_kernel_steers_each_session_to_its_worker_and_control_apart() {
         let s = Steering::new(3, 0x2545_f491);
-        let g = bind_group("127.0.0.1:0".parse().unwrap(), 3).unwrap();
+        let g = bind_group("127.0.0.1:0".parse().unwrap(), 6).unwrap();
         if let Err(e) = s.attach(&g[0]) {
             eprintln!("SKIPPED: this kernel refuses SO_ATTACH_REUSEPORT_CBPF: {e}");
             return;
         }
         let to = g[0].local_addr().unwrap();
         let tx = std::net::UdpSocket::bind("127.0.0.1:0").unwrap();
-        let mut want = [0usize; 3];
+        let mut want = [0usize; 6];
         let mut id = 7u64;
-        for _ in 0..60 {
+        let mut sent = 0;
+        for i in 0..120u8 {
             id = braid_core::rng::splitmix64(id);
-            let mut p = vec![1u8, 0];
+            let mut p = vec![1u8, [0, 1, 2, 3, 0x5a][i as usize % 5]];
             p.extend_from_slice(&id.to_be_bytes());
             p.extend_from_slice(&[0; 20]);
+            if i % 17 == 0 {
+                p.truncate(9);
+            }
             tx.send_to(&p, to).unwrap();
-            want[s.worker_of(id)] += 1;
+            want[s.socket_of(&p)] += 1;
+            sent += 1;
         }
-        let mut got = [0usize; 3];
+        assert!(want[..3].iter().all(|&n| n > 0) && want[3..].iter().all(|&n| n > 0));
+        let mut got = [0usize; 6];
         let mut buf = [0u8; 64];
         let until = Instant::now() + Duration::from_secs(2);
-        while got.iter().sum::<usize>() < 60 && Instant::now() < until {
-            for (w, sock) in g.iter().enumerate() {
+        while got.iter().sum::<usize>() < sent && Instant::now() < until {
+            for (k, sock) in g.iter().enumerate() {
                 while let Ok(n) = sock.recv(&mut buf) {
-                    let id = u64::from_be_bytes(buf[2..10].try_into().unwrap());
-                    assert_eq!(s.worker_of(id), w, "{n} bytes of {id:016x} on worker {w}");
-                    got[w] += 1;
+                    assert_eq!(
+                        s.socket_of(&buf[..n]),
+                        k,
+                        "{:02x?} on socket {k}",
+                        &buf[..n]
+                    );
+                    got[k] += 1;
                 }
             }
             std::thread::sleep(Duration::from_millis(5));

@@ -15,7 +15,7 @@ use super::steer::Steering;
 use crate::driver::Incoming;
 use crate::protect::RekeyInbox;
 use crate::tcp::Outbound;
-use braid_crypto::{parse_header, ReplayGuard};
+use braid_crypto::parse_header;
 use bytes::BytesMut;
 use std::io;
 use std::net::SocketAddr;
@@ -45,6 +45,17 @@ pub struct WorkerCounters {
 /// to.
 pub(super) type Handoff = Incoming;
 
+/// Control datagrams (handshakes, anything not a transport packet) a worker reads per
+/// [`CONTROL_PERIOD`], at most: beyond that (a flood) they wait in the control socket's
+/// buffer, where the kernel drops what does not fit, so that a flood costs the worker a
+/// bounded share of its core (about 51 000 a second, each an HMAC and a lookup) and its
+/// sessions keep the rest. Far above any real handshake rate (each costs a few hundred
+/// microseconds of Diffie-Hellman).
+pub(super) const CONTROL_PER_PERIOD: usize = 256;
+
+/// See [`CONTROL_PER_PERIOD`].
+pub(super) const CONTROL_PERIOD: Duration = Duration::from_millis(5);
+
 /// How many packets may wait in a worker's hand-over channel (dropped beyond, like a full
 /// socket buffer).
 pub(super) const HANDOFF_QUEUE: usize = 4096;
@@ -71,13 +82,17 @@ pub(super) struct Common {
     pub steering: Steering,
     pub handoff: Vec<mpsc::Sender<Handoff>>,
     pub stats: Arc<[WorkerCounters]>,
-    pub state_tx: watch::Sender<ReplayGuard>,
+    /// Bumped after each change of the replay guard (only with a state file).
+    pub state_tx: Option<watch::Sender<u64>>,
 }
 
 /// One worker.
 pub(super) struct Worker {
     index: usize,
+    /// Its sessions' transport packets arrive here...
     socket: Arc<UdpSocket>,
+    /// ...and everything else here (handshakes, floods of them, garbage): see `steer`.
+    control: Arc<UdpSocket>,
     out: Outbound,
     endpoint: Endpoint<Handle>,
     common: Arc<Common>,
@@ -85,17 +100,30 @@ pub(super) struct Worker {
 }
 
 impl Worker {
-    /// Worker `index` on `socket` (call on the runtime that will run it).
-    pub fn new(index: usize, socket: std::net::UdpSocket, common: Arc<Common>) -> io::Result<Self> {
+    /// Worker `index` on its transport and control sockets (call on the runtime that will
+    /// run it).
+    pub fn new(
+        index: usize,
+        (socket, control): (std::net::UdpSocket, std::net::UdpSocket),
+        common: Arc<Common>,
+    ) -> io::Result<Self> {
         let socket = Arc::new(UdpSocket::from_std(socket)?);
+        let control = Arc::new(UdpSocket::from_std(control)?);
         let out = Outbound {
             udp: socket.clone(),
             tcp: common.session.peers.clone(),
         };
-        let endpoint = Endpoint::new(common.shared.clone(), common.steering, index);
+        let endpoint = Endpoint::new(
+            common.shared.clone(),
+            common.steering,
+            index,
+            super::unix_ms(),
+        )
+        .map_err(io::Error::other)?;
         Ok(Worker {
             index,
             socket,
+            control,
             out,
             endpoint,
             common,
@@ -115,17 +143,41 @@ impl Worker {
         // own part of the buffer: a session's packet reaches its task without a copy).
         crate::batch::enable_gro(self.socket.as_ref());
         let mut buf = BytesMut::new();
-        let socket = self.socket.clone();
+        // One datagram at a time from the control socket: a flood there waits in its own
+        // buffer (and is dropped there when it is full), while each turn of this loop may
+        // take the transport socket's next batch.
+        let mut cbuf = BytesMut::new();
+        let (socket, control) = (self.socket.clone(), self.control.clone());
+        let mut control_left = CONTROL_PER_PERIOD;
+        let mut refill = tokio::time::Instant::now() + CONTROL_PERIOD;
         loop {
             tokio::select! {
                 r = crate::batch::recv_async(&socket, &mut buf) => match r {
                     Ok(r) => {
                         for data in crate::batch::split(&mut buf, r.segment_size) {
-                            let pkt = Incoming { from: r.from, local: r.local, data };
+                            let pkt = Incoming { from: r.from, local: r.local, data, header: None };
                             self.packet(pkt, true, &ends);
                         }
                     }
                     Err(_) => buf.clear(),
+                },
+                _ = tokio::time::sleep_until(refill), if control_left == 0 => {
+                    control_left = CONTROL_PER_PERIOD;
+                    refill = tokio::time::Instant::now() + CONTROL_PERIOD;
+                }
+                r = crate::batch::recv_async(&control, &mut cbuf), if control_left > 0 => match r {
+                    Ok(r) => {
+                        control_left -= 1;
+                        if control_left == 0 && tokio::time::Instant::now() >= refill {
+                            control_left = CONTROL_PER_PERIOD;
+                            refill = tokio::time::Instant::now() + CONTROL_PERIOD;
+                        }
+                        for data in crate::batch::split(&mut cbuf, r.segment_size) {
+                            let pkt = Incoming { from: r.from, local: r.local, data, header: None };
+                            self.packet(pkt, true, &ends);
+                        }
+                    }
+                    Err(_) => cbuf.clear(),
                 },
                 Some(pkt) = inbox.recv() => self.packet(pkt, false, &ends),
                 Some(id) = done_rx.recv() => if self.endpoint.session_ended(id) {
@@ -144,7 +196,7 @@ impl Worker {
     /// goes from the local address it was sent to (where the socket says it).
     fn packet(
         &mut self,
-        pkt: Incoming,
+        mut pkt: Incoming,
         own: bool,
         ends: &(mpsc::UnboundedSender<u64>, mpsc::UnboundedSender<u64>),
     ) {
@@ -154,7 +206,13 @@ impl Worker {
         }
         let (from, local) = (pkt.from, pkt.local);
         let now = std::time::Instant::now();
-        match self.endpoint.handle(now, super::unix_ms(), from, &pkt.data) {
+        // The header is parsed once (or was, by the TCP fallback or the worker that handed
+        // the packet over) and travels with the packet to the session.
+        if pkt.header.is_none() {
+            pkt.header = parse_header(&pkt.data).ok();
+        }
+        let header = pkt.header;
+        match (self.endpoint).handle_parsed(now, super::unix_ms(), from, &pkt.data, header) {
             Outcome::Deliver(h) => {
                 let _ = h.tx.try_send(pkt);
             }
@@ -203,12 +261,11 @@ impl Worker {
         }
     }
 
-    /// Send the replay guard to the task that writes it to the state file.
+    /// Tell the task that writes the replay guard to its state file that it changed.
     fn persist_guard(&self) {
-        let tx = &self.common.state_tx;
-        self.common
-            .shared
-            .with_guard(|g| tx.send_replace(g.clone()));
+        if let Some(tx) = &self.common.state_tx {
+            tx.send_modify(|n| *n += 1);
+        }
     }
 }
 
@@ -219,8 +276,9 @@ pub(super) async fn route_tcp(
     steering: Steering,
     workers: Vec<mpsc::Sender<Handoff>>,
 ) {
-    while let Some(pkt) = rx.recv().await {
-        let w = parse_header(&pkt.data).map_or(0, |h| steering.worker_of(h.session_id));
+    while let Some(mut pkt) = rx.recv().await {
+        pkt.header = parse_header(&pkt.data).ok();
+        let w = pkt.header.map_or(0, |h| steering.worker_of(h.session_id));
         if workers[w].send(pkt).await.is_err() {
             return;
         }
@@ -251,7 +309,7 @@ impl Threads {
     pub fn spawn(
         &mut self,
         index: usize,
-        socket: std::net::UdpSocket,
+        socket: (std::net::UdpSocket, std::net::UdpSocket),
         inbox: mpsc::Receiver<Handoff>,
         common: Arc<Common>,
     ) -> io::Result<()> {
@@ -307,11 +365,16 @@ impl Drop for Threads {
 }
 
 /// Writes the replay guard to its state file whenever it changed (coalescing changes that
-/// come faster than the disk).
-pub(super) async fn persist_guard(path: PathBuf, mut rx: watch::Receiver<ReplayGuard>) {
+/// come faster than the disk: each write takes a snapshot of the guard as it is then).
+pub(super) async fn persist_guard(
+    path: PathBuf,
+    mut rx: watch::Receiver<u64>,
+    shared: Arc<Shared>,
+) {
     let mut failures = 0u64;
     while rx.changed().await.is_ok() {
-        let g = rx.borrow_and_update().clone();
+        rx.borrow_and_update();
+        let g = shared.with_guard(|g| g.clone());
         let p = path.clone();
         match tokio::task::spawn_blocking(move || g.save(&p)).await {
             Ok(Ok(())) => failures = 0,

@@ -268,7 +268,13 @@ async fn one_address_gets_at_most_its_handshake_budget() {
         "{work} handshakes worked on in {secs:.2} s, budget {budget:.0} ({sent} sent)"
     );
     assert!(work >= 10, "the budget itself: {work}");
-    assert!(get(&srv.counters.rate_limited) >= sent / 2, "{sent} sent");
+    // The flood reached the limiter (the worker reads at most 256 control datagrams per
+    // 5 ms; the kernel drops the rest in the control socket's buffer).
+    let limited = get(&srv.counters.rate_limited);
+    assert!(
+        limited >= (sent / 2).min(5_000),
+        "{limited} of {sent} rate-limited"
+    );
     assert_eq!(get(&srv.counters.replies), 0);
     assert_eq!(get(&srv.counters.accepted), 0);
 }

@@ -26,7 +26,7 @@ pub struct AeadRow {
 }
 
 /// CPU seconds this thread has used.
-fn thread_cpu() -> f64 {
+pub(super) fn thread_cpu() -> f64 {
     // SAFETY: clock_gettime writes into the timespec we pass.
     let mut ts: libc::timespec = unsafe { std::mem::zeroed() };
     unsafe { libc::clock_gettime(libc::CLOCK_THREAD_CPUTIME_ID, &mut ts) };

@@ -2,7 +2,8 @@
 //! run: `--size` bytes in each row (split over the streams), `--agents` sessions on one
 //! server with `--streams` streams each and `--paths` paths each, the server's
 //! `--threads`, the packet `--cipher`; `--udp` adds a flow of 200-byte datagrams through
-//! SOCKS5 UDP ASSOCIATE and `--idle-sessions N` the server's memory per idle session.
+//! SOCKS5 UDP ASSOCIATE, `--idle-sessions N` the server's memory per idle session and
+//! `--handshakes N` the server's CPU per handshake next to this CPU's X25519 speed.
 //!
 //! Server, agents and the traffic source and sink each run on their own thread with their
 //! own single-threaded runtime (as the `braid server` and `braid agent` processes do).
@@ -11,10 +12,12 @@
 //! threads alone (per-thread /proc/self/task/*/stat); braid's figures as ratios to TCP's.
 //!
 //! Owns: the options, the report and its table. Measuring: [`measure`]; traffic:
-//! [`traffic`]; braid's server and agents: [`rig`]; idle sessions: [`idle`]. Must not
+//! [`traffic`]; braid's server and agents: [`rig`]; idle sessions: [`idle`]; handshakes:
+//! [`handshakes`]. Must not
 //! touch: braid itself (only its public API and SOCKS5).
 
 pub mod aead;
+pub mod handshakes;
 pub mod idle;
 pub mod measure;
 pub mod rig;
@@ -50,6 +53,8 @@ pub struct Options {
     pub udp_rate: u64,
     /// Idle sessions for the memory figure (None: not measured).
     pub idle_sessions: Option<usize>,
+    /// Handshakes for the handshake figure (None: not measured).
+    pub handshakes: Option<usize>,
     /// A progress line on stderr.
     pub progress: bool,
     /// How long each cipher figure seals and opens.
@@ -125,6 +130,9 @@ pub struct Report {
     /// Idle sessions' memory (`--idle-sessions`).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub idle: Option<idle::IdleReport>,
+    /// The server's CPU per handshake (`--handshakes`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub handshakes: Option<handshakes::HandshakeReport>,
 }
 
 fn row(name: &str, bytes: u64, seconds: f64, cpu: f64) -> Row {
@@ -233,6 +241,10 @@ pub fn run(o: &Options) -> Result<Report> {
         Some(n) => Some(idle::measure(n, o.progress)?),
         None => None,
     };
+    let handshakes = match o.handshakes {
+        Some(n) => Some(handshakes::measure(n, o.threads, o.progress)?),
+        None => None,
+    };
     Ok(Report {
         settings: Settings {
             size: o.size,
@@ -254,6 +266,7 @@ pub fn run(o: &Options) -> Result<Report> {
         aead: aead::measure(o.aead_time)?,
         udp,
         idle,
+        handshakes,
     })
 }
 
@@ -335,6 +348,14 @@ pub fn print(r: &Report) {
         println!(
             "idle sessions: {} of {} established, server RSS {} -> {} KiB: {:.1} KiB per session ({})",
             i.established, i.sessions, i.rss_before_kib, i.rss_after_kib, i.kib_per_session, i.measured
+        );
+    }
+    if let Some(h) = &r.handshakes {
+        println!(
+            "handshakes: {} ({} lost) from {} ports in {:.2} s: {:.0}/s; server ({} thread(s)) {:.3} CPU s, {:.1} us each = {:.2}x five X25519 ({:.0} ops/s on one core: {:.1} us; {:.2}x five of ring's, {:.0} ops/s)",
+            h.count, h.lost, h.source_ports, h.seconds, h.per_s, h.threads, h.server_cpu_s,
+            h.server_cpu_us_per_handshake, h.ratio_to_five_x25519, h.x25519_ops_per_s, h.five_x25519_us,
+            h.ratio_to_five_ring_x25519, h.ring_x25519_ops_per_s
         );
     }
 }

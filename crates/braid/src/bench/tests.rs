@@ -14,6 +14,7 @@ fn a_tiny_bench_has_every_row_and_moves_every_byte() {
         udp: Some(3000),
         udp_rate: 300_000,
         idle_sessions: Some(20),
+        handshakes: None,
         progress: false,
         aead_time: Duration::from_millis(20),
     };
@@ -79,6 +80,7 @@ fn bad_options_are_refused_with_the_flag_named() {
         udp: None,
         udp_rate: 300_000,
         idle_sessions: None,
+        handshakes: None,
         progress: false,
         aead_time: Duration::from_millis(20),
     };
@@ -120,5 +122,20 @@ fn an_agent_and_a_server_without_a_common_cipher_get_no_session() {
             a.wait_established(Duration::from_millis(1500)).await
         });
         assert_eq!(up, ok);
+    }
+}
+
+/// The handshake figure with two server workers: every handshake completes (message 2
+/// checked), the server's CPU is found and the X25519 speed measured (speed is never
+/// asserted).
+#[test]
+fn a_handshake_bench_completes_every_handshake_on_two_workers() {
+    let r = handshakes::measure(300, 2, false).unwrap();
+    assert_eq!((r.count, r.lost, r.threads), (300, 0, 2), "{r:?}");
+    assert!(r.per_s > 0.0 && r.x25519_ops_per_s > 0.0, "{r:?}");
+    assert!(r.server_cpu_s >= 0.0 && r.five_x25519_us > 0.0, "{r:?}");
+    let j = serde_json::to_value(&r).unwrap();
+    for k in ["count", "per_s", "server_cpu_s", "x25519_ops_per_s"] {
+        assert!(j.get(k).is_some(), "handshakes.{k} missing");
     }
 }
