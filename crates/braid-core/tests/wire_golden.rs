@@ -176,6 +176,41 @@ fn every_choice_goes_on_the_wire_by_its_id_and_the_server_adopts_it() {
 }
 
 #[test]
+fn every_datagram_mode_goes_on_the_wire_as_its_feature_bits_and_the_server_adopts_it() {
+    let modes = [
+        ("auto", features::DATAGRAM_AUTO),
+        ("spread", 0),
+        ("redundant", features::DATAGRAM_REDUNDANT),
+    ];
+    assert_eq!(
+        DatagramMode::ALL.len(),
+        modes.len(),
+        "a datagram mode without pinned bits"
+    );
+    let mode_bits = features::DATAGRAM_AUTO | features::DATAGRAM_REDUNDANT;
+    for (name, bits) in modes {
+        let (_, mode) = *DatagramMode::ALL.iter().find(|(n, _)| *n == name).unwrap();
+        let cfg = Config {
+            datagram_mode: mode,
+            ..client_config(CcAlgorithm::Reno, SchedulerKind::MinRtt)
+        };
+        let (packet, hello) = first_packet(cfg);
+        assert_eq!(hello.features & mode_bits, bits, "{name}");
+        let server_cfg = Config {
+            datagram_mode: if mode == DatagramMode::Spread {
+                DatagramMode::Auto
+            } else {
+                DatagramMode::Spread
+            },
+            ..Config::default()
+        };
+        let mut server = Session::accept(server_cfg, Instant(0), 0x1234);
+        server.handle_datagram(Instant(1_000), Bytes::from(packet));
+        assert_eq!(server.config().datagram_mode, mode, "{name}");
+    }
+}
+
+#[test]
 fn frame_type_numbers_and_layouts_are_pinned() {
     let types = [
         ty::PADDING,
