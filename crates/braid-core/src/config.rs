@@ -4,7 +4,7 @@
 //! runtime state.
 
 use crate::cc::CcAlgorithm;
-use crate::sched::SchedulerKind;
+use crate::choices::{DatagramMode, SchedulerKind};
 use std::time::Duration;
 
 /// Tunables of a session. `Config::default()` is braid's default stack, what `braid agent`
@@ -45,7 +45,7 @@ pub struct Config {
     pub datagram_queue: usize,
     /// How datagrams use the paths (session/dgram.rs). The client's choice holds for both
     /// directions.
-    pub datagram_mode: crate::session::DatagramMode,
+    pub datagram_mode: DatagramMode,
     /// A datagram waiting this long to be sent beyond its planned wait (the wait that keeps
     /// arrivals in order over paths of different delay) is dropped: a flow above capacity
     /// loses its excess instead of building a standing queue.
@@ -137,7 +137,7 @@ impl Default for Config {
             send_buffer: 1 << 20,
             max_datagram_payload: 1400,
             datagram_queue: 1024,
-            datagram_mode: crate::session::DatagramMode::Auto,
+            datagram_mode: DatagramMode::Auto,
             datagram_max_wait: Duration::from_millis(25),
             realtime_max_pps: 200,
             realtime_max_bitrate: 300_000,

@@ -8,15 +8,18 @@
 //! - [`path`]: per-path recovery, RTT, congestion control and pacing,
 //! - [`stream`]: stream buffers and reassembly,
 //! - [`sched`]: packet schedulers, [`cc`]: congestion controllers,
+//! - [`ids`]: path identity, [`choices`]: the scheduler and datagram mode as named values,
 //! - [`blackout`]: blackout detection of a path (super-aggregation),
 //! - [`flows`]: datagram flows classed real-time or bulk by their rate,
 //! - [`wire`]: the wire format, [`ranges`], [`rtt`], [`pacer`], [`rng`], [`time`]: helpers.
 
 pub mod blackout;
 pub mod cc;
+pub mod choices;
 pub mod config;
 pub mod connsched;
 pub mod flows;
+pub mod ids;
 mod loss;
 pub mod pacer;
 pub mod path;
@@ -30,9 +33,10 @@ pub mod time;
 pub mod wire;
 
 pub use cc::CcAlgorithm;
+pub use choices::{DatagramMode, SchedulerKind};
 pub use config::Config;
+pub use ids::PathId;
 pub use rng::Rng;
-pub use sched::{PathId, SchedulerKind};
 pub use session::{
     BatchTransmit, DatagramError, Event, PathCondition, PathError, Session, SessionError,
     SessionStats, Side, Transmit,

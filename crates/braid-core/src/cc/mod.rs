@@ -178,9 +178,31 @@ impl CcAlgorithm {
         ("lia", CcAlgorithm::Lia),
         ("balia", CcAlgorithm::Balia),
         ("olia", CcAlgorithm::Olia),
-        // Position in this list is the controller's id in HELLO: append, never reorder.
         ("bbrq", CcAlgorithm::Bbrq),
     ];
+
+    /// The controller's id in HELLO (`HelloParams::cc`). Part of the protocol: a new
+    /// controller takes a new number, an existing one never changes (pinned by
+    /// `tests/wire_golden.rs`).
+    pub const fn wire_id(self) -> u64 {
+        match self {
+            CcAlgorithm::Reno => 0,
+            CcAlgorithm::Cubic => 1,
+            CcAlgorithm::Bbr => 2,
+            CcAlgorithm::Lia => 3,
+            CcAlgorithm::Balia => 4,
+            CcAlgorithm::Olia => 5,
+            CcAlgorithm::Bbrq => 6,
+        }
+    }
+
+    /// The controller whose HELLO id is `id`, if this build has one.
+    pub fn from_wire_id(id: u64) -> Option<CcAlgorithm> {
+        CcAlgorithm::ALL
+            .iter()
+            .map(|(_, a)| *a)
+            .find(|a| a.wire_id() == id)
+    }
 
     /// Build a controller for a path with this maximum datagram size.
     pub fn build(

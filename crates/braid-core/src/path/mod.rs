@@ -11,11 +11,12 @@
 use crate::blackout::BlackoutWatch;
 use crate::cc::{AckEvent, CcAlgorithm, CongestionController, Coupling, RateSample};
 use crate::config::Config;
+use crate::ids::PathId;
 use crate::loss::LossDetector;
 use crate::pacer::Pacer;
 use crate::ranges::RangeSet;
 use crate::rtt::RttEstimator;
-use crate::sched::{PathId, PathInfo};
+use crate::sched::PathInfo;
 use crate::stream::StreamId;
 use crate::time::Instant;
 use crate::wire::{AckFrame, PathState};

@@ -7,11 +7,10 @@
 use crate::time::Instant;
 use crate::wire::PathState;
 use std::fmt;
-use std::str::FromStr;
 use std::time::Duration;
 
-/// Path identifier, chosen by the client, carried in every packet header.
-pub type PathId = u8;
+pub use crate::choices::SchedulerKind;
+pub use crate::ids::PathId;
 
 /// What a scheduler may know about a path.
 #[derive(Debug, Clone, Copy)]
@@ -135,40 +134,9 @@ pub use operetta::Operetta;
 pub use simple::{MinRtt, Redundant, RoundRobin, Super};
 pub use wrr::WeightedRoundRobin;
 
-/// The schedulers this build offers.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub enum SchedulerKind {
-    /// [`MinRtt`].
-    MinRtt,
-    /// [`RoundRobin`].
-    RoundRobin,
-    /// [`WeightedRoundRobin`].
-    WeightedRoundRobin,
-    /// [`Ecf`].
-    Ecf,
-    /// [`Blest`].
-    Blest,
-    /// [`Super`].
-    Super,
-    /// [`Operetta`].
-    Operetta,
-    /// [`Redundant`].
-    Redundant,
-}
-
+/// Building the scheduler a [`SchedulerKind`] names (the kind itself, its names and wire
+/// id are in `choices`).
 impl SchedulerKind {
-    /// Every scheduler and its name.
-    pub const ALL: &'static [(&'static str, SchedulerKind)] = &[
-        ("minrtt", SchedulerKind::MinRtt),
-        ("rr", SchedulerKind::RoundRobin),
-        ("wrr", SchedulerKind::WeightedRoundRobin),
-        ("ecf", SchedulerKind::Ecf),
-        ("blest", SchedulerKind::Blest),
-        ("super", SchedulerKind::Super),
-        ("operetta", SchedulerKind::Operetta),
-        ("redundant", SchedulerKind::Redundant),
-    ];
-
     /// A fresh scheduler configured by `cfg`.
     pub fn build_with(self, cfg: &crate::config::Config) -> Box<dyn Scheduler> {
         let mut s = self.build();
@@ -188,33 +156,6 @@ impl SchedulerKind {
             SchedulerKind::Operetta => Box::<Operetta>::default(),
             SchedulerKind::Redundant => Box::new(Redundant),
         }
-    }
-}
-
-impl FromStr for SchedulerKind {
-    type Err = String;
-    fn from_str(s: &str) -> Result<Self, String> {
-        SchedulerKind::ALL
-            .iter()
-            .find(|(n, _)| *n == s)
-            .map(|(_, k)| *k)
-            .ok_or_else(|| {
-                let names: Vec<_> = SchedulerKind::ALL.iter().map(|(n, _)| *n).collect();
-                format!(
-                    "unknown scheduler {s:?}; expected one of {}",
-                    names.join(", ")
-                )
-            })
-    }
-}
-
-impl fmt::Display for SchedulerKind {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        let n = SchedulerKind::ALL
-            .iter()
-            .find(|(_, k)| k == self)
-            .map_or("?", |(n, _)| n);
-        f.write_str(n)
     }
 }
 

@@ -32,32 +32,15 @@ mod realtime;
 pub(super) use budget::{DupBudget, MIN_CAP as DUPLICATE_BUDGET_MIN_CAP};
 pub(super) use realtime::{Role, RtQueue};
 
-use crate::sched::PathId;
+use crate::ids::PathId;
 use crate::time::Instant;
 use bytes::Bytes;
 use std::collections::VecDeque;
 use std::time::Duration;
 
-/// How datagrams use the paths.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
-pub enum DatagramMode {
-    /// Real-time flows on the lowest-delay path with a copy on the second (within a
-    /// budget), bulk flows spread.
-    #[default]
-    Auto,
-    /// Spread over the paths by delay and capacity, arrivals kept in order.
-    Spread,
-    /// Every datagram on the two fastest paths; duplicates dropped at the far end.
-    Redundant,
-}
+pub use crate::choices::DatagramMode;
 
 impl DatagramMode {
-    pub const ALL: [(&'static str, DatagramMode); 3] = [
-        ("auto", DatagramMode::Auto),
-        ("spread", DatagramMode::Spread),
-        ("redundant", DatagramMode::Redundant),
-    ];
-
     /// The plan of the shared queue: auto mode spreads its bulk datagrams.
     pub(super) fn bulk(self) -> DatagramMode {
         match self {

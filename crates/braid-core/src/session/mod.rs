@@ -19,9 +19,10 @@ mod superagg;
 mod timers;
 
 use crate::config::Config;
+use crate::ids::PathId;
 use crate::path::{Path, PathStats, SentFrame, SentPacket};
 use crate::rng::Rng;
-use crate::sched::{PathId, PathInfo, Scheduler};
+use crate::sched::{PathInfo, Scheduler};
 use crate::stream::{initiated_by_client, RecvStream, SendStream, StreamError, StreamId};
 use crate::time::Instant;
 use crate::wire::{HelloParams, PathState};

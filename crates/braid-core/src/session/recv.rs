@@ -1,8 +1,8 @@
 //! Receiving: packet validation and the effect of each frame.
 
 use super::{close_code, Event, Session, SessionError, Side, State};
+use crate::ids::PathId;
 use crate::path::Path;
-use crate::sched::PathId;
 use crate::stream::{RecvOutcome, StreamId};
 use crate::time::Instant;
 use crate::wire::{parse_header, Frame, FrameIter, Header, PacketType};
@@ -304,9 +304,9 @@ impl Session {
     /// The client chooses the congestion controller and scheduler for both directions (the
     /// agent's owner knows the links); unknown codes leave the server's own settings.
     fn adopt_client_choices(&mut self, now: Instant, params: &crate::wire::HelloParams) {
-        if let Some((_, cc)) = crate::cc::CcAlgorithm::ALL.get(params.cc as usize) {
-            if *cc != self.cfg.cc {
-                self.cfg.cc = *cc;
+        if let Some(cc) = crate::cc::CcAlgorithm::from_wire_id(params.cc) {
+            if cc != self.cfg.cc {
+                self.cfg.cc = cc;
                 let mss = self.cfg.max_datagram_size as u64;
                 let iw = self.cfg.initial_window_packets * mss;
                 // Reliable (TCP) paths keep their BBR (`Path::set_reliable`).
@@ -327,9 +327,9 @@ impl Session {
             crate::session::DatagramMode::Spread
         };
         self.cfg.alpha = params.alpha_milli.min(1000) as f64 / 1000.0;
-        if let Some((_, k)) = crate::sched::SchedulerKind::ALL.get(params.scheduler as usize) {
-            if *k != self.cfg.scheduler {
-                self.cfg.scheduler = *k;
+        if let Some(k) = crate::choices::SchedulerKind::from_wire_id(params.scheduler) {
+            if k != self.cfg.scheduler {
+                self.cfg.scheduler = k;
                 self.sched = k.build();
             }
         }

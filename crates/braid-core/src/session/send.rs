@@ -5,8 +5,8 @@
 //! picks; acknowledgement-only packets on the path the scheduler names for them; keepalives.
 
 use super::{Session, Side, State};
+use crate::ids::PathId;
 use crate::path::{SentFrame, MAX_ACK_RANGES};
-use crate::sched::PathId;
 use crate::time::Instant;
 use crate::wire::frame::emit;
 use crate::wire::{Header, HelloParams, PacketType, Writer};
@@ -315,14 +315,8 @@ impl Session {
             max_streams: self.local_max_streams,
             idle_timeout_ms: self.cfg.idle_timeout.as_millis() as u64,
             max_datagram: self.cfg.max_datagram_payload as u64,
-            cc: crate::cc::CcAlgorithm::ALL
-                .iter()
-                .position(|(_, a)| *a == self.cfg.cc)
-                .unwrap_or(0) as u64,
-            scheduler: crate::sched::SchedulerKind::ALL
-                .iter()
-                .position(|(_, k)| *k == self.cfg.scheduler)
-                .unwrap_or(0) as u64,
+            cc: self.cfg.cc.wire_id(),
+            scheduler: self.cfg.scheduler.wire_id(),
             features: self.feature_bits(),
             alpha_milli: (self.cfg.alpha.clamp(0.0, 1.0) * 1000.0).round() as u64,
         }

@@ -29,8 +29,8 @@
 use super::send::write_stream_range;
 use super::{Session, Transmit};
 use crate::blackout::Verdict;
+use crate::ids::PathId;
 use crate::path::{SentFrame, SentPacket};
-use crate::sched::PathId;
 use crate::stream::StreamId;
 use crate::time::Instant;
 use crate::wire::frame::emit;

@@ -1,8 +1,8 @@
 //! The timer table: every deadline of the session in one place, with one next deadline.
 
 use super::{close_code, Session, SessionError, Side, State};
+use crate::ids::PathId;
 use crate::path::SentFrame;
-use crate::sched::PathId;
 use crate::time::Instant;
 
 /// What a deadline is for.

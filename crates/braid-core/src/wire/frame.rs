@@ -75,10 +75,10 @@ pub struct HelloParams {
     pub max_streams: u64,
     /// Idle timeout, milliseconds.
     pub idle_timeout_ms: u64,
-    /// Congestion controller the client asks both ends to use (index into
-    /// `CcAlgorithm::ALL`); the server adopts it. Ignored when the client receives it.
+    /// Congestion controller the client asks both ends to use (its
+    /// `CcAlgorithm::wire_id`); the server adopts it. Ignored when the client receives it.
     pub cc: u64,
-    /// Scheduler the client asks both ends to use (index into `SchedulerKind::ALL`).
+    /// Scheduler the client asks both ends to use (its `SchedulerKind::wire_id`).
     pub scheduler: u64,
     /// Largest DATAGRAM payload it accepts (0: none).
     pub max_datagram: u64,

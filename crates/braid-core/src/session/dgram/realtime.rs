@@ -11,7 +11,7 @@
 //! is wanted).
 
 use super::View;
-use crate::sched::PathId;
+use crate::ids::PathId;
 use crate::time::Instant;
 use bytes::Bytes;
 use std::collections::VecDeque;

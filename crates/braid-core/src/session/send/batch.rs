@@ -9,7 +9,7 @@
 //! same sequence of datagrams, only grouped.
 
 use super::super::{Session, Transmit};
-use crate::sched::PathId;
+use crate::ids::PathId;
 use crate::time::Instant;
 
 /// Successive datagrams for one path, written into the caller's buffer at a fixed stride.

@@ -6,7 +6,7 @@
 
 use super::{Packet, Session, State, Transmit};
 use crate::flows::FlowClass;
-use crate::sched::PathId;
+use crate::ids::PathId;
 use crate::session::dgram::{Role, View};
 use crate::session::{DatagramError, DatagramMode};
 use crate::time::Instant;

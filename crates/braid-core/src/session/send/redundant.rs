@@ -15,7 +15,8 @@
 //! scheduler is `redundant`).
 
 use super::{write_stream_range, Packet, Session, Transmit};
-use crate::sched::{PathId, SchedulerKind};
+use crate::choices::SchedulerKind;
+use crate::ids::PathId;
 use crate::time::Instant;
 
 /// Smallest room in a packet worth a stream frame (header plus a few bytes).
