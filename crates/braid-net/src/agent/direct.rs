@@ -407,6 +407,18 @@ impl Relay {
         }
     }
 
+    /// Sends `data` to the target ahead of the relay (the HTTP proxy's rewritten request
+    /// head for a plain-HTTP request).
+    pub async fn send(&mut self, data: &[u8]) -> Result<(), String> {
+        match self {
+            Relay::Session(_, writer, _) => writer
+                .write(Bytes::copy_from_slice(data))
+                .await
+                .map_err(|_| "the session ended".to_string()),
+            Relay::Direct(d) => d.stream.write_all(data).await.map_err(|e| e.to_string()),
+        }
+    }
+
     /// [`Relay::run`] for an application side that is a byte stream other than a socket
     /// (TUN mode's connections); only a direct connection is relayed this way.
     pub async fn run_stream<S: AsyncRead + AsyncWrite + Send>(
