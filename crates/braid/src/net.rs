@@ -268,9 +268,11 @@ fn init_logging(level: Option<&str>) -> Result<()> {
     let filter = tracing_subscriber::EnvFilter::try_from_env("BRAID_LOG").unwrap_or_else(|_| {
         tracing_subscriber::EnvFilter::new(format!("braid={level},braid_net={level}"))
     });
+    // Colour codes only for a person at a terminal: not into files, pipes or the journal.
     let _ = tracing_subscriber::fmt()
         .with_env_filter(filter)
         .with_writer(std::io::stderr)
+        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
         .try_init();
     Ok(())
 }

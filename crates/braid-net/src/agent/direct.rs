@@ -26,7 +26,7 @@ use bytes::Bytes;
 use std::collections::HashMap;
 use std::io;
 use std::net::SocketAddr;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
@@ -525,10 +525,19 @@ pub(super) async fn measure(d: Arc<Direct>) {
 }
 
 /// Log and show the mode (session or direct) whenever it changes.
-pub(super) async fn watch_mode(mut session: SessionSlot, board: Arc<StatusBoard>, servers: usize) {
+/// Nothing is logged once the agent is `stopping`: its session's end is not a change of mode.
+pub(super) async fn watch_mode(
+    mut session: SessionSlot,
+    board: Arc<StatusBoard>,
+    servers: usize,
+    stopping: Arc<AtomicBool>,
+) {
     let mut shown = None;
     loop {
         let up = session.borrow().is_some();
+        if stopping.load(Ordering::SeqCst) {
+            return;
+        }
         if shown != Some(up) {
             shown = Some(up);
             if up {
