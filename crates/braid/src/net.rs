@@ -80,8 +80,8 @@ pub struct ServerArgs {
     /// answer and sends every path of its session there (docs/deployment.md).
     #[arg(long, value_name = "ADDR:PORT")]
     pub unicast: Option<String>,
-    /// The DNS resolver agents' queries go to (TUN mode's port-53 traffic and the agent's
-    /// --dns) [default: the first nameserver in /etc/resolv.conf].
+    /// The DNS resolver agents' queries go to (the port-53 traffic of agents in TUN mode)
+    /// [default: the first nameserver in /etc/resolv.conf].
     #[arg(long, value_name = "ADDR:PORT")]
     pub resolver: Option<SocketAddr>,
     /// The packet cipher: auto (AES-256-GCM first where the CPU has AES instructions, else
