@@ -5,7 +5,8 @@
 //! Owns: the request-head parser ([`parse_head`], a pure function on bytes), the async
 //! [`accept`] that reads a head from a client stream, and the responses ([`respond_ok`], [`respond_error`],
 //! [`respond_http_error`]). Must not touch: listening sockets, the session, connecting to
-//! targets. The rewriting of an absolute-form request for the origin is in `forward`. A
+//! targets. The rewriting of an absolute-form request for the origin is in `forward`, the
+//! response bytes in `http_reply`. A
 //! request in origin form (`GET /path`) is not a proxy request: it gets 405.
 //!
 //! Limits ([`HttpLimits`]): the head may be at most `max_head_bytes` (8 KiB) including the
@@ -23,11 +24,11 @@ use std::io;
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
 use std::time::Duration;
 
-use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
+use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite};
 
 use crate::addr::{TargetAddr, MAX_DOMAIN_LEN};
 use crate::auth::Credentials;
-use crate::target::ReplyCode;
+pub use crate::http_reply::{error_response, respond_error, respond_http_error, respond_ok};
 
 /// Limits and policy for [`accept`].
 #[derive(Debug, Clone)]
@@ -526,211 +527,6 @@ where
     }
 }
 
-/// Sends `HTTP/1.1 200 Connection established` and an empty line; the tunnel starts after.
-pub async fn respond_ok<S: AsyncWrite + Unpin>(stream: &mut S) -> io::Result<()> {
-    stream
-        .write_all(b"HTTP/1.1 200 Connection established\r\n\r\n")
-        .await?;
-    stream.flush().await
-}
-
-/// Answers a CONNECT whose target could not be opened: 403 for not allowed, 504 for TTL
-/// expired / timed out, 405 for command not supported, 400 for address type not supported,
-/// 502 for refused, unreachable and general failure. [`ReplyCode::Succeeded`] sends the same
-/// as [`respond_ok`]. Not time-limited: wrap it in a timeout if needed.
-pub async fn respond_error<S: AsyncWrite + Unpin>(
-    stream: &mut S,
-    code: ReplyCode,
-) -> io::Result<()> {
-    let (status, body): (u16, &str) = match code {
-        ReplyCode::Succeeded => return respond_ok(stream).await,
-        ReplyCode::NotAllowed => (
-            403,
-            "connection to this target is not allowed by the proxy's rules",
-        ),
-        ReplyCode::TtlExpired => (504, "timed out connecting to the target"),
-        ReplyCode::CommandNotSupported => (405, "only CONNECT is supported"),
-        ReplyCode::AddressTypeNotSupported => (400, "this kind of target address is not supported"),
-        ReplyCode::ConnectionRefused => (502, "the target refused the connection"),
-        ReplyCode::HostUnreachable => (
-            502,
-            "the target host is unreachable or its name did not resolve",
-        ),
-        ReplyCode::NetworkUnreachable => (502, "the target network is unreachable"),
-        ReplyCode::GeneralFailure => (502, "could not connect to the target"),
-    };
-    write_response(stream, status, body).await
-}
-
-/// Sends the response for `err` (see [`HttpError::status`]); sends nothing for I/O errors.
-pub async fn respond_http_error<S: AsyncWrite + Unpin>(
-    stream: &mut S,
-    err: &HttpError,
-) -> io::Result<()> {
-    let Some(status) = err.status() else {
-        return Ok(());
-    };
-    let body = match err {
-        HttpError::MethodNotAllowed(_) => {
-            "only CONNECT and requests for absolute http:// URLs are supported".to_owned()
-        }
-        other => other.to_string(),
-    };
-    write_response(stream, status, &body).await
-}
-
-fn reason(status: u16) -> &'static str {
-    match status {
-        200 => "Connection established",
-        400 => "Bad Request",
-        403 => "Forbidden",
-        405 => "Method Not Allowed",
-        407 => "Proxy Authentication Required",
-        408 => "Request Timeout",
-        502 => "Bad Gateway",
-        504 => "Gateway Timeout",
-        _ => "Error",
-    }
-}
-
-/// The bytes of an error response with a one-line plain-text body.
-pub fn error_response(status: u16, body: &str) -> Vec<u8> {
-    let body = format!("{}\n", body.replace(['\r', '\n'], " "));
-    let extra = match status {
-        405 => "Allow: CONNECT\r\n",
-        407 => "Proxy-Authenticate: Basic realm=\"braid\"\r\n",
-        _ => "",
-    };
-    format!(
-        "HTTP/1.1 {status} {}\r\nContent-Type: text/plain; charset=utf-8\r\nContent-Length: {}\r\nConnection: close\r\n{extra}\r\n{body}",
-        reason(status),
-        body.len()
-    )
-    .into_bytes()
-}
-
-async fn write_response<S: AsyncWrite + Unpin>(
-    stream: &mut S,
-    status: u16,
-    body: &str,
-) -> io::Result<()> {
-    stream.write_all(&error_response(status, body)).await?;
-    stream.flush().await
-}
-
 #[cfg(test)]
-mod tests {
-    use super::*;
-
-    fn parse(s: &str) -> Result<Option<TargetAddr>, HttpError> {
-        parse_head(s.as_bytes(), &HttpLimits::default()).map(|o| o.map(|(h, _)| h.target))
-    }
-
-    #[test]
-    fn targets() {
-        assert_eq!(
-            parse("CONNECT example.com:443 HTTP/1.1\r\nHost: example.com:443\r\n\r\n")
-                .unwrap()
-                .unwrap(),
-            TargetAddr::domain("example.com", 443).unwrap()
-        );
-        assert_eq!(
-            parse("CONNECT [2001:db8::1]:8443 HTTP/1.1\r\n\r\n")
-                .unwrap()
-                .unwrap(),
-            TargetAddr::Ip("[2001:db8::1]:8443".parse().unwrap())
-        );
-        assert_eq!(
-            parse("\r\nCONNECT 192.0.2.1:80 HTTP/1.0\n\n")
-                .unwrap()
-                .unwrap(),
-            TargetAddr::Ip("192.0.2.1:80".parse().unwrap())
-        );
-        assert_eq!(
-            parse("GET http://a/ HTTP/1.1\r\n\r\n").unwrap().unwrap(),
-            TargetAddr::domain("a", 80).unwrap()
-        );
-        assert!(parse("CONNECT a:1 HTTP/1.1\r\nHost: a\r\n")
-            .unwrap()
-            .is_none());
-    }
-
-    #[test]
-    fn refusals() {
-        let e = |s: &str| parse(s).unwrap_err();
-        assert!(matches!(
-            e("CONNECT example.com HTTP/1.1\r\n\r\n"),
-            HttpError::MissingPort
-        ));
-        assert!(matches!(
-            e("CONNECT example.com: HTTP/1.1\r\n\r\n"),
-            HttpError::MissingPort
-        ));
-        assert!(matches!(
-            e("CONNECT [::1] HTTP/1.1\r\n\r\n"),
-            HttpError::MissingPort
-        ));
-        assert!(matches!(
-            e("CONNECT a:0 HTTP/1.1\r\n\r\n"),
-            HttpError::BadPort
-        ));
-        assert!(matches!(
-            e("CONNECT a:65536 HTTP/1.1\r\n\r\n"),
-            HttpError::BadPort
-        ));
-        assert!(matches!(
-            e("CONNECT a:8x HTTP/1.1\r\n\r\n"),
-            HttpError::BadPort
-        ));
-        assert!(matches!(
-            e("CONNECT ::1:80 HTTP/1.1\r\n\r\n"),
-            HttpError::BadHost(_)
-        ));
-        assert!(matches!(
-            e("CONNECT [zz]:80 HTTP/1.1\r\n\r\n"),
-            HttpError::BadHost(_)
-        ));
-        assert!(matches!(
-            e("CONNECT u@h:80 HTTP/1.1\r\n\r\n"),
-            HttpError::BadHost(_)
-        ));
-        assert!(matches!(
-            e("GET /a HTTP/1.1\r\n\r\n"),
-            HttpError::MethodNotAllowed(_)
-        ));
-        assert!(matches!(
-            e("GET ftp://a/ HTTP/1.1\r\n\r\n"),
-            HttpError::NotHttpUrl
-        ));
-        assert!(matches!(
-            e("CONNECT a:1 HTTP/2.0\r\n\r\n"),
-            HttpError::UnsupportedVersion
-        ));
-        assert!(matches!(e("\x16\x03\x01\x02\n\n"), HttpError::Malformed(_)));
-        assert!(matches!(
-            e("CONNECT a:1 HTTP/1.1\r\n folded\r\n\r\n"),
-            HttpError::Malformed(_)
-        ));
-        assert!(matches!(
-            e("CONNECT a:1 HTTP/1.1\r\nNo colon\r\n\r\n"),
-            HttpError::Malformed(_)
-        ));
-        let many = format!("CONNECT a:1 HTTP/1.1\r\n{}\r\n", "X: y\r\n".repeat(101));
-        assert!(matches!(e(&many), HttpError::TooManyHeaders { limit: 100 }));
-        let big = format!("CONNECT a:1 HTTP/1.1\r\nX: {}\r\n\r\n", "y".repeat(9000));
-        assert!(matches!(e(&big), HttpError::HeadTooLarge { .. }));
-    }
-
-    #[test]
-    fn safe_reads_never_pass_the_blank_line() {
-        let head = b"CONNECT a:1 HTTP/1.1\r\nX: y\r\n\r\nTAIL";
-        let mut buf = Vec::new();
-        let mut at = 0;
-        while !ends_with_blank_line(&buf) {
-            let n = safe_read_len(&buf);
-            buf.extend_from_slice(&head[at..at + n]);
-            at += n;
-        }
-        assert_eq!(&head[at..], b"TAIL");
-    }
-}
+#[path = "http_tests.rs"]
+mod tests;

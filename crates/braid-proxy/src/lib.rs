@@ -11,7 +11,8 @@
 //! - [`datagram`]: the DATAGRAM-frame payload carrying proxied UDP,
 //! - [`socks5`]: the SOCKS5 handshake (RFC 1928/1929) and the SOCKS5 UDP header,
 //! - [`http`]: the HTTP/1.1 proxy handshake (CONNECT and absolute-form `http://` requests),
-//! - `forward`: rewriting an absolute-form request for the origin,
+//! - `forward`: rewriting an absolute-form request for the origin; `http_reply`: the HTTP
+//!   proxy's responses (re-exported from [`http`]),
 //! - [`auth`]: credentials, constant-time comparison, HTTP Basic,
 //! - [`limits`]: connection limits, handshake and idle timeouts, accept backoff.
 //!
@@ -27,6 +28,7 @@ pub mod auth;
 pub mod datagram;
 mod forward;
 pub mod http;
+mod http_reply;
 pub mod limits;
 pub mod socks5;
 pub mod target;
