@@ -144,6 +144,33 @@ async fn plain_http_through_the_http_proxy_was_405_and_is_now_forwarded() {
     assert!(!head.to_ascii_lowercase().contains("proxy-"), "{head}");
 }
 
+/// The same in direct mode (no server): the rewritten head goes down the direct connection.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn plain_http_through_the_http_proxy_in_direct_mode() {
+    use braid_net::agent::{Agent, AgentConfig, AgentPath};
+    let mut cfg = AgentConfig::direct_only(vec![AgentPath::new(
+        "lo",
+        braid_net::udp::PathBind::Address("127.0.0.1".parse().unwrap()),
+    )])
+    .unwrap();
+    cfg.http = Some("127.0.0.1:0".parse().unwrap());
+    let agent = Agent::start(cfg).await.unwrap();
+    let data = body(256 << 10);
+    let web = http_server(Arc::new(data.clone())).await;
+    let got = curl(vec![
+        "-sS".into(),
+        "--max-time".into(),
+        "20".into(),
+        "-x".into(),
+        format!("http://{}", agent.http.unwrap()),
+        format!("http://{web}/file"),
+    ])
+    .await;
+    assert_eq!(sha(&got), sha(&data));
+    let s = agent.status().snapshot();
+    assert_eq!(s.mode.as_deref(), Some("direct"), "{s:?}");
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn udp_associate_echoes_every_datagram_intact() {
     let rig = rig().await;
