@@ -57,7 +57,7 @@ enum Command {
     Keygen(net::KeygenArgs),
     /// Run the server proxy: accepts agents, talks plain TCP to legacy servers.
     Server(Box<net::ServerArgs>),
-    /// Run the agent on the multi-homed device: SOCKS5 and HTTP CONNECT over every path.
+    /// Run the agent on the multi-homed device: SOCKS5 and an HTTP proxy over every path.
     Agent(Box<net::AgentArgs>),
     /// Show what a running agent or server does: paths, sessions, streams (its control
     /// socket).

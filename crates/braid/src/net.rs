@@ -131,7 +131,8 @@ pub struct AgentArgs {
     /// SOCKS5 proxy listen address, like 127.0.0.1:1080.
     #[arg(long, value_name = "ADDR:PORT")]
     pub socks: Option<SocketAddr>,
-    /// HTTP CONNECT proxy listen address, like 127.0.0.1:8080.
+    /// HTTP proxy listen address, like 127.0.0.1:8080: CONNECT (https and any TCP) and plain
+    /// http:// requests (`curl -x`).
     #[arg(long, value_name = "ADDR:PORT")]
     pub http: Option<SocketAddr>,
     /// TUN mode: create this device and carry every application through it, no proxy

@@ -29,7 +29,7 @@ use tracing::{debug, info, warn};
 pub(super) enum Front {
     /// SOCKS5.
     Socks,
-    /// HTTP CONNECT.
+    /// The HTTP proxy (CONNECT and plain http:// requests).
     Http,
     /// Connections nftables redirected (`redirect`).
     Redirect,

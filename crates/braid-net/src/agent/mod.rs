@@ -1,5 +1,5 @@
 //! `braid agent`: the multi-homed side. It keeps one session to the server over every path
-//! the kernel offers and offers SOCKS5 and HTTP CONNECT ports to unmodified applications.
+//! the kernel offers and offers SOCKS5 and HTTP proxy ports to unmodified applications.
 //!
 //! Owns: the agent's configuration and its tasks. Submodules:
 //! - [`handshake`]: the handshake, sent on every available path (first answer wins);
@@ -360,11 +360,11 @@ impl Agent {
             let l = TcpListener::bind(addr).await.map_err(|e| {
                 std::io::Error::new(
                     e.kind(),
-                    format!("cannot listen for HTTP CONNECT on {addr}: {e}"),
+                    format!("cannot listen for the HTTP proxy on {addr}: {e}"),
                 )
             })?;
             http = Some(l.local_addr()?);
-            info!(listen = %l.local_addr()?, "HTTP CONNECT proxy ready");
+            info!(listen = %l.local_addr()?, "HTTP proxy ready (CONNECT and plain http://)");
             tasks.push(tokio::spawn(front::accept_loop(
                 l,
                 shared.clone(),
