@@ -64,6 +64,17 @@ pub enum KeyError {
         /// Its permission bits.
         mode: u32,
     },
+    /// A key file of the other kind than the setting needs, told by the name `braid keygen`
+    /// gives it (`.pub`: public, `.key`: private): the two hold the same base64 text.
+    #[error("{path}: {holds}; {what}", path = path.display())]
+    WrongKind {
+        /// The file.
+        path: PathBuf,
+        /// What the file holds ("this is a public key file (.pub ...)").
+        holds: &'static str,
+        /// What the setting needs and which file to give instead.
+        what: String,
+    },
     /// A key file or authorized file larger than 1 MiB.
     #[error("{path}: file is larger than 1 MiB; is this really a key file?")]
     TooLarge {
@@ -369,10 +380,32 @@ fn single_key(path: &Path, content: &[u8]) -> Result<[u8; 32], KeyError> {
     }
 }
 
-/// Read a private key file written by [`write_keypair`]. Refuses a file that group or
-/// others may read or write (the error says to `chmod 600` it).
+/// `path` with its `.pub` or `.key` ending replaced by `to`, for the error's advice.
+fn other_half(path: &Path, to: &str) -> PathBuf {
+    path.with_extension(to)
+}
+
+fn ends_in(path: &Path, ext: &str) -> bool {
+    path.extension().is_some_and(|e| e == ext)
+}
+
+/// Read a private key file written by [`write_keypair`]. Refuses a file named `*.pub` (a
+/// public key, as `braid keygen` names it: the two kinds are the same base64 text, so the
+/// name is what tells them apart) and a file that group or others may read or write (the
+/// error says to `chmod 600` it).
 pub fn read_private_key(path: impl AsRef<Path>) -> Result<StaticKeypair, KeyError> {
     let path = path.as_ref();
+    if ends_in(path, "pub") {
+        return Err(KeyError::WrongKind {
+            path: path.to_path_buf(),
+            holds: "this is a public key file (.pub, as `braid keygen` names it)",
+            what: format!(
+                "a private key belongs here: give the .key file of the same pair ({}), \
+                 or make one with `braid keygen`",
+                other_half(path, "key").display()
+            ),
+        });
+    }
     let file = File::open(path).map_err(|e| KeyError::io(path, "open the private key", e))?;
     #[cfg(unix)]
     {
@@ -394,9 +427,21 @@ pub fn read_private_key(path: impl AsRef<Path>) -> Result<StaticKeypair, KeyErro
     StaticKeypair::from_private(key?)
 }
 
-/// Read a public key file (`PREFIX.pub`).
+/// Read a public key file (`PREFIX.pub`). Refuses a file named `*.key`: that is a private
+/// key, as `braid keygen` names it.
 pub fn read_public_key(path: impl AsRef<Path>) -> Result<PublicKey, KeyError> {
     let path = path.as_ref();
+    if ends_in(path, "key") {
+        return Err(KeyError::WrongKind {
+            path: path.to_path_buf(),
+            holds: "this is a private key file (.key, as `braid keygen` names it)",
+            what: format!(
+                "a public key belongs here: give the .pub file of the same pair ({}); \
+                 the private key stays on its own machine only",
+                other_half(path, "pub").display()
+            ),
+        });
+    }
     let file = File::open(path).map_err(|e| KeyError::io(path, "open the public key", e))?;
     let content = read_small(path, file, "read the public key")?;
     single_key(path, &content).map(PublicKey)

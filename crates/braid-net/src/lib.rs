@@ -8,7 +8,7 @@
 //! - [`pktinfo`]: replies from the address asked, on sockets bound to a wildcard address,
 //! - [`tcp`]: braid packets over TCP, for networks that block UDP,
 //! - [`splice`]: relaying a TCP connection over a stream,
-//! - [`agent`]: `braid agent` (SOCKS5, HTTP CONNECT, UDP ASSOCIATE, live paths),
+//! - [`agent`]: `braid agent` (SOCKS5, the HTTP proxy, UDP ASSOCIATE, live paths),
 //! - [`pathmgr`]: the agent's path decisions from link and address events,
 //! - [`netwatch`]: link and address events from the kernel (rtnetlink),
 //! - [`policy`]: per-path backup, cap and power options, and the cap ledger,

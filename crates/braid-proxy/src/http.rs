@@ -1,34 +1,36 @@
-//! The HTTP/1.1 CONNECT front end: read and check a `CONNECT host:port HTTP/1.1` request head,
-//! then answer it.
+//! The HTTP/1.1 proxy front end: read and check a `CONNECT host:port HTTP/1.1` request head
+//! or a plain-HTTP request in absolute form (`GET http://host:port/path HTTP/1.1`), then
+//! answer it.
 //!
 //! Owns: the request-head parser ([`parse_head`], a pure function on bytes), the async
-//! [`accept_connect`] that reads a head from a client stream, and the responses
-//! ([`respond_ok`], [`respond_error`], [`respond_http_error`]). Must not touch: listening
-//! sockets, the session, connecting to targets. Plain forwarding (`GET http://...`) is not
-//! supported: such requests get 405 and a body saying only CONNECT is supported.
+//! [`accept`] that reads a head from a client stream, and the responses ([`respond_ok`], [`respond_error`],
+//! [`respond_http_error`]). Must not touch: listening sockets, the session, connecting to
+//! targets. The rewriting of an absolute-form request for the origin is in `forward`, the
+//! response bytes in `http_reply`. A
+//! request in origin form (`GET /path`) is not a proxy request: it gets 405.
 //!
 //! Limits ([`HttpLimits`]): the head may be at most `max_head_bytes` (8 KiB) including the
 //! blank line, with at most `max_headers` (100) header lines, and must arrive within
 //! `timeout` (10 s). Lines end in CRLF or a bare LF; obsolete line folding is refused.
 //!
-//! [`accept_connect`] never reads past the blank line that ends the head (it reads at most
+//! [`accept`] never reads past the blank line that ends the head (it reads at most
 //! two bytes at a time near the end), so bytes the client sends right after the head — a TLS
 //! ClientHello, say — stay in the stream for the relay.
 //!
 //! No-panic contract: [`parse_head`] accepts any byte slice and returns `Ok(None)` (need more
-//! bytes), `Ok(Some(..))` or `Err(HttpError)`; [`accept_connect`] never panics on any input.
+//! bytes), `Ok(Some(..))` or `Err(HttpError)`; [`accept`] never panics on any input.
 
 use std::io;
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
 use std::time::Duration;
 
-use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
+use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite};
 
 use crate::addr::{TargetAddr, MAX_DOMAIN_LEN};
 use crate::auth::Credentials;
-use crate::target::ReplyCode;
+pub use crate::http_reply::{error_response, respond_error, respond_http_error, respond_ok};
 
-/// Limits and policy for [`accept_connect`].
+/// Limits and policy for [`accept`].
 #[derive(Debug, Clone)]
 pub struct HttpLimits {
     /// The largest request head, in bytes, including the terminating blank line.
@@ -53,8 +55,8 @@ impl Default for HttpLimits {
     }
 }
 
-/// Why a CONNECT request was refused. [`HttpError::status`] gives the HTTP status that
-/// [`accept_connect`] already sent for it.
+/// Why a proxy request was refused. [`HttpError::status`] gives the HTTP status that
+/// [`accept`] already sent for it.
 #[derive(Debug, thiserror::Error)]
 pub enum HttpError {
     /// The head did not arrive within the limit (answered 408).
@@ -84,9 +86,13 @@ pub enum HttpError {
     /// The HTTP version is not 1.0 or 1.1 (answered 400).
     #[error("HTTP version is not HTTP/1.1 or HTTP/1.0; this proxy speaks HTTP/1.x CONNECT only")]
     UnsupportedVersion,
-    /// The method is not CONNECT (answered 405).
-    #[error("HTTP method {0:?} is not supported; only CONNECT is (plain forwarding such as GET http://... is not supported)")]
+    /// The method is not CONNECT and the target is not an absolute `http://` URL (answered
+    /// 405).
+    #[error("HTTP method {0:?} is not supported here; this proxy serves CONNECT host:port and requests for absolute http:// URLs (GET http://host/path)")]
     MethodNotAllowed(String),
+    /// An absolute URL with a scheme other than `http` (answered 400).
+    #[error("only http:// URLs are forwarded; for https:// the client must use CONNECT (set the proxy as the HTTPS proxy too)")]
+    NotHttpUrl,
     /// The CONNECT target has no port (answered 400).
     #[error("CONNECT target has no port; use CONNECT host:port HTTP/1.1")]
     MissingPort,
@@ -117,13 +123,32 @@ impl HttpError {
     }
 }
 
-/// A parsed CONNECT head, borrowing the raw `Proxy-Authorization` value from the input.
+/// A parsed proxy request head, borrowing the raw `Proxy-Authorization` value from the input.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ConnectHead<'a> {
     /// Where to connect.
     pub target: TargetAddr,
     /// The `Proxy-Authorization` header value, if present (leading/trailing blanks trimmed).
     pub proxy_authorization: Option<&'a [u8]>,
+    /// For a plain-HTTP request in absolute form: the head to send the origin (origin form,
+    /// proxy headers dropped, see `forward`). `None` for CONNECT.
+    pub forward: Option<Vec<u8>>,
+}
+
+/// What [`accept`] read.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ProxyRequest {
+    /// `CONNECT host:port`: open the target, answer [`respond_ok`], then relay.
+    Connect(TargetAddr),
+    /// A plain-HTTP request in absolute form: open `target`, send it `head`, then relay
+    /// (the request body, if any, follows in the client's stream). Nothing is answered to
+    /// the client on success: the origin's response is.
+    Forward {
+        /// Where to connect (port 80 when the URL gives none).
+        target: TargetAddr,
+        /// The rewritten request head for the origin.
+        head: Vec<u8>,
+    },
 }
 
 /// Skips leading empty lines (RFC 9112 §2.2 lets a server ignore them).
@@ -149,7 +174,7 @@ fn find_head_end(buf: &[u8], start: usize) -> Option<usize> {
     None
 }
 
-/// Parses a CONNECT request head at the start of `buf`.
+/// Parses a CONNECT or absolute-form request head at the start of `buf`.
 ///
 /// Returns `Ok(None)` when the head is not complete yet and still within
 /// `limits.max_head_bytes`, `Ok(Some((head, consumed)))` with the bytes through the blank
@@ -176,12 +201,13 @@ pub fn parse_head<'a>(
     });
 
     let request_line = lines.next().unwrap_or_default();
-    let target = parse_request_line(request_line)?;
+    let line = parse_request_line(request_line)?;
 
     let mut proxy_authorization = None;
+    let mut kept: Vec<&[u8]> = Vec::new();
     let mut count = 0usize;
-    for line in lines {
-        if line.is_empty() {
+    for header_line in lines {
+        if header_line.is_empty() {
             break; // the blank line ending the head
         }
         count += 1;
@@ -190,7 +216,7 @@ pub fn parse_head<'a>(
                 limit: limits.max_headers,
             });
         }
-        let (name, value) = parse_header(line)?;
+        let (name, value) = parse_header(header_line)?;
         if name.eq_ignore_ascii_case(b"proxy-authorization") {
             if proxy_authorization.is_some() {
                 return Err(HttpError::Malformed(
@@ -199,21 +225,37 @@ pub fn parse_head<'a>(
             }
             proxy_authorization = Some(value);
         }
+        if line.url.is_some() {
+            kept.push(header_line);
+        }
     }
+    let forward = line.url.map(|(authority, path)| {
+        crate::forward::rewrite_head(line.method, path, line.version, authority, &kept)
+    });
     Ok(Some((
         ConnectHead {
-            target,
+            target: line.target,
             proxy_authorization,
+            forward,
         },
         end,
     )))
+}
+
+/// A checked request line: CONNECT with its authority, or another method with an absolute
+/// `http://` URL (`url` holds its authority and path).
+struct RequestLine<'a> {
+    method: &'a [u8],
+    version: &'a [u8],
+    target: TargetAddr,
+    url: Option<(&'a [u8], &'a [u8])>,
 }
 
 fn is_tchar(b: u8) -> bool {
     b.is_ascii_alphanumeric() || b"!#$%&'*+-.^_`|~".contains(&b)
 }
 
-fn parse_request_line(line: &[u8]) -> Result<TargetAddr, HttpError> {
+fn parse_request_line(line: &[u8]) -> Result<RequestLine<'_>, HttpError> {
     if line.contains(&b'\r') {
         return Err(HttpError::Malformed(
             "stray carriage return in the request line",
@@ -240,16 +282,32 @@ fn parse_request_line(line: &[u8]) -> Result<TargetAddr, HttpError> {
             "request line does not end in HTTP/1.1",
         ));
     }
-    if method != b"CONNECT" {
-        // Token characters are ASCII, so this is lossless.
-        return Err(HttpError::MethodNotAllowed(
-            String::from_utf8_lossy(method).into_owned(),
-        ));
-    }
+    let url = if method == b"CONNECT" {
+        None
+    } else {
+        match crate::forward::split_http_url(target)? {
+            Some(url) => Some(url),
+            // Token characters are ASCII, so this is lossless.
+            None => {
+                return Err(HttpError::MethodNotAllowed(
+                    String::from_utf8_lossy(method).into_owned(),
+                ))
+            }
+        }
+    };
     if version != b"HTTP/1.1" && version != b"HTTP/1.0" {
         return Err(HttpError::UnsupportedVersion);
     }
-    parse_authority(target)
+    let target = match url {
+        None => parse_authority(target, None)?,
+        Some((authority, _)) => parse_authority(authority, Some(80))?,
+    };
+    Ok(RequestLine {
+        method,
+        version,
+        target,
+        url,
+    })
 }
 
 /// `name: value` with optional blanks around the value; no blank before the colon.
@@ -283,8 +341,9 @@ fn parse_header(line: &[u8]) -> Result<(&[u8], &[u8]), HttpError> {
     Ok((name, value.get(start..end).unwrap_or_default()))
 }
 
-/// `host:port`, `a.b.c.d:port` or `[v6]:port`.
-fn parse_authority(target: &[u8]) -> Result<TargetAddr, HttpError> {
+/// `host:port`, `a.b.c.d:port` or `[v6]:port`; with a `default_port`, the port may be left
+/// out (an `http://` URL's authority).
+fn parse_authority(target: &[u8], default_port: Option<u16>) -> Result<TargetAddr, HttpError> {
     let (host, port) = if let Some(rest) = target.strip_prefix(b"[") {
         let Some(close) = rest.iter().position(|&b| b == b']') else {
             return Err(HttpError::BadHost("'[' without a closing ']'"));
@@ -298,6 +357,7 @@ fn parse_authority(target: &[u8]) -> Result<TargetAddr, HttpError> {
                 "the text in brackets is not an IPv6 address",
             ))?;
         let port = match after {
+            [] if default_port.is_some() => &[][..],
             [] => return Err(HttpError::MissingPort),
             [b':', port @ ..] => port,
             _ => return Err(HttpError::BadHost("']' must be followed by ':port'")),
@@ -309,11 +369,14 @@ fn parse_authority(target: &[u8]) -> Result<TargetAddr, HttpError> {
                 "a CONNECT target is host:port, not a URL",
             ));
         }
-        let Some(colon) = target.iter().rposition(|&b| b == b':') else {
-            return Err(HttpError::MissingPort);
+        let (host, port) = match target.iter().rposition(|&b| b == b':') {
+            Some(colon) => {
+                let (host, port) = target.split_at(colon);
+                (host, port.get(1..).unwrap_or_default())
+            }
+            None if default_port.is_some() => (target, &[][..]),
+            None => return Err(HttpError::MissingPort),
         };
-        let (host, port) = target.split_at(colon);
-        let port = port.get(1..).unwrap_or_default();
         if host.contains(&b':') {
             return Err(HttpError::BadHost(
                 "an IPv6 address must be written in brackets, as [2001:db8::1]:443",
@@ -341,7 +404,10 @@ fn parse_authority(target: &[u8]) -> Result<TargetAddr, HttpError> {
             None => (HostKind::Name(host), port),
         }
     };
-    let port = parse_port(port)?;
+    let port = match default_port {
+        Some(p) if port.is_empty() => p,
+        _ => parse_port(port)?,
+    };
     match host {
         HostKind::Ip(ip) => Ok(TargetAddr::Ip(SocketAddr::new(ip, port))),
         HostKind::Name(name) => {
@@ -385,25 +451,39 @@ fn ends_with_blank_line(buf: &[u8]) -> bool {
     matches!(buf, [.., b'\n', b'\n'] | [.., b'\n', b'\r', b'\n'])
 }
 
-/// Reads a CONNECT request head from `stream` and returns its target.
+/// Reads a proxy request head from `stream`: `CONNECT host:port`, or a plain-HTTP request
+/// in absolute form (`GET http://host/path HTTP/1.1`).
 ///
 /// Checks `Proxy-Authorization: Basic` when `limits.auth` is set. On any refusal it sends
-/// the matching response (400 malformed/oversized/missing or bad port, 405 for a method
-/// other than CONNECT, 407 for missing or wrong credentials, 408 on timeout) and returns the
-/// error; the caller should then close the stream. On success nothing has been sent: open the
-/// target, then call [`respond_ok`] or [`respond_error`]. Never reads past the head and never
-/// panics on any input.
-pub async fn accept_connect<S>(stream: &mut S, limits: &HttpLimits) -> Result<TargetAddr, HttpError>
+/// the matching response (400 malformed/oversized/missing or bad port or an `https://` URL,
+/// 405 for a request in origin form such as `GET /path`, 407 for missing or wrong
+/// credentials, 408 on timeout) and returns the error; the caller should then close the
+/// stream. On success nothing has been sent: open the target, then for
+/// [`ProxyRequest::Connect`] call [`respond_ok`], for [`ProxyRequest::Forward`] send the head
+/// to the target and relay (the origin answers the client); on failure to open, call
+/// [`respond_error`]. Never reads past the head (a request body stays in the stream) and
+/// never panics on any input.
+pub async fn accept<S>(stream: &mut S, limits: &HttpLimits) -> Result<ProxyRequest, HttpError>
 where
     S: AsyncRead + AsyncWrite + Unpin,
 {
-    let result = match tokio::time::timeout(limits.timeout, read_head(stream, limits)).await {
-        Ok(r) => r,
-        Err(_) => Err(HttpError::Timeout(limits.timeout)),
-    };
+    let result = tokio::time::timeout(limits.timeout, read_head(stream, limits)).await;
+    refuse_on_error(stream, limits, result).await
+}
+
+/// Sends the response for a refused head (best effort, bounded: a client that does not read
+/// must not hold us) and passes the result on.
+async fn refuse_on_error<S, T>(
+    stream: &mut S,
+    limits: &HttpLimits,
+    result: Result<Result<T, HttpError>, tokio::time::error::Elapsed>,
+) -> Result<T, HttpError>
+where
+    S: AsyncWrite + Unpin,
+{
+    let result = result.unwrap_or(Err(HttpError::Timeout(limits.timeout)));
     if let Err(e) = &result {
         if e.status().is_some() {
-            // Best effort, and bounded: a client that does not read must not hold us.
             let grace = limits.timeout.min(Duration::from_secs(2));
             let _ = tokio::time::timeout(grace, respond_http_error(stream, e)).await;
         }
@@ -411,7 +491,7 @@ where
     result
 }
 
-async fn read_head<S>(stream: &mut S, limits: &HttpLimits) -> Result<TargetAddr, HttpError>
+async fn read_head<S>(stream: &mut S, limits: &HttpLimits) -> Result<ProxyRequest, HttpError>
 where
     S: AsyncRead + AsyncWrite + Unpin,
 {
@@ -428,7 +508,13 @@ where
                         Some(_) => {}
                     }
                 }
-                return Ok(head.target);
+                return Ok(match head.forward {
+                    None => ProxyRequest::Connect(head.target),
+                    Some(head_bytes) => ProxyRequest::Forward {
+                        target: head.target,
+                        head: head_bytes,
+                    },
+                });
             }
         }
         let mut chunk = [0u8; 2];
@@ -441,203 +527,6 @@ where
     }
 }
 
-/// Sends `HTTP/1.1 200 Connection established` and an empty line; the tunnel starts after.
-pub async fn respond_ok<S: AsyncWrite + Unpin>(stream: &mut S) -> io::Result<()> {
-    stream
-        .write_all(b"HTTP/1.1 200 Connection established\r\n\r\n")
-        .await?;
-    stream.flush().await
-}
-
-/// Answers a CONNECT whose target could not be opened: 403 for not allowed, 504 for TTL
-/// expired / timed out, 405 for command not supported, 400 for address type not supported,
-/// 502 for refused, unreachable and general failure. [`ReplyCode::Succeeded`] sends the same
-/// as [`respond_ok`]. Not time-limited: wrap it in a timeout if needed.
-pub async fn respond_error<S: AsyncWrite + Unpin>(
-    stream: &mut S,
-    code: ReplyCode,
-) -> io::Result<()> {
-    let (status, body): (u16, &str) = match code {
-        ReplyCode::Succeeded => return respond_ok(stream).await,
-        ReplyCode::NotAllowed => (
-            403,
-            "connection to this target is not allowed by the proxy's rules",
-        ),
-        ReplyCode::TtlExpired => (504, "timed out connecting to the target"),
-        ReplyCode::CommandNotSupported => (405, "only CONNECT is supported"),
-        ReplyCode::AddressTypeNotSupported => (400, "this kind of target address is not supported"),
-        ReplyCode::ConnectionRefused => (502, "the target refused the connection"),
-        ReplyCode::HostUnreachable => (
-            502,
-            "the target host is unreachable or its name did not resolve",
-        ),
-        ReplyCode::NetworkUnreachable => (502, "the target network is unreachable"),
-        ReplyCode::GeneralFailure => (502, "could not connect to the target"),
-    };
-    write_response(stream, status, body).await
-}
-
-/// Sends the response for `err` (see [`HttpError::status`]); sends nothing for I/O errors.
-pub async fn respond_http_error<S: AsyncWrite + Unpin>(
-    stream: &mut S,
-    err: &HttpError,
-) -> io::Result<()> {
-    let Some(status) = err.status() else {
-        return Ok(());
-    };
-    let body = match err {
-        HttpError::MethodNotAllowed(_) => {
-            "only CONNECT is supported; this proxy does not forward GET or other methods".to_owned()
-        }
-        other => other.to_string(),
-    };
-    write_response(stream, status, &body).await
-}
-
-fn reason(status: u16) -> &'static str {
-    match status {
-        200 => "Connection established",
-        400 => "Bad Request",
-        403 => "Forbidden",
-        405 => "Method Not Allowed",
-        407 => "Proxy Authentication Required",
-        408 => "Request Timeout",
-        502 => "Bad Gateway",
-        504 => "Gateway Timeout",
-        _ => "Error",
-    }
-}
-
-/// The bytes of an error response with a one-line plain-text body.
-pub fn error_response(status: u16, body: &str) -> Vec<u8> {
-    let body = format!("{}\n", body.replace(['\r', '\n'], " "));
-    let extra = match status {
-        405 => "Allow: CONNECT\r\n",
-        407 => "Proxy-Authenticate: Basic realm=\"braid\"\r\n",
-        _ => "",
-    };
-    format!(
-        "HTTP/1.1 {status} {}\r\nContent-Type: text/plain; charset=utf-8\r\nContent-Length: {}\r\nConnection: close\r\n{extra}\r\n{body}",
-        reason(status),
-        body.len()
-    )
-    .into_bytes()
-}
-
-async fn write_response<S: AsyncWrite + Unpin>(
-    stream: &mut S,
-    status: u16,
-    body: &str,
-) -> io::Result<()> {
-    stream.write_all(&error_response(status, body)).await?;
-    stream.flush().await
-}
-
 #[cfg(test)]
-mod tests {
-    use super::*;
-
-    fn parse(s: &str) -> Result<Option<TargetAddr>, HttpError> {
-        parse_head(s.as_bytes(), &HttpLimits::default()).map(|o| o.map(|(h, _)| h.target))
-    }
-
-    #[test]
-    fn targets() {
-        assert_eq!(
-            parse("CONNECT example.com:443 HTTP/1.1\r\nHost: example.com:443\r\n\r\n")
-                .unwrap()
-                .unwrap(),
-            TargetAddr::domain("example.com", 443).unwrap()
-        );
-        assert_eq!(
-            parse("CONNECT [2001:db8::1]:8443 HTTP/1.1\r\n\r\n")
-                .unwrap()
-                .unwrap(),
-            TargetAddr::Ip("[2001:db8::1]:8443".parse().unwrap())
-        );
-        assert_eq!(
-            parse("\r\nCONNECT 192.0.2.1:80 HTTP/1.0\n\n")
-                .unwrap()
-                .unwrap(),
-            TargetAddr::Ip("192.0.2.1:80".parse().unwrap())
-        );
-        assert!(parse("CONNECT a:1 HTTP/1.1\r\nHost: a\r\n")
-            .unwrap()
-            .is_none());
-    }
-
-    #[test]
-    fn refusals() {
-        let e = |s: &str| parse(s).unwrap_err();
-        assert!(matches!(
-            e("CONNECT example.com HTTP/1.1\r\n\r\n"),
-            HttpError::MissingPort
-        ));
-        assert!(matches!(
-            e("CONNECT example.com: HTTP/1.1\r\n\r\n"),
-            HttpError::MissingPort
-        ));
-        assert!(matches!(
-            e("CONNECT [::1] HTTP/1.1\r\n\r\n"),
-            HttpError::MissingPort
-        ));
-        assert!(matches!(
-            e("CONNECT a:0 HTTP/1.1\r\n\r\n"),
-            HttpError::BadPort
-        ));
-        assert!(matches!(
-            e("CONNECT a:65536 HTTP/1.1\r\n\r\n"),
-            HttpError::BadPort
-        ));
-        assert!(matches!(
-            e("CONNECT a:8x HTTP/1.1\r\n\r\n"),
-            HttpError::BadPort
-        ));
-        assert!(matches!(
-            e("CONNECT ::1:80 HTTP/1.1\r\n\r\n"),
-            HttpError::BadHost(_)
-        ));
-        assert!(matches!(
-            e("CONNECT [zz]:80 HTTP/1.1\r\n\r\n"),
-            HttpError::BadHost(_)
-        ));
-        assert!(matches!(
-            e("CONNECT u@h:80 HTTP/1.1\r\n\r\n"),
-            HttpError::BadHost(_)
-        ));
-        assert!(matches!(
-            e("GET http://a/ HTTP/1.1\r\n\r\n"),
-            HttpError::MethodNotAllowed(_)
-        ));
-        assert!(matches!(
-            e("CONNECT a:1 HTTP/2.0\r\n\r\n"),
-            HttpError::UnsupportedVersion
-        ));
-        assert!(matches!(e("\x16\x03\x01\x02\n\n"), HttpError::Malformed(_)));
-        assert!(matches!(
-            e("CONNECT a:1 HTTP/1.1\r\n folded\r\n\r\n"),
-            HttpError::Malformed(_)
-        ));
-        assert!(matches!(
-            e("CONNECT a:1 HTTP/1.1\r\nNo colon\r\n\r\n"),
-            HttpError::Malformed(_)
-        ));
-        let many = format!("CONNECT a:1 HTTP/1.1\r\n{}\r\n", "X: y\r\n".repeat(101));
-        assert!(matches!(e(&many), HttpError::TooManyHeaders { limit: 100 }));
-        let big = format!("CONNECT a:1 HTTP/1.1\r\nX: {}\r\n\r\n", "y".repeat(9000));
-        assert!(matches!(e(&big), HttpError::HeadTooLarge { .. }));
-    }
-
-    #[test]
-    fn safe_reads_never_pass_the_blank_line() {
-        let head = b"CONNECT a:1 HTTP/1.1\r\nX: y\r\n\r\nTAIL";
-        let mut buf = Vec::new();
-        let mut at = 0;
-        while !ends_with_blank_line(&buf) {
-            let n = safe_read_len(&buf);
-            buf.extend_from_slice(&head[at..at + n]);
-            at += n;
-        }
-        assert_eq!(&head[at..], b"TAIL");
-    }
-}
+#[path = "http_tests.rs"]
+mod tests;

@@ -10,7 +10,9 @@
 //! - [`target`]: the stream-open header and its reply, [`ReplyCode`],
 //! - [`datagram`]: the DATAGRAM-frame payload carrying proxied UDP,
 //! - [`socks5`]: the SOCKS5 handshake (RFC 1928/1929) and the SOCKS5 UDP header,
-//! - [`http`]: the HTTP/1.1 CONNECT handshake,
+//! - [`http`]: the HTTP/1.1 proxy handshake (CONNECT and absolute-form `http://` requests),
+//! - `forward`: rewriting an absolute-form request for the origin; `http_reply`: the HTTP
+//!   proxy's responses (re-exported from [`http`]),
 //! - [`auth`]: credentials, constant-time comparison, HTTP Basic,
 //! - [`limits`]: connection limits, handshake and idle timeouts, accept backoff.
 //!
@@ -24,7 +26,9 @@
 pub mod addr;
 pub mod auth;
 pub mod datagram;
+mod forward;
 pub mod http;
+mod http_reply;
 pub mod limits;
 pub mod socks5;
 pub mod target;

@@ -83,3 +83,54 @@ fn dashboard(d: Option<&braid_ops::dashboard::DashboardConfig>) -> String {
         Some(d) => format!("{} (no token)", d.addr),
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::run;
+    use std::path::Path;
+
+    fn config(dir: &Path, name: &str, text: String) -> std::path::PathBuf {
+        let p = dir.join(name);
+        std::fs::write(&p, text).unwrap();
+        p
+    }
+
+    /// Issue 24: `check-config` passed a public key given as `key` (after advising
+    /// `chmod 600` on it) and a private key given as `server_pub`.
+    #[test]
+    fn check_config_refuses_key_files_of_the_wrong_kind() {
+        let dir = tempfile::tempdir().unwrap();
+        let d = dir.path();
+        for k in ["s", "a"] {
+            braid_crypto::write_keypair(d.join(k)).unwrap();
+        }
+        let f = |n: &str| d.join(n).display().to_string();
+        let agent = |pub_file: &str, key_file: &str| {
+            format!(
+                "server = \"127.0.0.1:4433\"\nserver_pub = \"{}\"\nkey = \"{}\"\npath = [\"lo=127.0.0.1\"]\nsocks = \"127.0.0.1:0\"\n",
+                f(pub_file),
+                f(key_file)
+            )
+        };
+        let ok = config(d, "ok.toml", agent("s.pub", "a.key"));
+        run(&ok, None).unwrap();
+        let msg = |p: &Path| format!("{:#}", run(p, None).unwrap_err());
+        let e = msg(&config(d, "pub-as-key.toml", agent("s.pub", "a.pub")));
+        assert!(
+            e.contains("a.pub: this is a public key file") && e.contains(&f("a.key")),
+            "{e}"
+        );
+        let e = msg(&config(d, "key-as-pub.toml", agent("s.key", "a.key")));
+        assert!(
+            e.contains("s.key: this is a private key file") && e.contains(&f("s.pub")),
+            "{e}"
+        );
+        let server = format!(
+            "listen = \"127.0.0.1:4433\"\nkey = \"{}\"\nauthorized = \"{}\"\n",
+            f("s.pub"),
+            f("a.pub")
+        );
+        let e = msg(&config(d, "server.toml", server));
+        assert!(e.contains("s.pub: this is a public key file"), "{e}");
+    }
+}

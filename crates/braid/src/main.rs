@@ -57,7 +57,7 @@ enum Command {
     Keygen(net::KeygenArgs),
     /// Run the server proxy: accepts agents, talks plain TCP to legacy servers.
     Server(Box<net::ServerArgs>),
-    /// Run the agent on the multi-homed device: SOCKS5 and HTTP CONNECT over every path.
+    /// Run the agent on the multi-homed device: SOCKS5 and an HTTP proxy over every path.
     Agent(Box<net::AgentArgs>),
     /// Show what a running agent or server does: paths, sessions, streams (its control
     /// socket).
@@ -248,4 +248,59 @@ pub(crate) fn print_report(report: &braid_sim::Report, json: bool) -> Result<()>
         print!("{}", report.table());
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::Cli;
+    use clap::CommandFactory;
+    use std::collections::BTreeSet;
+
+    /// Issue 24: `braid server --resolver`'s help named an agent `--dns` flag that does not
+    /// exist. Every `--flag` a help text names must be a flag of some braid command.
+    #[test]
+    fn help_texts_name_only_flags_that_exist() {
+        let cli = Cli::command();
+        let mut commands = vec![cli.clone()];
+        let mut all = Vec::new();
+        while let Some(c) = commands.pop() {
+            commands.extend(c.get_subcommands().cloned());
+            all.push(c);
+        }
+        let flags: BTreeSet<String> = all
+            .iter()
+            .flat_map(|c| c.get_arguments())
+            .filter_map(|a| a.get_long().map(str::to_string))
+            .chain(["help", "version"].map(String::from))
+            .collect();
+        let mut unknown = Vec::new();
+        for c in &all {
+            for a in c.get_arguments() {
+                let help = [a.get_help(), a.get_long_help()]
+                    .into_iter()
+                    .flatten()
+                    .map(|h| h.to_string())
+                    .collect::<Vec<_>>()
+                    .join(" ");
+                for (i, _) in help.match_indices("--") {
+                    let name: String = help[i + 2..]
+                        .chars()
+                        .take_while(|ch| ch.is_ascii_alphanumeric() || *ch == '-')
+                        .collect();
+                    let name = name.trim_end_matches('-');
+                    if !name.is_empty() && !flags.contains(name) {
+                        unknown.push(format!(
+                            "{} --{}: --{name}",
+                            c.get_name(),
+                            a.get_long().unwrap_or("?")
+                        ));
+                    }
+                }
+            }
+        }
+        assert!(
+            unknown.is_empty(),
+            "help names flags that do not exist: {unknown:?}"
+        );
+    }
 }

@@ -80,8 +80,8 @@ pub struct ServerArgs {
     /// answer and sends every path of its session there (docs/deployment.md).
     #[arg(long, value_name = "ADDR:PORT")]
     pub unicast: Option<String>,
-    /// The DNS resolver agents' queries go to (TUN mode's port-53 traffic and the agent's
-    /// --dns) [default: the first nameserver in /etc/resolv.conf].
+    /// The DNS resolver agents' queries go to (the port-53 traffic of agents in TUN mode)
+    /// [default: the first nameserver in /etc/resolv.conf].
     #[arg(long, value_name = "ADDR:PORT")]
     pub resolver: Option<SocketAddr>,
     /// The packet cipher: auto (AES-256-GCM first where the CPU has AES instructions, else
@@ -131,7 +131,8 @@ pub struct AgentArgs {
     /// SOCKS5 proxy listen address, like 127.0.0.1:1080.
     #[arg(long, value_name = "ADDR:PORT")]
     pub socks: Option<SocketAddr>,
-    /// HTTP CONNECT proxy listen address, like 127.0.0.1:8080.
+    /// HTTP proxy listen address, like 127.0.0.1:8080: CONNECT (https and any TCP) and plain
+    /// http:// requests (`curl -x`).
     #[arg(long, value_name = "ADDR:PORT")]
     pub http: Option<SocketAddr>,
     /// TUN mode: create this device and carry every application through it, no proxy
@@ -268,9 +269,11 @@ fn init_logging(level: Option<&str>) -> Result<()> {
     let filter = tracing_subscriber::EnvFilter::try_from_env("BRAID_LOG").unwrap_or_else(|_| {
         tracing_subscriber::EnvFilter::new(format!("braid={level},braid_net={level}"))
     });
+    // Colour codes only for a person at a terminal: not into files, pipes or the journal.
     let _ = tracing_subscriber::fmt()
         .with_env_filter(filter)
         .with_writer(std::io::stderr)
+        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
         .try_init();
     Ok(())
 }

@@ -100,6 +100,40 @@ fn private_key_readable_by_others_is_refused() {
     read_private_key(&key).unwrap();
 }
 
+/// Issue 24: a public key given as a private `key` passed (after advice to `chmod 600` it),
+/// and a private key given as `server_pub` passed too.
+#[test]
+fn a_key_file_of_the_wrong_kind_is_refused_saying_which_file_to_give() {
+    let dir = tempfile::tempdir().unwrap();
+    let (key, public) = write_keypair(dir.path().join("agent")).unwrap();
+    for mode in [0o644, 0o600] {
+        fs::set_permissions(&public, fs::Permissions::from_mode(mode)).unwrap();
+        let e = read_private_key(&public).unwrap_err();
+        assert!(matches!(e, KeyError::WrongKind { .. }), "{e:?}");
+        let msg = e.to_string();
+        assert!(
+            msg.contains("agent.pub: this is a public key file")
+                && msg.contains("private key belongs here")
+                && msg.contains(&key.display().to_string())
+                && !msg.contains("chmod"),
+            "{msg}"
+        );
+    }
+    let e = read_public_key(&key).unwrap_err();
+    let msg = e.to_string();
+    assert!(
+        msg.contains("agent.key: this is a private key file")
+            && msg.contains("public key belongs here")
+            && msg.contains(&public.display().to_string()),
+        "{msg}"
+    );
+    // The right kinds still load.
+    assert_eq!(
+        read_private_key(&key).unwrap().public(),
+        read_public_key(&public).unwrap()
+    );
+}
+
 #[test]
 fn malformed_key_files_are_refused_with_file_and_line() {
     let dir = tempfile::tempdir().unwrap();

@@ -26,7 +26,7 @@ use bytes::Bytes;
 use std::collections::HashMap;
 use std::io;
 use std::net::SocketAddr;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
@@ -407,6 +407,18 @@ impl Relay {
         }
     }
 
+    /// Sends `data` to the target ahead of the relay (the HTTP proxy's rewritten request
+    /// head for a plain-HTTP request).
+    pub async fn send(&mut self, data: &[u8]) -> Result<(), String> {
+        match self {
+            Relay::Session(_, writer, _) => writer
+                .write(Bytes::copy_from_slice(data))
+                .await
+                .map_err(|_| "the session ended".to_string()),
+            Relay::Direct(d) => d.stream.write_all(data).await.map_err(|e| e.to_string()),
+        }
+    }
+
     /// [`Relay::run`] for an application side that is a byte stream other than a socket
     /// (TUN mode's connections); only a direct connection is relayed this way.
     pub async fn run_stream<S: AsyncRead + AsyncWrite + Send>(
@@ -513,10 +525,19 @@ pub(super) async fn measure(d: Arc<Direct>) {
 }
 
 /// Log and show the mode (session or direct) whenever it changes.
-pub(super) async fn watch_mode(mut session: SessionSlot, board: Arc<StatusBoard>, servers: usize) {
+/// Nothing is logged once the agent is `stopping`: its session's end is not a change of mode.
+pub(super) async fn watch_mode(
+    mut session: SessionSlot,
+    board: Arc<StatusBoard>,
+    servers: usize,
+    stopping: Arc<AtomicBool>,
+) {
     let mut shown = None;
     loop {
         let up = session.borrow().is_some();
+        if stopping.load(Ordering::SeqCst) {
+            return;
+        }
         if shown != Some(up) {
             shown = Some(up);
             if up {

@@ -1,4 +1,5 @@
-//! The agent's proxy front ends: SOCKS5 (CONNECT and UDP ASSOCIATE) and HTTP CONNECT.
+//! The agent's proxy front ends: SOCKS5 (CONNECT and UDP ASSOCIATE) and HTTP (CONNECT and
+//! plain-HTTP requests in absolute form).
 //! Each proxied TCP connection becomes one stream of the current session, each UDP
 //! association one datagram flow; in direct mode (no session up) a direct connection or
 //! flow instead (`direct::open_tcp`, `direct_udp`).
@@ -9,6 +10,7 @@
 
 use super::Shared;
 use crate::bridge::{Cmd, StreamMsg, StreamReader, StreamWriter};
+use braid_proxy::http::{self, ProxyRequest};
 use braid_proxy::socks5::{self, SocksRequest};
 use braid_proxy::target::{self, ReplyCode};
 use braid_proxy::{datagram, AcceptBackoff, TargetAddr};
@@ -27,7 +29,7 @@ use tracing::{debug, info, warn};
 pub(super) enum Front {
     /// SOCKS5.
     Socks,
-    /// HTTP CONNECT.
+    /// The HTTP proxy (CONNECT and plain http:// requests).
     Http,
     /// Connections nftables redirected (`redirect`).
     Redirect,
@@ -224,28 +226,42 @@ async fn socks_conn(mut tcp: TcpStream, shared: &Shared) -> Result<(), String> {
     }
 }
 
+/// An HTTP proxy connection: CONNECT (answered 200, then relayed) or a plain-HTTP request
+/// in absolute form (its rewritten head sent to the origin, then relayed: the origin's
+/// response is the answer).
 async fn http_conn(mut tcp: TcpStream, shared: &Shared) -> Result<(), String> {
-    let target = braid_proxy::http::accept_connect(&mut tcp, &shared.cfg.http_limits)
+    let req = http::accept(&mut tcp, &shared.cfg.http_limits)
         .await
         .map_err(|e| e.to_string())?;
-    match super::direct::open_tcp(shared, &target).await {
-        Ok(relay) => {
-            braid_proxy::http::respond_ok(&mut tcp)
-                .await
-                .map_err(|e| e.to_string())?;
-            let conn = shared
-                .board
-                .open("http", peer_of(&tcp), target.to_string(), None);
-            relay
-                .run(tcp, &conn, shared.cfg.proxy_limits.idle_timeout)
-                .await;
-            Ok(())
-        }
+    let (target, head) = match req {
+        ProxyRequest::Connect(target) => (target, None),
+        ProxyRequest::Forward { target, head } => (target, Some(head)),
+    };
+    let what = if head.is_some() {
+        "plain HTTP to"
+    } else {
+        "CONNECT"
+    };
+    let mut relay = match super::direct::open_tcp(shared, &target).await {
+        Ok(relay) => relay,
         Err(code) => {
-            let _ = braid_proxy::http::respond_error(&mut tcp, code).await;
-            Err(format!("CONNECT {target}: {code}"))
+            let _ = http::respond_error(&mut tcp, code).await;
+            return Err(format!("{what} {target}: {code}"));
         }
+    };
+    match &head {
+        Some(head) => relay.send(head).await?,
+        None => http::respond_ok(&mut tcp)
+            .await
+            .map_err(|e| e.to_string())?,
     }
+    let conn = shared
+        .board
+        .open("http", peer_of(&tcp), target.to_string(), None);
+    relay
+        .run(tcp, &conn, shared.cfg.proxy_limits.idle_timeout)
+        .await;
+    Ok(())
 }
 
 /// SOCKS5 UDP ASSOCIATE: a relay socket for the client, one datagram flow of the session;

@@ -1,5 +1,5 @@
 //! `braid agent`: the multi-homed side. It keeps one session to the server over every path
-//! the kernel offers and offers SOCKS5 and HTTP CONNECT ports to unmodified applications.
+//! the kernel offers and offers SOCKS5 and HTTP proxy ports to unmodified applications.
 //!
 //! Owns: the agent's configuration and its tasks. Submodules:
 //! - [`handshake`]: the handshake, sent on every available path (first answer wins);
@@ -47,7 +47,7 @@ use front::Front;
 use std::collections::HashMap;
 use std::net::SocketAddr;
 use std::path::PathBuf;
-use std::sync::atomic::AtomicU32;
+use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 use tokio::net::TcpListener;
@@ -250,6 +250,9 @@ struct Shared {
     board: Arc<StatusBoard>,
     /// Direct mode's state (`None`: direct mode off).
     direct: Option<Arc<direct::Direct>>,
+    /// Set by [`Agent::shutdown`] before it closes the session: the session's end is then
+    /// a clean stop, not a loss to reconnect from (no WARN, no switch to direct mode).
+    stopping: Arc<AtomicBool>,
 }
 
 /// Where a configured path stands in the current session.
@@ -275,6 +278,7 @@ pub struct Agent {
     board: Arc<StatusBoard>,
     keys: Arc<KeyStats>,
     tasks: Vec<tokio::task::JoinHandle<()>>,
+    stopping: Arc<AtomicBool>,
 }
 
 impl Drop for Agent {
@@ -319,12 +323,14 @@ impl Agent {
         let (tx, rx) = watch::channel(None);
         let mut tasks = Vec::new();
         let direct = direct_on.then(|| direct::Direct::new(&cfg));
+        let stopping = Arc::new(AtomicBool::new(false));
         if let Some(d) = &direct {
             tasks.push(tokio::spawn(direct::measure(d.clone())));
             tasks.push(tokio::spawn(direct::watch_mode(
                 rx.clone(),
                 board.clone(),
                 cfg.servers.len(),
+                stopping.clone(),
             )));
         }
         let shared = Shared {
@@ -334,6 +340,7 @@ impl Agent {
             cfg: cfg.clone(),
             board: board.clone(),
             direct,
+            stopping: stopping.clone(),
         };
         let mut socks = None;
         if let Some(addr) = cfg.socks {
@@ -353,11 +360,11 @@ impl Agent {
             let l = TcpListener::bind(addr).await.map_err(|e| {
                 std::io::Error::new(
                     e.kind(),
-                    format!("cannot listen for HTTP CONNECT on {addr}: {e}"),
+                    format!("cannot listen for the HTTP proxy on {addr}: {e}"),
                 )
             })?;
             http = Some(l.local_addr()?);
-            info!(listen = %l.local_addr()?, "HTTP CONNECT proxy ready");
+            info!(listen = %l.local_addr()?, "HTTP proxy ready (CONNECT and plain http://)");
             tasks.push(tokio::spawn(front::accept_loop(
                 l,
                 shared.clone(),
@@ -414,6 +421,7 @@ impl Agent {
             board,
             keys,
             tasks,
+            stopping,
         })
     }
 
@@ -452,6 +460,7 @@ impl Agent {
     /// listeners close, proxied connections end). The cap ledger was saved when the
     /// session ended. Returns false if the session did not close in time.
     pub async fn shutdown(mut self, timeout: Duration) -> bool {
+        self.stopping.store(true, Ordering::SeqCst);
         let cmd = self.established.borrow().clone();
         let closed = match cmd {
             Some(cmd) => {

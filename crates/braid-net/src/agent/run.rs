@@ -155,6 +155,10 @@ pub(super) async fn keep_session(
         let (reason, replacement) = r.run_session(est, &tx, &shared).await;
         let _ = tx.send(None);
         shared.board.session_ended();
+        if shared.stopping.load(std::sync::atomic::Ordering::SeqCst) {
+            info!("session closed ({reason}): the agent is stopping");
+            return;
+        }
         next = replacement;
         if next.is_some() {
             warn!("session ended ({reason}); switching to the new session");

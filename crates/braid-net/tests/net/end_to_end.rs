@@ -88,6 +88,89 @@ async fn upload_through_http_connect() {
     assert_eq!(String::from_utf8_lossy(&got), sha(&data));
 }
 
+/// Issue 24: a plain `http://` request through the HTTP proxy (absolute form, what
+/// `curl -x` sends without `-p`) was answered 405. Now it is carried over the session:
+/// a download and an upload arrive intact, and the origin sees the request in origin form
+/// without the proxy's headers.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn plain_http_through_the_http_proxy_was_405_and_is_now_forwarded() {
+    let rig = rig().await;
+    let http = rig.agent.http.unwrap();
+    let data = body(1 << 20);
+    let web = http_server(Arc::new(data.clone())).await;
+    let proxy = |tail: Vec<String>| {
+        let mut a: Vec<String> = vec!["-sS", "--max-time", "60", "-x"]
+            .into_iter()
+            .map(String::from)
+            .collect();
+        a.push(format!("http://{http}"));
+        a.extend(tail);
+        a
+    };
+    let got = curl(proxy(vec![format!("http://{web}/file")])).await;
+    assert_eq!(sha(&got), sha(&data));
+    let file = std::env::temp_dir().join(format!("braid-plain-put-{}", std::process::id()));
+    std::fs::write(&file, &data).unwrap();
+    let got = curl(proxy(vec![
+        "-T".into(),
+        file.display().to_string(),
+        format!("http://{web}/upload"),
+    ]))
+    .await;
+    let _ = std::fs::remove_file(&file);
+    assert_eq!(String::from_utf8_lossy(&got), sha(&data));
+
+    // What the origin receives.
+    let origin = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let at = origin.local_addr().unwrap();
+    let seen = tokio::spawn(async move {
+        let (mut s, _) = origin.accept().await.unwrap();
+        let mut head = Vec::new();
+        let mut b = [0u8; 1];
+        while !head.ends_with(b"\r\n\r\n") {
+            s.read_exact(&mut b).await.unwrap();
+            head.push(b[0]);
+        }
+        s.write_all(b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok")
+            .await
+            .unwrap();
+        String::from_utf8(head).unwrap()
+    });
+    let got = curl(proxy(vec![format!("http://{at}/p?q=1")])).await;
+    assert_eq!(got, b"ok");
+    let head = seen.await.unwrap();
+    assert!(head.starts_with("GET /p?q=1 HTTP/1.1\r\n"), "{head}");
+    assert!(head.contains(&format!("Host: {at}\r\n")), "{head}");
+    assert!(!head.to_ascii_lowercase().contains("proxy-"), "{head}");
+}
+
+/// The same in direct mode (no server): the rewritten head goes down the direct connection.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn plain_http_through_the_http_proxy_in_direct_mode() {
+    use braid_net::agent::{Agent, AgentConfig, AgentPath};
+    let mut cfg = AgentConfig::direct_only(vec![AgentPath::new(
+        "lo",
+        braid_net::udp::PathBind::Address("127.0.0.1".parse().unwrap()),
+    )])
+    .unwrap();
+    cfg.http = Some("127.0.0.1:0".parse().unwrap());
+    let agent = Agent::start(cfg).await.unwrap();
+    let data = body(256 << 10);
+    let web = http_server(Arc::new(data.clone())).await;
+    let got = curl(vec![
+        "-sS".into(),
+        "--max-time".into(),
+        "20".into(),
+        "-x".into(),
+        format!("http://{}", agent.http.unwrap()),
+        format!("http://{web}/file"),
+    ])
+    .await;
+    assert_eq!(sha(&got), sha(&data));
+    let s = agent.status().snapshot();
+    assert_eq!(s.mode.as_deref(), Some("direct"), "{s:?}");
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn udp_associate_echoes_every_datagram_intact() {
     let rig = rig().await;

@@ -1,8 +1,9 @@
-//! HTTP CONNECT handshake tests over in-memory duplex streams.
+//! HTTP proxy handshake tests (CONNECT and absolute-form requests) over in-memory duplex
+//! streams.
 
 use std::time::Duration;
 
-use braid_proxy::http::{accept_connect, respond_error, respond_ok, HttpError, HttpLimits};
+use braid_proxy::http::{accept, respond_error, respond_ok, HttpError, HttpLimits, ProxyRequest};
 use braid_proxy::{Credentials, ReplyCode, TargetAddr};
 use tokio::io::{duplex, AsyncReadExt, AsyncWriteExt, DuplexStream};
 
@@ -13,8 +14,19 @@ fn limits() -> HttpLimits {
     }
 }
 
-/// Writes `input` (then EOF when `eof`), runs `accept_connect`, returns its result, what the
-/// server sent within 50 ms, and both ends.
+/// [`accept`] for a CONNECT: its target.
+async fn accept_connect(
+    server: &mut DuplexStream,
+    limits: &HttpLimits,
+) -> Result<TargetAddr, HttpError> {
+    accept(server, limits).await.map(|r| match r {
+        ProxyRequest::Connect(t) => t,
+        other => panic!("not a CONNECT: {other:?}"),
+    })
+}
+
+/// Writes `input` (then EOF when `eof`), runs `accept` for a CONNECT, returns its result,
+/// what the server sent within 50 ms, and both ends.
 async fn run(
     input: &[u8],
     limits: &HttpLimits,
@@ -90,8 +102,8 @@ async fn bytes_after_the_head_stay_in_the_stream() {
 }
 
 #[tokio::test]
-async fn get_is_405() {
-    let req = b"GET http://example.com/ HTTP/1.1\r\nHost: example.com\r\n\r\n";
+async fn origin_form_get_is_405() {
+    let req = b"GET /index.html HTTP/1.1\r\nHost: example.com\r\n\r\n";
     let (res, out, _, _) = run(req, &limits(), false).await;
     assert!(
         matches!(res, Err(HttpError::MethodNotAllowed(ref m)) if m == "GET"),
@@ -103,8 +115,65 @@ async fn get_is_405() {
     );
     assert!(out.contains("Allow: CONNECT\r\n"), "{out}");
     let body = out.split("\r\n\r\n").nth(1).unwrap();
-    assert!(body.starts_with("only CONNECT is supported"), "{body}");
+    assert!(
+        body.starts_with("only CONNECT and requests for absolute http://"),
+        "{body}"
+    );
     assert_eq!(body.lines().count(), 1);
+}
+
+/// Issue 24: `curl -x` sends plain-HTTP requests in absolute form; they got 405.
+#[tokio::test]
+async fn absolute_form_get_was_405_and_is_now_forwarded_in_origin_form() {
+    let req = b"POST http://example.com:8080/up?x=1 HTTP/1.1\r\nHost: example.com:8080\r\n\
+        Proxy-Connection: Keep-Alive\r\nProxy-Authorization: Basic dTpw\r\nContent-Length: 4\r\n\
+        \r\nbody";
+    let (mut client, mut server) = duplex(64 * 1024);
+    client.write_all(req).await.unwrap();
+    client.shutdown().await.unwrap();
+    let res = accept(&mut server, &limits()).await.unwrap();
+    let ProxyRequest::Forward { target, head } = res else {
+        panic!("not forwarded: {res:?}");
+    };
+    assert_eq!(target, TargetAddr::domain("example.com", 8080).unwrap());
+    assert_eq!(
+        String::from_utf8(head).unwrap(),
+        "POST /up?x=1 HTTP/1.1\r\nHost: example.com:8080\r\nContent-Length: 4\r\n\
+         Connection: close\r\n\r\n"
+    );
+    assert!(read_some(&mut client).await.is_empty(), "nothing answered");
+    let mut rest = Vec::new();
+    server.read_to_end(&mut rest).await.unwrap();
+    assert_eq!(rest, b"body", "the body stays in the stream for the relay");
+
+    // No port in the URL: 80; an IPv6 literal.
+    let (mut client, mut server) = duplex(1024);
+    client
+        .write_all(b"GET http://[2001:db8::1] HTTP/1.0\r\n\r\n")
+        .await
+        .unwrap();
+    let res = accept(&mut server, &limits()).await.unwrap();
+    assert_eq!(
+        res,
+        ProxyRequest::Forward {
+            target: TargetAddr::Ip("[2001:db8::1]:80".parse().unwrap()),
+            head: b"GET / HTTP/1.0\r\nHost: [2001:db8::1]\r\nConnection: close\r\n\r\n".to_vec(),
+        }
+    );
+}
+
+#[tokio::test]
+async fn https_url_in_absolute_form_is_400() {
+    let (mut client, mut server) = duplex(1024);
+    client
+        .write_all(b"GET https://a.example/ HTTP/1.1\r\n\r\n")
+        .await
+        .unwrap();
+    let res = accept(&mut server, &limits()).await;
+    assert!(matches!(res, Err(HttpError::NotHttpUrl)), "{res:?}");
+    let out = read_some(&mut client).await;
+    assert!(out.starts_with("HTTP/1.1 400 "), "{out}");
+    assert!(out.contains("CONNECT"), "{out}");
 }
 
 #[tokio::test]

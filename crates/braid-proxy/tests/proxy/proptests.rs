@@ -146,7 +146,7 @@ proptest! {
             client.write_all(&bytes).await.unwrap();
             client.shutdown().await.unwrap();
             let limits = HttpLimits { timeout: Duration::from_secs(1), ..HttpLimits::default() };
-            let _ = braid_proxy::http::accept_connect(&mut server, &limits).await;
+            let _ = braid_proxy::http::accept(&mut server, &limits).await;
         });
     }
 }

@@ -245,3 +245,56 @@ fn sighup_reloads_authorized_keys_keeping_listed_sessions_and_ending_removed_one
     assert_eq!(v["sessions"][0]["agent_key_fingerprint"], a_fp);
     assert!(v["handshakes_refused"].as_u64().unwrap() >= 1, "{v}");
 }
+
+/// Issue 24: a clean stop logged a WARN "session ended (...); reconnecting" and then
+/// "mode: direct", and the log carried ANSI colour codes into files and the journal. Here
+/// stderr is a pipe, as under systemd: no colour codes, and SIGTERM ends with neither line.
+#[test]
+fn sigterm_logs_no_reconnecting_and_no_direct_mode_and_no_colour_codes_into_a_pipe() {
+    let s = server();
+    let d = s.dir.path();
+    let sock = d.join("agent-log.sock");
+    let mut a = Proc(
+        Command::new(BRAID)
+            .args([
+                "agent",
+                "--server",
+                &s.addr,
+                "--server-pub",
+                &p(d, "s.pub"),
+                "--key",
+                &p(d, "a.key"),
+                "--path",
+                "lo=127.0.0.1",
+                "--socks",
+                "127.0.0.1:0",
+                "--control",
+                sock.to_str().unwrap(),
+            ])
+            .env_remove("BRAID_LOG")
+            .env_remove("NO_COLOR")
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap(),
+    );
+    until(&sock, Duration::from_secs(5), "agent session", |v| {
+        v["session"].is_object() && v["paths"][0]["state"] == "active"
+    });
+    a.signal(libc::SIGTERM);
+    assert_eq!(
+        a.exit_within(Duration::from_secs(3)),
+        Some(0),
+        "exit status"
+    );
+    let mut log = String::new();
+    std::io::Read::read_to_string(&mut a.0.stderr.take().unwrap(), &mut log).unwrap();
+    assert!(log.contains("mode: session"), "the log is captured: {log}");
+    let (_, stop) = log
+        .split_once("shutting down: closing")
+        .unwrap_or_else(|| panic!("no shutdown line: {log}"));
+    assert!(!log.contains('\x1b'), "colour codes in a pipe: {log:?}");
+    assert!(!stop.contains("WARN"), "a clean stop warns: {stop}");
+    assert!(!stop.contains("reconnecting"), "{stop}");
+    assert!(!stop.contains("mode: direct"), "{stop}");
+}
