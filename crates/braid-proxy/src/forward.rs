@@ -15,7 +15,7 @@
 //!
 //! No-panic contract: both functions accept any byte slices.
 
-use crate::http::HttpError;
+use crate::http_error::HttpError;
 
 /// Headers the proxy consumes or that are hop-by-hop: never sent on to the origin.
 const DROPPED: [&[u8]; 5] = [

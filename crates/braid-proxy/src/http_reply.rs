@@ -9,7 +9,7 @@ use std::io;
 
 use tokio::io::{AsyncWrite, AsyncWriteExt};
 
-use crate::http::HttpError;
+use crate::http_error::HttpError;
 use crate::target::ReplyCode;
 
 /// Sends `HTTP/1.1 200 Connection established` and an empty line; the tunnel starts after.

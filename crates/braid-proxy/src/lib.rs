@@ -28,6 +28,7 @@ pub mod auth;
 pub mod datagram;
 mod forward;
 pub mod http;
+mod http_error;
 mod http_reply;
 pub mod limits;
 pub mod socks5;
