@@ -113,10 +113,10 @@ impl Session {
         let Some(p) = self.paths.get_mut(&for_path) else {
             return;
         };
-        if !p.ack_pending() {
+        if !p.recv.ack_pending() {
             return;
         }
-        let Some((ranges, delay, recv_us)) = p.ack_contents(now) else {
+        let Some((ranges, delay, recv_us)) = p.recv.ack_contents(now) else {
             return;
         };
         let stamp = self
@@ -129,7 +129,7 @@ impl Session {
                 path: for_path,
                 largest,
             });
-            p.on_ack_sent();
+            p.recv.on_ack_sent();
         }
     }
 
@@ -443,7 +443,7 @@ impl Session {
         let for_path = self
             .paths
             .values()
-            .find(|p| p.ack_due(now) && !p.abandoned)
+            .find(|p| p.recv.ack_due(now) && !p.abandoned)
             .map(|p| p.id)?;
         self.refresh_infos(now);
         let offload = self.offload_carrier(now, for_path);
@@ -454,7 +454,7 @@ impl Session {
         if !self.amplification_ok(carrier, 64) {
             // Cannot answer yet; forget the urgency, the ACK rides on a later packet.
             if let Some(p) = self.paths.get_mut(&for_path) {
-                p.on_ack_sent();
+                p.recv.on_ack_sent();
             }
             return None;
         }
@@ -582,7 +582,10 @@ impl Session {
             wrote.push(SentFrame::PathAbandon(pid));
         }
         while let Some(&pid) = self.pending.path_blackout.first() {
-            let largest = self.paths.get(&pid).map_or(0, |p| p.largest_received());
+            let largest = self
+                .paths
+                .get(&pid)
+                .map_or(0, |p| p.recv.largest_received());
             if emit::path_blackout(w, pid, largest).is_none() {
                 break;
             }
