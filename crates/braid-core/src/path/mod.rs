@@ -16,7 +16,6 @@ use crate::loss::LossDetector;
 use crate::pacer::Pacer;
 use crate::rtt::RttEstimator;
 use crate::sched::PathInfo;
-use crate::stream::StreamId;
 use crate::time::Instant;
 use crate::wire::{AckFrame, PathState};
 use smallvec::SmallVec;
@@ -30,116 +29,18 @@ mod detect;
 mod owd;
 mod rate;
 mod recv;
+mod sent;
+mod stats;
+mod timers;
+
+pub(crate) use sent::{SentFrame, SentPacket};
+pub use stats::{ip_kbps_to_payload_bytes, PathCost, PathStats, IP_UDP_OVERHEAD};
 
 /// Most packets declared lost that are remembered, so a late acknowledgement proves the
 /// declaration spurious.
 const MAX_DECLARED_LOST: usize = 4096;
 /// Most ranges in one ACK frame, and most kept in the receive history.
 pub(crate) const MAX_ACK_RANGES: usize = 32;
-
-/// A frame remembered in a sent packet, to act on when the packet is acked or lost.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum SentFrame {
-    Stream {
-        id: StreamId,
-        off: u64,
-        len: u32,
-        fin: bool,
-    },
-    Ack {
-        path: PathId,
-        largest: u64,
-    },
-    MaxData,
-    MaxStreamData(StreamId),
-    MaxStreams,
-    ResetStream(StreamId),
-    StopSending(StreamId),
-    PathStatus(PathId),
-    PathAbandon(PathId),
-    PathBlackout(PathId),
-    PathCost(PathId),
-    Hello,
-    PathChallenge(PathId),
-}
-
-/// A packet in flight (or an ack-only packet awaiting its fate).
-#[derive(Debug, Clone)]
-pub(crate) struct SentPacket {
-    /// The path it was sent on.
-    pub path: PathId,
-    /// Its packet number on that path.
-    pub pn: u64,
-    pub time_sent: Instant,
-    pub size: u32,
-    pub ack_eliciting: bool,
-    pub in_flight: bool,
-    pub frames: SmallVec<[SentFrame; 3]>,
-    /// The path's delivery state when it was sent (rate samples).
-    pub(crate) stamp: rate::Stamp,
-    /// Its stream data was already queued on other paths after a probe timeout.
-    pub reinjected: bool,
-    /// Declared lost and judged a random (not a congestion) loss: the window was kept.
-    pub random_loss: bool,
-    /// The loss episode it was declared lost in (0: none).
-    episode: u64,
-}
-
-/// Counters of one path, for reports.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-pub struct PathStats {
-    /// Packets sent.
-    pub packets_sent: u64,
-    /// UDP payload bytes sent.
-    pub bytes_sent: u64,
-    /// Packets received.
-    pub packets_received: u64,
-    /// UDP payload bytes received.
-    pub bytes_received: u64,
-    /// Packets declared lost.
-    pub packets_lost: u64,
-    /// Stream bytes sent that had been sent before (on any path).
-    pub retransmitted_bytes: u64,
-    /// Stream bytes sent for the first time.
-    pub stream_bytes_sent: u64,
-    /// Probe timeouts.
-    pub ptos: u64,
-    /// Congestion window now.
-    pub cwnd: u64,
-    /// Smoothed RTT now, microseconds.
-    pub srtt_us: u64,
-    /// Losses judged random (isolated, no queue build-up): the window was not cut.
-    pub random_losses: u64,
-    /// Blackouts confirmed on this path or reported by the peer (the path was frozen).
-    pub blackouts: u64,
-    /// Acknowledgements of this path carried on another path's uplink (ACK offload).
-    pub acks_offloaded: u64,
-    /// Packets declared lost and acknowledged after all (reordering, not loss).
-    pub spurious_losses: u64,
-    /// Window cuts undone because every loss behind them proved spurious.
-    pub undone_cuts: u64,
-    /// The packet threshold of loss detection now (raised by reordering).
-    pub packet_threshold: u64,
-}
-
-/// What using a path costs, as set locally or told by the peer (PATH_COST).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
-pub struct PathCost {
-    /// Power the interface draws while active, above its idle power, milliwatts.
-    pub power_mw: u64,
-    /// The path's rate if known, kbit/s at the IP layer (0: unknown, estimate it).
-    pub rate_kbps: u64,
-}
-
-/// IPv4 and UDP headers, which a rate given at the IP layer also carries.
-pub const IP_UDP_OVERHEAD: u64 = 28;
-
-/// A rate at the IP layer (kbit/s) as UDP payload bytes per second for full-size packets
-/// of `mss` bytes, the unit the session counts in.
-pub fn ip_kbps_to_payload_bytes(kbps: u64, mss: u64) -> u64 {
-    let bytes = kbps as u128 * 1000 / 8 * mss as u128 / (mss + IP_UDP_OVERHEAD) as u128;
-    u64::try_from(bytes).unwrap_or(u64::MAX)
-}
 
 /// One path.
 #[derive(Debug)]
@@ -614,53 +515,6 @@ impl Path {
         }
     }
 
-    /// When an acknowledgement of our oldest ack-eliciting packet in flight was due
-    /// (`None` when nothing of ours is in flight).
-    pub(crate) fn ack_expected(&self, max_ack_delay: Duration) -> Option<Instant> {
-        if self.ack_eliciting_in_flight == 0 {
-            return None;
-        }
-        let oldest = self
-            .sent
-            .iter()
-            .flatten()
-            .find(|p| p.in_flight && p.ack_eliciting)?;
-        Some(oldest.time_sent + self.blackout_wait(max_ack_delay))
-    }
-
-    /// How long an answer (an acknowledgement, a probe's reply) may take before the blackout
-    /// watch suspects the path: the probe-timeout base, but at most four minimum RTTs (at
-    /// least a second). A path that held packets in a queue while it carried nothing (out
-    /// of WiFi range) comes back with a smoothed RTT of seconds; waiting that long to
-    /// notice its next outage once left a transfer's last bytes on it for a minute.
-    pub(crate) fn blackout_wait(&self, max_ack_delay: Duration) -> Duration {
-        let base = self.rtt.pto_base(max_ack_delay);
-        if !self.rtt.has_sample() {
-            return base;
-        }
-        base.min((self.rtt.min() * 4 + max_ack_delay).max(Duration::from_secs(1)))
-    }
-
-    /// A blackout froze the path: forget every packet in flight without a congestion
-    /// signal (their frames are returned for resending elsewhere) and without backing off
-    /// the probe timer, so the path resumes with the window and timers it had.
-    /// Returns false when the path was frozen already (the drain is repeated regardless).
-    pub(crate) fn freeze(&mut self, now: Instant, out: &mut Vec<SentPacket>) -> bool {
-        let newly = self.watch.freeze(now);
-        self.drain_all(out);
-        self.pto_count = 0;
-        self.last_pto = None;
-        self.probes_due = 0;
-        newly
-    }
-
-    /// The first packet after a blackout arrived: sending resumes at the previous rate.
-    pub(crate) fn on_unfrozen(&mut self, now: Instant) {
-        self.pto_count = 0;
-        self.last_pto = None;
-        self.refresh_pacer(now);
-    }
-
     /// Packets received per second lately (0 when the path went quiet).
     pub(crate) fn rx_rate(&self, now: Instant) -> f64 {
         let rtt = self.rtt.smoothed().as_secs_f64().max(1e-6);
@@ -697,41 +551,6 @@ impl Path {
                 out.extend(p.frames.iter().copied());
             }
         }
-    }
-
-    /// The loss-detection timer: the time-threshold deadline, or the probe timeout.
-    pub(crate) fn loss_timer(&self, cfg: &Config) -> Option<Instant> {
-        if let Some(t) = self.loss_time {
-            return Some(t);
-        }
-        if self.ack_eliciting_in_flight == 0 {
-            return None;
-        }
-        // Counted from the last probe timeout too, so a timeout whose probe could not be
-        // sent (anti-amplification) does not fire again at once.
-        let from = self
-            .last_ack_eliciting_sent?
-            .max(self.last_pto.unwrap_or(Instant::ZERO));
-        Some(from + self.pto_duration(cfg))
-    }
-
-    pub(crate) fn pto_duration(&self, cfg: &Config) -> Duration {
-        let base = self.rtt.pto_base(cfg.max_ack_delay);
-        let backed = base.saturating_mul(1u32 << self.pto_count.min(16));
-        backed.min(cfg.max_pto.max(base))
-    }
-
-    /// The loss-detection timer fired. Returns true when it was a probe timeout.
-    pub(crate) fn on_loss_timer(&mut self, now: Instant, lost: &mut Vec<SentPacket>) -> bool {
-        if self.loss_time.is_some_and(|t| t <= now) {
-            self.detect_lost(now, lost);
-            return false;
-        }
-        self.pto_count += 1;
-        self.last_pto = Some(now);
-        self.stats.ptos += 1;
-        self.probes_due = 2;
-        true
     }
 
     // ---- packets received -------------------------------------------------------------
