@@ -12,7 +12,7 @@
 //! any `t` at or after the start of the latest burst (the usual case: the end of a run);
 //! earlier `t` are clamped to that start.
 
-use crate::link::Nanos;
+use crate::time::Nanos;
 use serde::{Deserialize, Serialize};
 
 /// Interface power model (see `energy.rs`).

@@ -44,8 +44,7 @@ use std::collections::{BinaryHeap, VecDeque};
 
 mod medium;
 
-/// Virtual time in nanoseconds.
-pub type Nanos = u64;
+pub use crate::time::Nanos;
 
 /// How long after the original a duplicate arrives.
 pub const DUPLICATE_GAP: Nanos = 1_000;

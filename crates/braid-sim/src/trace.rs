@@ -8,7 +8,7 @@
 //! or scenario parsing (`scenario.rs`). Integrals are computed in exact integer
 //! "bit-nanoseconds" (rate in bit/s times nanoseconds) so serialisation times are exact.
 
-use crate::link::Nanos;
+use crate::time::Nanos;
 use serde::{Serialize, Serializer};
 use std::path::Path;
 use std::sync::Arc;

@@ -41,7 +41,7 @@
 //!
 //! Determinism: draws come from one `Rng` seeded by the path.
 
-use crate::link::Nanos;
+use crate::time::Nanos;
 use braid_core::Rng;
 use serde::Serialize;
 
