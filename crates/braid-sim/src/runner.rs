@@ -6,11 +6,13 @@
 //! efficiency, energy, per-path bytes). Must not touch: link behaviour or the protocol.
 
 use crate::latency::{IDLE_PROBE, PROBE_LOSS_AFTER};
-use crate::link::{Dir, Nanos};
+use crate::link::Dir;
 use crate::payload::{expected_digest, Checker, Generator};
 use crate::probe::{Phase, Probe, ProbeOnly, Probed};
 use crate::report::{PathResult, Report, RunResult};
+pub use crate::scenario::repetition_seed;
 use crate::scenario::{Direction, PathSpec, Scenario, ScenarioError, VariantKind, VariantSpec};
+use crate::time::Nanos;
 use crate::world::{App, Endpoints, Outcome, World};
 use braid_core::rng::splitmix64;
 use braid_core::{CcAlgorithm, Config, Event, PathId, SchedulerKind, Session, StreamId};
@@ -211,11 +213,6 @@ pub fn run_sweep(
         merged.wall_s += r.wall_s;
     }
     Ok(merged)
-}
-
-/// The seed of a repetition: the scenario seed plus the repetition number.
-pub fn repetition_seed(scn: &Scenario, repetition: u32) -> u64 {
-    scn.seed.wrapping_add(repetition as u64)
 }
 
 /// Build the world of a variant: only its paths, path id = index in the scenario.
