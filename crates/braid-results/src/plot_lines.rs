@@ -2,9 +2,9 @@
 //! (CDF) of the latency probe's round trips under load per variant.
 //!
 //! Owns: those two figures. Must not touch: the shared drawing helpers, colours and file
-//! writing (in [`crate::plot`]), the database, HTML.
+//! writing (in `canvas.rs`), the database, HTML.
 
-use crate::plot::{
+use crate::canvas::{
     colour, draw_legend, err_text, log_ticks, shorten, tick, write_both, Draw, Figure, FigureKind,
     HEIGHT, LEGEND_W, LIGHT_MANTISSAS,
 };
