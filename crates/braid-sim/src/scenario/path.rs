@@ -11,6 +11,9 @@ use crate::time::Nanos;
 use crate::units::{parse_duration, parse_size};
 use crate::wifi::{Standard, WifiSpec};
 
+/// Blackout intervals and the periodic schedule `(every, duration)`.
+type Blackouts = (Vec<(Nanos, Nanos)>, Option<(Nanos, Nanos)>);
+
 impl Resolver<'_> {
     pub(super) fn path(&mut self, i: usize, mut rp: RawPath) -> R<PathSpec> {
         let k = format!("path[{i}]");
@@ -41,6 +44,36 @@ impl Resolver<'_> {
             }
         }
         // Blackouts, shared by both directions.
+        let (blackouts, blackout_every) = self.blackouts(&k, &rp)?;
+        let up_raw = rp.up.take().unwrap_or_default();
+        let down_raw = rp.down.take().unwrap_or_default();
+        let mut down = self.direction(&k, "down", &rp, &down_raw, None)?;
+        let medium = if half_duplex {
+            Some(down.rate.clone())
+        } else {
+            None
+        };
+        let mut up = self.direction(&k, "up", &rp, &up_raw, medium.as_ref())?;
+        for l in [&mut up, &mut down] {
+            l.blackouts.clone_from(&blackouts);
+            l.blackout_every = blackout_every;
+        }
+        let wifi = self.wifi(&k, &rp, [&up, &down])?;
+        Ok(PathSpec {
+            name,
+            up,
+            down,
+            half_duplex,
+            frame_overhead,
+            wifi,
+            energy,
+            rate_hint,
+        })
+    }
+
+    /// A path's `[[path.blackouts]]` (sorted) and its periodic `blackout_every` with
+    /// `blackout_duration`.
+    fn blackouts(&self, k: &str, rp: &RawPath) -> R<Blackouts> {
         let mut blackouts = Vec::with_capacity(rp.blackouts.len());
         for (j, b) in rp.blackouts.iter().enumerate() {
             let bk = format!("{k}.blackouts[{j}]");
@@ -90,30 +123,7 @@ impl Resolver<'_> {
                 Some((every, dur))
             }
         };
-        let up_raw = rp.up.take().unwrap_or_default();
-        let down_raw = rp.down.take().unwrap_or_default();
-        let mut down = self.direction(&k, "down", &rp, &down_raw, None)?;
-        let medium = if half_duplex {
-            Some(down.rate.clone())
-        } else {
-            None
-        };
-        let mut up = self.direction(&k, "up", &rp, &up_raw, medium.as_ref())?;
-        for l in [&mut up, &mut down] {
-            l.blackouts.clone_from(&blackouts);
-            l.blackout_every = blackout_every;
-        }
-        let wifi = self.wifi(&k, &rp, [&up, &down])?;
-        Ok(PathSpec {
-            name,
-            up,
-            down,
-            half_duplex,
-            frame_overhead,
-            wifi,
-            energy,
-            rate_hint,
-        })
+        Ok((blackouts, blackout_every))
     }
 
     /// The `wifi` key: a standard, on a path that is not also `half_duplex`, whose

@@ -4,6 +4,7 @@
 //! Owns: the workload rules. Must not touch: the `[workload.connections]` table's own keys
 //! (`connections.rs`), or how transfers run (`runner.rs`).
 
+use super::connections::{ConnWorkload, RawConnections};
 use super::raw::{RawWorkload, WorkloadKind};
 use super::resolve::{Resolver, R};
 use super::{Direction, Workload};
@@ -12,7 +13,67 @@ use crate::units::parse_duration;
 impl Resolver<'_> {
     pub(super) fn workload(&self, w: Option<RawWorkload>) -> R<Workload> {
         let mut w = w.ok_or_else(|| self.err("workload", "missing the [workload] table"))?;
-        let connections = match (w.kind, w.connections.take()) {
+        let connections = self.connections(w.kind, w.connections.take())?;
+        let kind =
+            match (w.kind, &w.size, &w.sizes) {
+                (Some(k), _, _) => k,
+                (None, Some(_), None) => WorkloadKind::Bulk,
+                (None, None, Some(_)) => WorkloadKind::Sizes,
+                _ => return Err(self.err(
+                    "workload.kind",
+                    r#"missing `kind`: expected "bulk" (with `size`) or "sizes" (with `sizes`)"#,
+                )),
+            };
+        let sizes = self.sizes(kind, &w)?;
+        let repetitions = w.repetitions.unwrap_or(1);
+        if repetitions == 0 {
+            return Err(self.err("workload.repetitions", "expected at least 1, got 0"));
+        }
+        let shared_session = match w.session.as_deref() {
+            None | Some("fresh") => false,
+            Some("shared") => true,
+            Some(other) => {
+                return Err(self.err(
+                    "workload.session",
+                    format!("expected \"fresh\" or \"shared\", got {other:?}"),
+                ))
+            }
+        };
+        let gap = match &w.gap {
+            None => 0,
+            Some(g) if shared_session => {
+                parse_duration(&g.0).map_err(|m| self.err("workload.gap", m))?
+            }
+            Some(_) => {
+                return Err(self.err(
+                    "workload.gap",
+                    "a gap between transfers needs session = \"shared\"",
+                ))
+            }
+        };
+        Ok(Workload {
+            direction: w.direction.unwrap_or(Direction::Down),
+            sizes,
+            repetitions,
+            shared_session,
+            gap,
+            probe: w.probe.unwrap_or(true),
+            reverse: match &w.reverse {
+                Some(v) => self.size("workload.reverse", v)?,
+                None => 0,
+            },
+            connections,
+        })
+    }
+
+    /// The `[workload.connections]` table: required by `kind = "connections"`, refused
+    /// otherwise.
+    fn connections(
+        &self,
+        kind: Option<WorkloadKind>,
+        table: Option<RawConnections>,
+    ) -> R<Option<ConnWorkload>> {
+        let connections = match (kind, table) {
             (Some(WorkloadKind::Connections), Some(c)) => {
                 Some(c.resolve(self.file, "workload.connections")?)
             }
@@ -30,16 +91,11 @@ impl Resolver<'_> {
             }
             (_, None) => None,
         };
-        let kind =
-            match (w.kind, &w.size, &w.sizes) {
-                (Some(k), _, _) => k,
-                (None, Some(_), None) => WorkloadKind::Bulk,
-                (None, None, Some(_)) => WorkloadKind::Sizes,
-                _ => return Err(self.err(
-                    "workload.kind",
-                    r#"missing `kind`: expected "bulk" (with `size`) or "sizes" (with `sizes`)"#,
-                )),
-            };
+        Ok(connections)
+    }
+
+    /// The transfer sizes of `kind` (none for connection-level runs).
+    fn sizes(&self, kind: WorkloadKind, w: &RawWorkload) -> R<Vec<u64>> {
         let sizes = match kind {
             WorkloadKind::Connections => {
                 if w.size.is_some() || w.sizes.is_some() {
@@ -89,44 +145,6 @@ impl Resolver<'_> {
                     .collect::<R<Vec<u64>>>()?
             }
         };
-        let repetitions = w.repetitions.unwrap_or(1);
-        if repetitions == 0 {
-            return Err(self.err("workload.repetitions", "expected at least 1, got 0"));
-        }
-        let shared_session = match w.session.as_deref() {
-            None | Some("fresh") => false,
-            Some("shared") => true,
-            Some(other) => {
-                return Err(self.err(
-                    "workload.session",
-                    format!("expected \"fresh\" or \"shared\", got {other:?}"),
-                ))
-            }
-        };
-        let gap = match &w.gap {
-            None => 0,
-            Some(g) if shared_session => {
-                parse_duration(&g.0).map_err(|m| self.err("workload.gap", m))?
-            }
-            Some(_) => {
-                return Err(self.err(
-                    "workload.gap",
-                    "a gap between transfers needs session = \"shared\"",
-                ))
-            }
-        };
-        Ok(Workload {
-            direction: w.direction.unwrap_or(Direction::Down),
-            sizes,
-            repetitions,
-            shared_session,
-            gap,
-            probe: w.probe.unwrap_or(true),
-            reverse: match &w.reverse {
-                Some(v) => self.size("workload.reverse", v)?,
-                None => 0,
-            },
-            connections,
-        })
+        Ok(sizes)
     }
 }
