@@ -64,31 +64,9 @@ impl Stack {
         tmp: &Path,
         opts: &RunOptions,
     ) -> Result<Stack> {
-        let first: &PathLink = &topo.paths[v.paths[0]];
         let any = SocketAddrV4::new(Ipv4Addr::UNSPECIFIED, 0);
-        let allowed = if v.kind == VariantKind::SsMptcp {
-            // Shadowsocks' sockets are not ours to configure: the namespaces' default must
-            // be the variant's controller (the other kernel kinds set it per socket).
-            let guard = AllowedCc::ensure(&v.cc)?;
-            for ns in [&topo.client, &topo.server] {
-                cmd::sysctl_ns(ns, "net.ipv4.tcp_congestion_control", &v.cc)?;
-            }
-            Some(guard)
-        } else {
-            None
-        };
-        let mut template = TransferSpec {
-            ns: topo.client.clone(),
-            target: SocketAddrV4::new(first.server_ip, 0),
-            bind: Some(first.client_ip),
-            proto: Proto::Tcp,
-            cc: Some(v.cc.clone()),
-            socks: None,
-            direction: scn.workload.direction,
-            size: 0,
-            seed: 0,
-            timeout: Duration::from_nanos(scn.time_limit),
-        };
+        let allowed = allow_default_cc(v, topo)?;
+        let mut template = template(scn, v, topo);
         // The probe's and RPM's responders; RPM over MPTCP for the kernel MPTCP variant.
         let proto = match v.kind {
             VariantKind::Mptcp => Proto::Mptcp,
@@ -316,6 +294,41 @@ impl Stack {
             });
         }
         Ok(())
+    }
+}
+
+/// For `ss-mptcp`, the variant's controller as both namespaces' default (allowed on the
+/// host first); `None` for the other kinds.
+fn allow_default_cc(v: &VariantSpec, topo: &Topology) -> Result<Option<AllowedCc>> {
+    let allowed = if v.kind == VariantKind::SsMptcp {
+        // Shadowsocks' sockets are not ours to configure: the namespaces' default must
+        // be the variant's controller (the other kernel kinds set it per socket).
+        let guard = AllowedCc::ensure(&v.cc)?;
+        for ns in [&topo.client, &topo.server] {
+            cmd::sysctl_ns(ns, "net.ipv4.tcp_congestion_control", &v.cc)?;
+        }
+        Some(guard)
+    } else {
+        None
+    };
+    Ok(allowed)
+}
+
+/// The transfer every run of `v` starts from: over the variant's first path, with its
+/// controller, to a port the stack fills in.
+fn template(scn: &Scenario, v: &VariantSpec, topo: &Topology) -> TransferSpec {
+    let first: &PathLink = &topo.paths[v.paths[0]];
+    TransferSpec {
+        ns: topo.client.clone(),
+        target: SocketAddrV4::new(first.server_ip, 0),
+        bind: Some(first.client_ip),
+        proto: Proto::Tcp,
+        cc: Some(v.cc.clone()),
+        socks: None,
+        direction: scn.workload.direction,
+        size: 0,
+        seed: 0,
+        timeout: Duration::from_nanos(scn.time_limit),
     }
 }
 

@@ -11,7 +11,7 @@ use crate::faults::{AddressFaults, CarrierFaults, Fault, FaultResult};
 use crate::l2emu::LinkEmu;
 use crate::netns::Topology;
 use crate::samples::RunSamples;
-use crate::traffic;
+use crate::traffic::{self, TransferOutcome};
 use braid_core::rng::splitmix64;
 use braid_sim::{Dir, Direction, PathModel, PathResult, RunResult, Scenario, VariantSpec};
 use std::sync::atomic::Ordering;
@@ -96,12 +96,35 @@ pub(super) fn one_transfer(
     }
     let out = m.outcome;
     let after = delivered(stack, emus, v, d);
+    let mut r = run_result(scn, v, (rep, seed, size), &out, (&before, &after), dir);
+    r.latency = m.latency;
+    let s = RunSamples {
+        variant: v.name.clone(),
+        repetition: rep,
+        size_bytes: size,
+        interval_s: traffic::SAMPLE_INTERVAL.as_secs_f64(),
+        throughput_bps: out.samples_bps,
+        probe_rtt_s: m.loaded.iter().map(|p| p.1).collect(),
+    };
+    let f = crate::faults::results_for(scn, v, &faults, &s, &m.loaded, dir);
+    Ok((r, s, f))
+}
+
+/// The `RunResult` of a transfer: its outcome, each path's delivered bytes (`before` and
+/// `after` it) and the capacity of its paths over its completion time in direction `dir`.
+fn run_result(
+    scn: &Scenario,
+    v: &VariantSpec,
+    (rep, seed, size): (u32, u64, u64),
+    out: &TransferOutcome,
+    (before, after): (&[u64], &[u64]),
+    dir: Dir,
+) -> RunResult {
     let mut r = RunResult::new(&v.name, rep, seed, size);
     r.verified = out.verified;
     r.completion_s = out.completion_s;
     r.goodput_bps = if out.verified { out.goodput_bps } else { 0.0 };
     r.error = out.error.clone();
-    r.latency = m.latency;
     let t1 = (out.completion_s * 1e9) as u64;
     let mut cap_bits = 0.0;
     for (k, &i) in v.paths.iter().enumerate() {
@@ -124,14 +147,5 @@ pub(super) fn one_transfer(
     if r.capacity_bps > 0.0 {
         r.efficiency = r.goodput_bps / r.capacity_bps;
     }
-    let s = RunSamples {
-        variant: v.name.clone(),
-        repetition: rep,
-        size_bytes: size,
-        interval_s: traffic::SAMPLE_INTERVAL.as_secs_f64(),
-        throughput_bps: out.samples_bps,
-        probe_rtt_s: m.loaded.iter().map(|p| p.1).collect(),
-    };
-    let f = crate::faults::results_for(scn, v, &faults, &s, &m.loaded, dir);
-    Ok((r, s, f))
+    r
 }
