@@ -2,7 +2,7 @@
 //! duplication, blackouts and an optional shared half-duplex medium.
 //!
 //! Owns: packet timing on a modelled path and its statistics and airtime (reported to the
-//! path's `EnergyMeter`). Must not touch: the event loop (`world.rs`/`runner.rs` call
+//! path's `EnergyMeter`). Must not touch: the event loop (`world`/`runner` call
 //! `send`, `next_event` and `advance`), packet contents (payloads are opaque `P`) or any
 //! randomness other than the `braid_core::Rng` streams seeded here.
 //!

@@ -5,7 +5,7 @@
 //! submodules: [`raw`] (the TOML tables as written), `load` (entry points and TOML error
 //! positions), `resolve` with `path`, `workload` and `variant` (validation into the resolved
 //! types) and `connections` (the `[workload.connections]` table).
-//! Must not touch: link behaviour (`link.rs`), the event loop or the runner (which validate
+//! Must not touch: link behaviour (`link`), the event loop or the runner (which validate
 //! scheduler and congestion-controller names themselves and may add errors through
 //! `ScenarioError::new`). Nothing here panics on any input.
 

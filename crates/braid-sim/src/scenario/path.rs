@@ -2,7 +2,7 @@
 //! path's), blackouts, energy, rate hint and the 802.11 medium.
 //!
 //! Owns: the path and direction rules and the default queue size. Must not touch: the other
-//! tables, or what the link model does with the result (`link.rs`).
+//! tables, or what the link model does with the result (`link`).
 
 use super::raw::{RawDir, RawPath};
 use super::resolve::{Resolver, R};

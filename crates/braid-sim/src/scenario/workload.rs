@@ -2,7 +2,7 @@
 //! fresh sessions, the probe and the reverse transfer.
 //!
 //! Owns: the workload rules. Must not touch: the `[workload.connections]` table's own keys
-//! (`connections.rs`), or how transfers run (`runner.rs`).
+//! (`connections.rs`), or how transfers run (`runner`).
 
 use super::connections::{ConnWorkload, RawConnections};
 use super::raw::{RawWorkload, WorkloadKind};

@@ -4,8 +4,8 @@
 //! Owns: the trace file formats (`time_s,rate_mbit` rows; one millisecond timestamp per
 //! 1500-byte delivery opportunity), their loading and validation, looping, and
 //! the integrals the link model needs (bits carried between two instants, time to carry a
-//! given number of bits). Must not touch: the link's queues, loss or blackouts (`link.rs`)
-//! or scenario parsing (`scenario.rs`). Integrals are computed in exact integer
+//! given number of bits). Must not touch: the link's queues, loss or blackouts (`link`)
+//! or scenario parsing (`scenario`). Integrals are computed in exact integer
 //! "bit-nanoseconds" (rate in bit/s times nanoseconds) so serialisation times are exact.
 //! The file formats are read in `parse`.
 
