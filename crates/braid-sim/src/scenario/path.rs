@@ -4,7 +4,7 @@
 //! Owns: the path and direction rules and the default queue size. Must not touch: the other
 //! tables, or what the link model does with the result (`link`).
 
-use super::raw::{RawDir, RawPath};
+use super::raw::{RawDir, RawPath, UnitStr};
 use super::resolve::{Resolver, R};
 use super::{LinkSpec, PathSpec, RateSpec, MIN_BLACKOUT_EVERY, MIN_QUEUE_BYTES};
 use crate::time::Nanos;
@@ -69,6 +69,25 @@ impl Resolver<'_> {
             energy,
             rate_hint,
         })
+    }
+
+    /// A direction's drop-tail buffer in bytes: a size, or a time at `rate` (the medium's on
+    /// a half-duplex path); 100 ms when not given.
+    fn queue(&self, queue_key: String, queue: Option<&UnitStr>, rate: &RateSpec) -> R<u64> {
+        let queue_bytes = match queue {
+            None => time_to_bytes(100_000_000, rate),
+            Some(q) => match (parse_size(&q.0), parse_duration(&q.0)) {
+                (Ok(b), _) => b,
+                (_, Ok(t)) => time_to_bytes(t, rate),
+                _ => {
+                    return Err(self.err(
+                        queue_key,
+                        format!(r#"expected a queue size such as "64KB" or a time such as "100ms", got {:?}"#, q.0),
+                    ))
+                }
+            },
+        };
+        Ok(queue_bytes)
     }
 
     /// A path's `[[path.blackouts]]` (sorted) and its periodic `blackout_every` with
@@ -224,19 +243,11 @@ impl Resolver<'_> {
             self.probability(&format!("{bk}.loss_bad"), b.loss_bad)?;
         }
         let queue_key = pick(d.queue.is_some(), "queue");
-        let queue_bytes = match d.queue.as_ref().or(p.queue.as_ref()) {
-            None => time_to_bytes(100_000_000, medium.unwrap_or(&rate)),
-            Some(q) => match (parse_size(&q.0), parse_duration(&q.0)) {
-                (Ok(b), _) => b,
-                (_, Ok(t)) => time_to_bytes(t, medium.unwrap_or(&rate)),
-                _ => {
-                    return Err(self.err(
-                        queue_key,
-                        format!(r#"expected a queue size such as "64KB" or a time such as "100ms", got {:?}"#, q.0),
-                    ))
-                }
-            },
-        };
+        let queue_bytes = self.queue(
+            queue_key,
+            d.queue.as_ref().or(p.queue.as_ref()),
+            medium.unwrap_or(&rate),
+        )?;
         Ok(LinkSpec {
             rate,
             delay,
