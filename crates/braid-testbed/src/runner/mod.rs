@@ -42,7 +42,7 @@ use crate::lock::RunLock;
 use crate::netns::Topology;
 pub use crate::samples::RunSamples;
 use braid_core::rng::splitmix64;
-use braid_sim::{Report, Scenario, ScenarioError, VariantKind};
+use braid_sim::{Report, RunResult, Scenario, ScenarioError, VariantKind, VariantSpec};
 use serde::Serialize;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU32, Ordering};
@@ -220,44 +220,29 @@ pub fn run_scenario(
         .map_err(|e| TestbedError::io("creating a temporary directory", e))?;
 
     let total = scn.variants.len() * scn.workload.repetitions as usize * scn.workload.sizes.len();
-    let mut results = Vec::with_capacity(total);
-    let mut samples = Vec::with_capacity(total);
-    let mut faults = Vec::new();
-    let mut transferred_s = 0.0;
+    let mut out = Collected {
+        results: Vec::with_capacity(total),
+        samples: Vec::with_capacity(total),
+        faults: Vec::new(),
+    };
+    let at = Transfer {
+        topo: &topo,
+        emus: &emus,
+        carrier: &opts.faults,
+    };
     for v in &scn.variants {
         let what = format!("{}: setting up {}", v.name, v.kind.name());
         progress(&Progress {
-            done: results.len(),
+            done: out.results.len(),
             total,
             what: &what,
         });
         let stack = Stack::setup(scn, v, &topo, tmp.path(), opts)?;
-        for rep in 0..scn.workload.repetitions {
-            for &size in &scn.workload.sizes {
-                crate::signal::check()?;
-                let what = format!("{} rep {rep} size {size}", v.name);
-                progress(&Progress {
-                    done: results.len(),
-                    total,
-                    what: &what,
-                });
-                let seed = scn.seed.wrapping_add(rep as u64);
-                let at = Transfer {
-                    topo: &topo,
-                    emus: &emus,
-                    carrier: &opts.faults,
-                };
-                let (r, s, f) = one_transfer(scn, v, &stack, &at, rep, seed, size)?;
-                transferred_s += r.completion_s;
-                results.push(r);
-                samples.push(s);
-                faults.extend(f);
-            }
-        }
+        run_variant(scn, v, &stack, &at, total, &mut progress, &mut out)?;
         drop(stack);
     }
     progress(&Progress {
-        done: results.len(),
+        done: out.results.len(),
         total,
         what: "tearing down",
     });
@@ -265,20 +250,55 @@ pub fn run_scenario(
     drop(emus);
     drop(topo);
     drop(lock);
-    let _ = transferred_s;
     let wall_s = wall.elapsed().as_secs_f64();
     Ok(TestbedReport {
         report: Report {
             scenario: scn.name.clone(),
             mode: "testbed".into(),
             handshake_s: None,
-            results,
+            results: out.results,
             virtual_s: wall_s,
             wall_s,
         },
-        samples,
-        faults,
+        samples: out.samples,
+        faults: out.faults,
     })
+}
+
+/// What the transfers of a run yield, in order.
+struct Collected {
+    results: Vec<RunResult>,
+    samples: Vec<RunSamples>,
+    faults: Vec<FaultResult>,
+}
+
+/// Every repetition and size of `v` on its running stack, in report order.
+fn run_variant(
+    scn: &Scenario,
+    v: &VariantSpec,
+    stack: &Stack,
+    at: &Transfer<'_>,
+    total: usize,
+    progress: &mut impl FnMut(&Progress<'_>),
+    out: &mut Collected,
+) -> Result<()> {
+    for rep in 0..scn.workload.repetitions {
+        for &size in &scn.workload.sizes {
+            crate::signal::check()?;
+            let what = format!("{} rep {rep} size {size}", v.name);
+            progress(&Progress {
+                done: out.results.len(),
+                total,
+                what: &what,
+            });
+            let seed = scn.seed.wrapping_add(rep as u64);
+            let (r, s, f) = one_transfer(scn, v, stack, at, rep, seed, size)?;
+            out.results.push(r);
+            out.samples.push(s);
+            out.faults.extend(f);
+        }
+    }
+    Ok(())
 }
 
 /// Gets the host ready for a run: root, the run lock, leftovers of a killed run removed,
