@@ -1,6 +1,7 @@
 //! Long-term X25519 keys and their files.
 //!
-//! Owns: [`StaticKeypair`] and [`PublicKey`], the key files written by `braid keygen`
+//! Owns: [`StaticKeypair`] and [`PublicKey`], the Noise protocol name they are made for
+//! ([`NOISE_PARAMS`]), the key files written by `braid keygen`
 //! (`PREFIX.key`: the private key, base64, one line, mode 0600; `PREFIX.pub`: the public
 //! key, base64, one line) and the authorized-keys file (one base64 public key per line,
 //! `#` comments and blank lines allowed).
@@ -23,7 +24,9 @@ use base64::Engine as _;
 use snow::params::DHChoice;
 use snow::resolvers::{CryptoResolver, DefaultResolver};
 
-use crate::handshake::NOISE_PARAMS;
+/// The Noise protocol name: the handshake's pattern and the curve, cipher and hash its keys
+/// are made for.
+pub const NOISE_PARAMS: &str = "Noise_IK_25519_ChaChaPoly_BLAKE2s";
 
 /// Key files larger than this are refused (a key file is 45 bytes; an authorized file of
 /// 1 MiB holds over 20 000 keys).
