@@ -153,7 +153,7 @@ proptest! {
     #[test]
     fn any_text_parses_or_errs_without_panic(t in "\\PC{0,40}", p in "\\PC{0,8}") {
         if let Ok(d) = parse_dest(&t) {
-            let r = Rules::parse(&[t.clone()], &[], PATHS).unwrap();
+            let r = Rules::parse(std::slice::from_ref(&t), &[], PATHS).unwrap();
             let route = match d {
                 Dest::Cidr(ip, _) => r.route_ip(ip),
                 Dest::Domain(n) => r.route_name(&n),
@@ -183,7 +183,7 @@ proptest! {
     /// letters glued to its first label.
     #[test]
     fn a_domain_rule_matches_names_under_it(d in "[a-z][a-z0-9-]{0,10}(\\.[a-z]{1,6}){1,3}", pre in "([a-z0-9]{1,5}\\.){0,3}", glue in "[a-z]{1,3}") {
-        let r = Rules::parse(&[d.clone()], &[], PATHS).unwrap();
+        let r = Rules::parse(std::slice::from_ref(&d), &[], PATHS).unwrap();
         prop_assert_eq!(r.route_name(&format!("{pre}{d}")), Route::Bypass);
         prop_assert_eq!(r.route_name(&format!("{glue}{d}")), Route::Default);
     }
