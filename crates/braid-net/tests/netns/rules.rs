@@ -33,7 +33,7 @@ fn rules(bypass: &[String], pins: &[String]) -> Rules {
 /// almost nothing meanwhile (a download of 10.0.0.3, no rule, through the same session
 /// shows the count moving); UDP to 10.0.0.2 comes from a link address, UDP to 10.0.0.3
 /// through the server; a name under bank.example, resolved through the path, goes
-/// straight too. Failed with the rules ignored: every peer is the server's.
+/// straight too, and so do plain-HTTP and CONNECT requests to the HTTP proxy. Failed with the rules ignored: every peer is the server's.
 #[test]
 fn a_bypassed_destination_is_reached_without_the_server_while_a_session_is_up() {
     if skip() {
@@ -46,6 +46,7 @@ fn a_bypassed_destination_is_reached_without_the_server_while_a_session_is_up() 
     let d = serve(&net, SIZE, key.public(), false);
     let mut cfg = agent_cfg(&["a=p0", "b=p1"], key, d.server_pub);
     cfg.rules = rules(&[RULED.to_string(), DOMAIN.into()], &[]);
+    cfg.http = Some("127.0.0.1:0".parse().unwrap());
     let (board, resolver) = (d.board.clone(), d.resolver);
     let r = net.client(move || async move {
         let mut agent = Agent::start(cfg).await.unwrap();
@@ -60,6 +61,21 @@ fn a_bypassed_destination_is_reached_without_the_server_while_a_session_is_up() 
             .unwrap())
         .await;
         let carried = session_bytes(&board).await - before;
+        // The HTTP proxy: a plain http:// request, then CONNECT (curl -p).
+        let (url, proxy) = (format!("http://{RULED}:{WEB_PORT}/"), agent.http.unwrap());
+        let mut http = Vec::new();
+        for tunnel in [false, true] {
+            let mut a = vec![
+                "-sS".into(),
+                "-x".into(),
+                format!("http://{proxy}"),
+                url.clone(),
+            ];
+            if tunnel {
+                a.push("-p".into());
+            }
+            http.push(crate::common::curl(a).await);
+        }
         let (_ctl, client, relay) = associate(socks).await;
         let straight = udp_rounds(&client, relay, (RULED, ECHO_PORT).into(), 3, 200).await;
         let through = udp_rounds(&client, relay, (OTHER, ECHO_PORT).into(), 3, 200).await;
@@ -86,18 +102,22 @@ fn a_bypassed_destination_is_reached_without_the_server_while_a_session_is_up() 
             ctrl,
             carried_ctrl,
             counts,
+            http,
         )
     });
-    let (got, carried, straight, through, named, ctrl, carried_ctrl, counts) = r;
+    let (got, carried, straight, through, named, ctrl, carried_ctrl, counts, http) = r;
     eprintln!(
         "bypass: session carried {carried} bytes during the bypassed {SIZE}-byte download, \
          {carried_ctrl} during the same download through it; rules {counts:?}"
     );
     assert_eq!(sha(&got), sha(&d.data), "bypassed download");
     assert_eq!(sha(&ctrl), sha(&d.data), "download through the session");
+    for h in &http {
+        assert_eq!(sha(h), sha(&d.data), "download through the HTTP proxy");
+    }
     let peers = peers_at(&d.peers, RULED);
     assert!(
-        peers.iter().all(|p| from_client_link(*p)) && !peers.is_empty(),
+        peers.iter().all(|p| from_client_link(*p)) && peers.len() == 3,
         "{peers:?}"
     );
     assert!(
@@ -119,7 +139,8 @@ fn a_bypassed_destination_is_reached_without_the_server_while_a_session_is_up() 
         let p = peers_at(&d.peers, NAMED);
         assert!(p.len() == 1 && from_client_link(p[0]), "{p:?}");
     }
-    let bypassed = if resolver.is_some() { 3 } else { 2 };
+    // SOCKS5 CONNECT, plain HTTP, HTTP CONNECT, the association (and by name).
+    let bypassed = if resolver.is_some() { 5 } else { 4 };
     assert_eq!(counts.get("bypass"), Some(&bypassed), "{counts:?}");
     assert!(counts.get("session") >= Some(&2), "{counts:?}");
     eprintln!("bypass test took {:.1} s", t0.elapsed().as_secs_f64());
