@@ -2,7 +2,8 @@
 //! plain-HTTP requests in absolute form).
 //! Each proxied TCP connection becomes one stream of the current session, each UDP
 //! association one datagram flow; in direct mode (no session up) a direct connection or
-//! flow instead (`direct::open_tcp`, `direct_udp`).
+//! flow instead (`direct::open_tcp`, `direct_udp`); destinations `--bypass`/`--pin` name
+//! go straight to them, session or not (`direct::open_tcp`, `ruled_udp`).
 //!
 //! Owns: accepting application connections, opening a stream per connection (waiting a
 //! bounded time for a session when none is up), and relaying. Must not touch: the session's

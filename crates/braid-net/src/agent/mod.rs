@@ -10,6 +10,8 @@
 //! - [`front`]: the proxy front ends;
 //! - [`direct`], [`direct_udp`], [`dns`]: direct mode (no server, or none answers): each
 //!   new connection whole on one path chosen by the connection-level scheduler;
+//! - [`ruled_udp`]: the datagrams of a UDP association that `--bypass`/`--pin` send
+//!   straight to their destination (TCP: `direct_ruled`, through [`direct`]);
 //! - [`tun`]: TUN mode, every application without a proxy setting;
 //! - [`report`]: the status board (`braid status`), refreshed by the session loop.
 //!

@@ -2,6 +2,9 @@
 //! its 200 ms tick (and cleared when a session ends), plus the table of open proxied
 //! connections and UDP associations with their byte counters, which the front ends keep.
 //!
+//! Each connection and flow also shows the way it took (`session`, `direct`, `bypass`,
+//! `pin PATH`), and the board counts connections and flows per way.
+//!
 //! Per-path byte and packet counters are cumulative over the agent's life: each session's
 //! counts are added to those of the sessions before it (the core's counters start from 0 in
 //! every session). The loss rate, RTTs and window are the current session's.

@@ -8,7 +8,7 @@
 //! relays it; between the two, bounded channels one way and a byte credit the other, so a
 //! slow application or a slow stream holds back only its own connection. While no session
 //! is up (direct mode), connections go whole on one path (`direct`) and UDP flows each on
-//! one path's socket (`tun_direct`).
+//! one path's socket (`tun_direct`); so, always, do destinations `--bypass`/`--pin` name.
 //!
 //! Owns: the TUN device, its routing, the stack and the connection and flow tables. Must
 //! not touch: the session's lifecycle (`run`), the stream-open exchange (`front::open`).
