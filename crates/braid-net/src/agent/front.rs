@@ -349,6 +349,7 @@ async fn udp_associate(
                         if let (Some(r), Ok(p)) = (ruled.as_mut(), socks5::parse_udp(&d)) {
                             let dest = p.addr.to_target_addr();
                             if r.take(shared, session.is_some(), &conn, &dest, p.payload).await {
+                                last_dest = None;
                                 continue;
                             }
                         }

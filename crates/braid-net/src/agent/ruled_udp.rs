@@ -55,6 +55,8 @@ pub(super) struct RuledUdp {
     names: HashMap<(usize, String), SocketAddr>,
     /// The way shown for the association (its latest datagram's).
     shown: String,
+    /// The latest destination shown.
+    last: Option<TargetAddr>,
 }
 
 impl RuledUdp {
@@ -69,6 +71,7 @@ impl RuledUdp {
             back,
             names: HashMap::new(),
             shown: String::new(),
+            last: None,
         };
         (r, rx)
     }
@@ -89,6 +92,7 @@ impl RuledUdp {
             Route::Bypass => (None, "bypass".to_string()),
             Route::Default if session_up || shared.fallback().is_none() => {
                 self.show(conn, "session", None);
+                self.last = None;
                 return false;
             }
             Route::Default => (None, "direct".to_string()),
@@ -96,7 +100,10 @@ impl RuledUdp {
         if matches!(route, Route::Pin(_)) && only.is_none() {
             return true;
         }
-        conn.set_destination(dest.to_string());
+        if self.last.as_ref() != Some(dest) {
+            conn.set_destination(dest.to_string());
+            self.last = Some(dest.clone());
+        }
         conn.counters()
             .up
             .fetch_add(payload.len() as u64, Ordering::Relaxed);
