@@ -221,6 +221,56 @@ pub struct AgentArgs {
     /// Log level: error, warn, info, debug or trace.
     #[arg(long)]
     pub log_level: Option<String>,
+    /// Send connections and UDP to DEST straight to it over one path (chosen as direct
+    /// mode chooses), never through the server, even while a session is up. DEST is a
+    /// CIDR (10.0.0.0/8), an address (192.0.2.7) or a domain (example.com: it and every
+    /// name under it; domains match SOCKS5 and HTTP requests by name, TUN mode by the
+    /// names in the DNS answers it carried). Repeat for several. In the config file:
+    /// `bypass = ["10.0.0.0/8", "example.com"]`.
+    #[arg(long = "bypass", value_name = "CIDR|IP|DOMAIN")]
+    #[serde(default)]
+    pub bypass: Vec<String>,
+    /// DEST=PATH: connections and UDP to DEST go straight to it over path PATH only (from
+    /// that link's own address, never through the server); while PATH is down they fail.
+    /// DEST as for --bypass. Repeat for several. In the config file:
+    /// `pin = { "sip.example.com" = "dsl" }`.
+    #[arg(long = "pin", value_name = "DEST=PATH")]
+    #[serde(default, deserialize_with = "pin_table")]
+    pub pin: Vec<String>,
+}
+
+/// `pin` in the config file: a table `{ "DEST" = "PATH" }` (or a list of "DEST=PATH"), as
+/// the `--pin` values.
+fn pin_table<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Vec<String>, D::Error> {
+    #[derive(Deserialize)]
+    #[serde(untagged)]
+    enum Pins {
+        Table(std::collections::BTreeMap<String, String>),
+        List(Vec<String>),
+    }
+    Ok(match Pins::deserialize(d)? {
+        Pins::Table(t) => t.into_iter().map(|(k, v)| format!("{k}={v}")).collect(),
+        Pins::List(v) => v,
+    })
+}
+
+/// `--bypass` and `--pin` (flags replace the file's), checked against the path names.
+fn agent_rules(
+    (bypass, f_bypass): (Vec<String>, Vec<String>),
+    (pin, f_pin): (Vec<String>, Vec<String>),
+    paths: &[AgentPath],
+) -> Result<braid_net::rules::Rules> {
+    let pick = |x: Vec<String>, y| if x.is_empty() { y } else { x };
+    let (bypass, pin) = (pick(bypass, f_bypass), pick(pin, f_pin));
+    let named: Vec<&str> = paths
+        .iter()
+        .filter(|p| p.bind != braid_net::udp::PathBind::Auto)
+        .map(|p| p.name.as_str())
+        .collect();
+    if !bypass.is_empty() && named.is_empty() {
+        bail!("--bypass needs a path bound to an interface or address (NAME=IFACE_OR_LOCAL_IP); `auto` paths cannot take direct connections yet");
+    }
+    braid_net::rules::Rules::parse(&bypass, &pin, &named).map_err(|e| anyhow::anyhow!("{e}"))
 }
 
 /// A TOML value that is one string or a list of strings.
@@ -554,6 +604,7 @@ pub(crate) fn agent_settings(a: AgentArgs) -> Result<AgentSettings> {
             );
         }
     }
+    let rules = agent_rules((a.bypass, f.bypass), (a.pin, f.pin), &paths)?;
     let socks = a.socks.or(f.socks);
     let http = a.http.or(f.http);
     let tun = a.tun.or(f.tun);
@@ -683,6 +734,7 @@ pub(crate) fn agent_settings(a: AgentArgs) -> Result<AgentSettings> {
         redirect,
         rekey: Default::default(),
         ciphers: ciphers(a.cipher.or(f.cipher))?,
+        rules,
     };
     Ok(AgentSettings {
         cfg,

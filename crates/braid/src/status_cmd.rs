@@ -208,6 +208,10 @@ fn render_agent(a: &AgentStatus) -> String {
         };
         let _ = writeln!(out, "mode: {m}{note}");
     }
+    if !a.rules.is_empty() {
+        let counts: Vec<String> = a.rules.iter().map(|(r, n)| format!("{r} {n}")).collect();
+        let _ = writeln!(out, "opened by rule: {}", counts.join(", "));
+    }
     let _ = writeln!(
         out,
         "total sent {}, received {}{}\n",
@@ -219,9 +223,17 @@ fn render_agent(a: &AgentStatus) -> String {
     );
     out.push_str(&path_table(&a.paths, true));
     if !a.streams.is_empty() {
-        let mut rows = vec![["PROXY", "CLIENT", "DESTINATION", "UP", "DOWN", "AGE s"]
-            .map(String::from)
-            .to_vec()];
+        let mut rows = vec![[
+            "PROXY",
+            "CLIENT",
+            "DESTINATION",
+            "UP",
+            "DOWN",
+            "AGE s",
+            "RULE",
+        ]
+        .map(String::from)
+        .to_vec()];
         for s in &a.streams {
             rows.push(vec![
                 s.proxy.clone(),
@@ -233,15 +245,24 @@ fn render_agent(a: &AgentStatus) -> String {
                 bytes(s.bytes_up),
                 bytes(s.bytes_down),
                 format!("{:.0}", s.age_s),
+                s.rule.clone().unwrap_or_default(),
             ]);
         }
         out.push('\n');
         out.push_str(&table(&rows));
     }
     if !a.flows.is_empty() {
-        let mut rows = vec![["FLOW", "CLIENT", "DESTINATION", "UP", "DOWN", "AGE s"]
-            .map(String::from)
-            .to_vec()];
+        let mut rows = vec![[
+            "FLOW",
+            "CLIENT",
+            "DESTINATION",
+            "UP",
+            "DOWN",
+            "AGE s",
+            "RULE",
+        ]
+        .map(String::from)
+        .to_vec()];
         for f in &a.flows {
             rows.push(vec![
                 f.flow.to_string(),
@@ -250,6 +271,7 @@ fn render_agent(a: &AgentStatus) -> String {
                 bytes(f.bytes_up),
                 bytes(f.bytes_down),
                 format!("{:.0}", f.age_s),
+                f.rule.clone().unwrap_or_default(),
             ]);
         }
         out.push('\n');
@@ -349,5 +371,37 @@ mod tests {
             "{t}"
         );
         assert!(t.contains("no session"), "{t}");
+    }
+
+    /// Issue 24: `braid status` shows which rule each connection and flow took, and how
+    /// many each rule opened.
+    #[test]
+    fn the_agent_view_shows_each_flows_rule_and_the_counts() {
+        let a = AgentStatus {
+            streams: vec![braid_net::status::StreamReport {
+                proxy: "socks5".into(),
+                destination: "bank.example:443".into(),
+                path: Some("dsl".into()),
+                rule: Some("pin dsl".into()),
+                ..Default::default()
+            }],
+            flows: vec![braid_net::status::FlowReport {
+                flow: 3,
+                destination: "10.1.2.3:53".into(),
+                rule: Some("bypass".into()),
+                ..Default::default()
+            }],
+            rules: [("bypass".to_string(), 4), ("session".to_string(), 9)].into(),
+            ..Default::default()
+        };
+        let t = render(&Status::Agent(a));
+        assert!(t.contains("opened by rule: bypass 4, session 9"), "{t}");
+        let row = t.lines().find(|l| l.contains("bank.example")).unwrap();
+        assert!(
+            row.contains("via dsl") && row.trim_end().ends_with("pin dsl"),
+            "{t}"
+        );
+        let row = t.lines().find(|l| l.contains("10.1.2.3")).unwrap();
+        assert!(row.trim_end().ends_with("bypass"), "{t}");
     }
 }

@@ -43,6 +43,7 @@ fn agent_cfg(
         redirect: None,
         rekey: Default::default(),
         direct: Default::default(),
+        rules: Default::default(),
         ciphers: Default::default(),
     }
 }

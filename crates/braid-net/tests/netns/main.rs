@@ -11,4 +11,6 @@ mod nsrig;
 mod blocked;
 mod direct;
 mod faults_paths;
+mod rules;
+mod rules_rig;
 mod wildcard;

@@ -188,6 +188,7 @@ pub async fn rig() -> Rig {
         redirect: None,
         rekey: Default::default(),
         direct: Default::default(),
+        rules: Default::default(),
         ciphers: Default::default(),
     };
     let mut agent = Agent::start(acfg).await.unwrap();
