@@ -11,6 +11,8 @@
 //! - [`direct`], [`direct_udp`], [`dns`]: direct mode (no server, or none answers): each
 //!   new connection whole on one path chosen by the connection-level scheduler;
 //! - [`tun`]: TUN mode, every application without a proxy setting;
+//! - [`inbound`]: inbound ports (`--forward`): the public ports asked of the server and
+//!   the traffic that comes in through them;
 //! - [`report`]: the status board (`braid status`), refreshed by the session loop.
 //!
 //! Must not touch: the protocol (the session task and the core), the SOCKS/HTTP wire
@@ -21,6 +23,7 @@ mod direct_udp;
 mod dns;
 mod front;
 mod handshake;
+mod inbound;
 mod links;
 mod redirect;
 mod report;
@@ -28,6 +31,7 @@ mod run;
 mod tun;
 mod tun_direct;
 
+pub use inbound::Forward;
 pub use tun::{tun_mtu, TunSettings};
 
 pub use report::{Counters, StatusBoard};
@@ -98,6 +102,9 @@ pub struct AgentConfig {
     /// The packet ciphers offered to the server, the preferred first (default:
     /// AES-256-GCM first where the CPU has AES instructions, else ChaCha20-Poly1305 first).
     pub ciphers: Ciphers,
+    /// Inbound ports: public ports the server is asked to open, and the services behind
+    /// the agent their traffic goes to.
+    pub forwards: Vec<Forward>,
 }
 
 impl AgentConfig {
@@ -127,6 +134,7 @@ impl AgentConfig {
             rekey: RekeyPolicy::default(),
             direct: DirectSettings::default(),
             ciphers: Ciphers::auto(),
+            forwards: Vec::new(),
         }
     }
 

@@ -12,6 +12,7 @@
 //! the budget is dropped (UDP semantics, counted), so a target flooding a flow cannot grow
 //! the server's memory; the core's own queue drops its oldest datagram when full.
 
+use super::inbound::SessionPorts;
 use crate::bridge::{Cmd, StreamHandle, StreamMsg};
 use crate::udp::send_datagram;
 use braid_proxy::target::{self, ReplyCode};
@@ -30,8 +31,14 @@ use tracing::{debug, info, warn};
 /// sockets and the wire.
 pub const UDP_RETURN_BYTES: usize = 1 << 20;
 
-/// One proxied connection: read the open request, connect, answer, relay.
-pub(crate) async fn serve_stream(h: StreamHandle, connect_timeout: Duration, idle: Duration) {
+/// One proxied connection: read the open request, connect, answer, relay. A stream that
+/// starts with a forward request goes to the session's inbound ports instead.
+pub(crate) async fn serve_stream(
+    h: StreamHandle,
+    connect_timeout: Duration,
+    idle: Duration,
+    ports: &Arc<SessionPorts>,
+) {
     let StreamHandle {
         id,
         mut reader,
@@ -39,6 +46,9 @@ pub(crate) async fn serve_stream(h: StreamHandle, connect_timeout: Duration, idl
     } = h;
     let mut head = BytesMut::new();
     let (target, used) = loop {
+        if braid_proxy::inbound::is_forward_request(&head) {
+            return ports.serve_request(reader, writer, head).await;
+        }
         match target::parse_request(&head) {
             Ok((req, used)) => break (req.target.to_target_addr(), used),
             Err(braid_proxy::ParseError::Incomplete) => {}
@@ -166,7 +176,8 @@ impl UdpBudget {
     }
 }
 
-/// UDP flows of one session: each flow gets its own socket towards its destinations. Ends
+/// UDP flows of one session (and the agent's answers on its public UDP ports, which go
+/// to [`SessionPorts::send_back`]): each flow gets its own socket towards its destinations. Ends
 /// when the session task drops its datagram channel; the flows' sockets close with it.
 ///
 /// Datagrams are taken from the channel in batches; consecutive ones of one flow to one
@@ -176,7 +187,7 @@ pub async fn udp_flows(
     mut rx: mpsc::Receiver<Bytes>,
     cmd: mpsc::UnboundedSender<Cmd>,
     (max_flows, resolver): (usize, Option<SocketAddr>),
-    session: u64,
+    (session, ports): (u64, Arc<SessionPorts>),
     open_flows: Arc<std::sync::atomic::AtomicUsize>,
 ) {
     let budget = UdpBudget::new(UDP_RETURN_BYTES);
@@ -192,6 +203,14 @@ pub async fn udp_flows(
                 debug!("dropped a malformed proxied datagram");
                 continue;
             };
+            if let Some(port) = braid_proxy::inbound::inbound_port(p.flow_id) {
+                // The agent's answer on one of its public UDP ports.
+                run.flush().await;
+                ports
+                    .send_back(port, &p.addr.to_target_addr(), p.payload)
+                    .await;
+                continue;
+            }
             let (sock, v6) = match flows.get(&p.flow_id) {
                 Some(s) => s.clone(),
                 None => {

@@ -1,0 +1,304 @@
+//! Issue 24, item 4: inbound ports. The agent publishes an echo service of its namespace
+//! through the server (`--forward`); clients in the server's namespace connect to the
+//! server's public ports. The rig of `live_paths.rs` (root, network namespaces, two links);
+//! the braid server runs in-process with a `[forward]` policy for the agent's key. Each
+//! side's log is captured (a thread-local subscriber on its thread) to check what a
+//! refused port logs.
+
+use crate::nsrig;
+
+use braid_crypto::StaticKeypair;
+use braid_net::agent::{Agent, Forward};
+use braid_net::server::{Server, ServerConfig};
+use nsrig::{agent_cfg, skip, Net, SERVER};
+use std::net::SocketAddr;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::{TcpListener, TcpStream, UdpSocket};
+
+const TCP_PORT: u16 = 18080;
+const UDP_PORT: u16 = 15000;
+/// Asked for by the agent, not allowed by the server.
+const REFUSED_PORT: u16 = 18081;
+
+/// A log captured from one thread's tracing events.
+#[derive(Clone, Default)]
+struct Log(Arc<Mutex<Vec<u8>>>);
+
+impl std::io::Write for Log {
+    fn write(&mut self, b: &[u8]) -> std::io::Result<usize> {
+        self.0.lock().unwrap().extend_from_slice(b);
+        Ok(b.len())
+    }
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
+}
+
+impl Log {
+    /// Route this thread's events here until the guard is dropped.
+    fn capture(&self) -> tracing::subscriber::DefaultGuard {
+        let me = self.clone();
+        let sub = tracing_subscriber::fmt()
+            .with_env_filter("braid_net=info")
+            .with_ansi(false)
+            .with_writer(move || me.clone())
+            .finish();
+        tracing::subscriber::set_default(sub)
+    }
+
+    fn text(&self) -> String {
+        String::from_utf8_lossy(&self.0.lock().unwrap()).into_owned()
+    }
+}
+
+/// The braid server in the server namespace, allowing `agent` the TCP and UDP ports.
+fn server(net: &Net, agent: braid_crypto::PublicKey, log: Log) -> (braid_crypto::PublicKey, Stop) {
+    let key = StaticKeypair::generate().unwrap();
+    let public = key.public();
+    let (tx, rx) = std::sync::mpsc::channel();
+    let (stop_tx, stop_rx) = tokio::sync::oneshot::channel::<()>();
+    let ns = net.s.clone();
+    let t = std::thread::spawn(move || {
+        braid_testbed::netns::enter(&ns).unwrap();
+        let _log = log.capture();
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .unwrap();
+        rt.block_on(async move {
+            let mut cfg = ServerConfig::new(SERVER.parse().unwrap(), key, vec![agent]);
+            let specs = [format!("tcp:{TCP_PORT}"), format!("udp:{UDP_PORT}")];
+            cfg.forward.allow_specs(&agent.to_base64(), &specs).unwrap();
+            let server = Server::bind(cfg).await.unwrap();
+            tx.send(()).unwrap();
+            tokio::select! {
+                _ = server.run() => {}
+                _ = stop_rx => {}
+            }
+        });
+    });
+    rx.recv_timeout(Duration::from_secs(10)).unwrap();
+    (public, Stop(Some(stop_tx), Some(t)))
+}
+
+/// Stops the server thread when dropped.
+struct Stop(
+    Option<tokio::sync::oneshot::Sender<()>>,
+    Option<std::thread::JoinHandle<()>>,
+);
+
+impl Drop for Stop {
+    fn drop(&mut self) {
+        if let Some(s) = self.0.take() {
+            let _ = s.send(());
+        }
+        if let Some(t) = self.1.take() {
+            let _ = t.join();
+        }
+    }
+}
+
+/// TCP and UDP echo services on the agent's loopback.
+async fn echo_services() -> (SocketAddr, SocketAddr) {
+    let l = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let tcp = l.local_addr().unwrap();
+    tokio::spawn(async move {
+        while let Ok((mut s, _)) = l.accept().await {
+            tokio::spawn(async move {
+                let (mut r, mut w) = s.split();
+                let _ = tokio::io::copy(&mut r, &mut w).await;
+                let _ = w.shutdown().await;
+            });
+        }
+    });
+    let u = UdpSocket::bind("127.0.0.1:0").await.unwrap();
+    let udp = u.local_addr().unwrap();
+    tokio::spawn(async move {
+        let mut buf = vec![0u8; 65536];
+        while let Ok((n, from)) = u.recv_from(&mut buf).await {
+            let _ = u.send_to(&buf[..n], from).await;
+        }
+    });
+    (tcp, udp)
+}
+
+/// A payload unique to `i`, of 1 to 16 KiB.
+fn payload(i: usize) -> Vec<u8> {
+    let len = 1024 + (i * 7919) % (15 * 1024);
+    (0..len).map(|j| (i * 31 + j * 7) as u8).collect()
+}
+
+/// Connection `i`: send its payload, read the echo to the end, compare.
+async fn tcp_echo(to: SocketAddr, i: usize) -> Result<(), String> {
+    let want = payload(i);
+    let mut s = TcpStream::connect(to)
+        .await
+        .map_err(|e| format!("{i}: {e}"))?;
+    s.write_all(&want).await.map_err(|e| format!("{i}: {e}"))?;
+    s.shutdown().await.map_err(|e| format!("{i}: {e}"))?;
+    let mut got = Vec::new();
+    s.read_to_end(&mut got)
+        .await
+        .map_err(|e| format!("{i}: {e}"))?;
+    (got == want)
+        .then_some(())
+        .ok_or_else(|| format!("connection {i}: {} bytes back of {}", got.len(), want.len()))
+}
+
+/// `n` requests from one socket, one at a time, each answered within 2 s with its content.
+async fn udp_echo(to: SocketAddr, first: usize, n: usize) -> Result<(), String> {
+    let s = UdpSocket::bind("0.0.0.0:0").await.unwrap();
+    let mut buf = vec![0u8; 2048];
+    for i in first..first + n {
+        let want = format!("request {i} {}", "x".repeat(i % 900)).into_bytes();
+        s.send_to(&want, to).await.map_err(|e| e.to_string())?;
+        let (len, from) = tokio::time::timeout(Duration::from_secs(2), s.recv_from(&mut buf))
+            .await
+            .map_err(|_| format!("request {i}: no answer in 2 s"))?
+            .map_err(|e| e.to_string())?;
+        if from != to || buf[..len] != want[..] {
+            return Err(format!("request {i}: a wrong answer from {from}"));
+        }
+    }
+    Ok(())
+}
+
+/// The public TCP port accepts once the agent's session asked for it.
+async fn wait_open(to: SocketAddr, limit: Duration) -> Duration {
+    let t = Instant::now();
+    loop {
+        if TcpStream::connect(to).await.is_ok() {
+            return t.elapsed();
+        }
+        assert!(t.elapsed() < limit, "{to} not open after {limit:?}");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+/// From the server's namespace, 100 TCP connections (20 at a time) and 1000 UDP requests
+/// (10 senders) to the forwarded ports reach the echo services in the agent's namespace,
+/// all answered with their content; the port the server does not allow is not opened, and
+/// both ends log the refusal with what to configure.
+#[test]
+fn forwarded_ports_reach_the_agents_services_and_a_port_not_allowed_is_refused() {
+    if skip() {
+        return;
+    }
+    let net = Arc::new(Net::new());
+    let key = Arc::new(StaticKeypair::generate().unwrap());
+    let agent_pub = key.public();
+    let (server_log, agent_log) = (Log::default(), Log::default());
+    let (server_pub, _stop) = server(&net, agent_pub, server_log.clone());
+    let mut cfg = agent_cfg(&["a=p0", "b=p1"], key, server_pub);
+    cfg.socks = None;
+    let (ready_tx, ready_rx) = std::sync::mpsc::channel();
+    let (done_tx, done_rx) = tokio::sync::oneshot::channel::<()>();
+    let c = net.c.clone();
+    let alog = agent_log.clone();
+    let agent = std::thread::spawn(move || {
+        braid_testbed::netns::enter(&c).unwrap();
+        let _log = alog.capture();
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .unwrap();
+        rt.block_on(async move {
+            let (tcp, udp) = echo_services().await;
+            for spec in [
+                format!("tcp:{TCP_PORT}={tcp}"),
+                format!("udp:{UDP_PORT}={udp}"),
+                format!("tcp:{REFUSED_PORT}={tcp}"),
+            ] {
+                cfg.forwards.push(Forward::parse(&spec).unwrap());
+            }
+            let mut agent = Agent::start(cfg).await.unwrap();
+            assert!(agent.wait_established(Duration::from_secs(5)).await);
+            ready_tx.send(()).unwrap();
+            let _ = done_rx.await;
+            agent.shutdown(Duration::from_secs(1)).await;
+        });
+    });
+    ready_rx.recv_timeout(Duration::from_secs(10)).unwrap();
+    let s = net.s.clone();
+    let host = SERVER.parse::<SocketAddr>().unwrap().ip();
+    let (tcp_to, udp_to, refused_to) = (
+        SocketAddr::new(host, TCP_PORT),
+        SocketAddr::new(host, UDP_PORT),
+        SocketAddr::new(host, REFUSED_PORT),
+    );
+    let (opened, tcp_time, udp_time, refused) = std::thread::spawn(move || {
+        braid_testbed::netns::enter(&s).unwrap();
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .unwrap();
+        rt.block_on(async move {
+            let opened = wait_open(tcp_to, Duration::from_secs(5)).await;
+            let t = Instant::now();
+            for batch in 0..5 {
+                let conns = (0..20).map(|i| tcp_echo(tcp_to, batch * 20 + i));
+                for r in futures_join(conns).await {
+                    r.unwrap();
+                }
+            }
+            let tcp_time = t.elapsed();
+            let t = Instant::now();
+            let senders = (0..10).map(|k| udp_echo(udp_to, k * 100, 100));
+            for r in futures_join(senders).await {
+                r.unwrap();
+            }
+            let udp_time = t.elapsed();
+            let refused = TcpStream::connect(refused_to).await.is_err();
+            (opened, tcp_time, udp_time, refused)
+        })
+    })
+    .join()
+    .unwrap();
+    let _ = done_tx.send(());
+    agent.join().unwrap();
+    eprintln!(
+        "public port open {} ms after the session; 100 TCP echoes in {} ms, 1000 UDP echoes in {} ms",
+        opened.as_millis(),
+        tcp_time.as_millis(),
+        udp_time.as_millis()
+    );
+    assert!(
+        refused,
+        "tcp:{REFUSED_PORT} is not allowed, yet it accepts connections"
+    );
+    let (slog, alog) = (server_log.text(), agent_log.text());
+    let want = format!("[forward] \"{agent_pub}\" = [\"tcp:{REFUSED_PORT}\"]");
+    assert!(
+        slog.lines()
+            .any(|l| l.contains("inbound port refused") && l.contains(&want)),
+        "the server's log names neither the refused port nor what to configure:\n{slog}"
+    );
+    assert!(
+        alog.lines()
+            .any(|l| l.contains("inbound port refused by the server")
+                && l.contains(&format!("tcp:{REFUSED_PORT}"))),
+        "the agent's log does not say the server refused tcp:{REFUSED_PORT}:\n{alog}"
+    );
+}
+
+/// Run futures side by side on this thread.
+async fn futures_join<F>(fs: impl Iterator<Item = F>) -> Vec<F::Output>
+where
+    F: std::future::Future + Send + 'static,
+    F::Output: Send + 'static,
+{
+    let mut set = tokio::task::JoinSet::new();
+    let fs: Vec<_> = fs.enumerate().collect();
+    let n = fs.len();
+    for (i, f) in fs {
+        set.spawn(async move { (i, f.await) });
+    }
+    let mut out: Vec<Option<F::Output>> = (0..n).map(|_| None).collect();
+    while let Some(r) = set.join_next().await {
+        let (i, v) = r.unwrap();
+        out[i] = Some(v);
+    }
+    out.into_iter().map(|v| v.unwrap()).collect()
+}
