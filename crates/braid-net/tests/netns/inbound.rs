@@ -8,8 +8,9 @@
 use crate::nsrig;
 
 use braid_crypto::StaticKeypair;
-use braid_net::agent::{Agent, Forward};
+use braid_net::agent::{Agent, AgentConfig, Forward};
 use braid_net::server::{Server, ServerConfig};
+use braid_proxy::inbound::Proto;
 use nsrig::{agent_cfg, skip, Net, SERVER};
 use std::net::SocketAddr;
 use std::sync::{Arc, Mutex};
@@ -50,6 +51,19 @@ impl Log {
 
     fn text(&self) -> String {
         String::from_utf8_lossy(&self.0.lock().unwrap()).into_owned()
+    }
+
+    /// Wait until `n` lines contain `what` (panics after `limit`).
+    fn wait_lines(&self, what: &str, n: usize, limit: Duration) {
+        let t = Instant::now();
+        while self.text().lines().filter(|l| l.contains(what)).count() < n {
+            assert!(
+                t.elapsed() < limit,
+                "no {n} lines {what:?} in {limit:?}:\n{}",
+                self.text()
+            );
+            std::thread::sleep(Duration::from_millis(10));
+        }
     }
 }
 
@@ -177,6 +191,100 @@ async fn wait_open(to: SocketAddr, limit: Duration) -> Duration {
     }
 }
 
+/// An agent in the client namespace, with echo services and forwards for `ports`, until
+/// `stop` is sent `true` (clean shutdown: the server gets a CLOSE) or `false` (the agent
+/// vanishes: its tasks stop, the server hears nothing).
+struct AgentRun {
+    stop: Option<tokio::sync::oneshot::Sender<bool>>,
+    thread: Option<std::thread::JoinHandle<()>>,
+}
+
+impl AgentRun {
+    /// Returns once the server answered the agent's forward request (both its answers
+    /// logged: the agent's own log is the only place that tells when ports moved to a new
+    /// session; until then a reconnecting agent's old session still serves them).
+    fn start(net: &Net, mut cfg: AgentConfig, ports: &[(Proto, u16)]) -> (AgentRun, Log) {
+        let log = Log::default();
+        let answers = log.clone();
+        let n = ports.len();
+        let (ready_tx, ready_rx) = std::sync::mpsc::channel();
+        let (stop, stop_rx) = tokio::sync::oneshot::channel::<bool>();
+        let (c, ports) = (net.c.clone(), ports.to_vec());
+        cfg.socks = None;
+        let thread = std::thread::spawn(move || {
+            braid_testbed::netns::enter(&c).unwrap();
+            let _log = log.capture();
+            let rt = tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()
+                .unwrap();
+            rt.block_on(async move {
+                let (tcp, udp) = echo_services().await;
+                for (proto, port) in ports {
+                    let spec = match proto {
+                        Proto::Tcp => format!("tcp:{port}={tcp}"),
+                        Proto::Udp => format!("udp:{port}={udp}"),
+                    };
+                    cfg.forwards.push(Forward::parse(&spec).unwrap());
+                }
+                let mut agent = Agent::start(cfg).await.unwrap();
+                assert!(agent.wait_established(Duration::from_secs(5)).await);
+                ready_tx.send(()).unwrap();
+                if stop_rx.await.unwrap_or(true) {
+                    agent.shutdown(Duration::from_secs(1)).await;
+                }
+            });
+        });
+        ready_rx.recv_timeout(Duration::from_secs(10)).unwrap();
+        answers.wait_lines("inbound port", n, Duration::from_secs(5));
+        let run = AgentRun {
+            stop: Some(stop),
+            thread: Some(thread),
+        };
+        (run, answers)
+    }
+
+    fn stop(mut self, clean: bool) {
+        if let Some(s) = self.stop.take() {
+            let _ = s.send(clean);
+        }
+        if let Some(t) = self.thread.take() {
+            t.join().unwrap();
+        }
+    }
+}
+
+impl Drop for AgentRun {
+    fn drop(&mut self) {
+        if let Some(s) = self.stop.take() {
+            let _ = s.send(true);
+        }
+    }
+}
+
+/// Run `f` in the server namespace on a fresh runtime (where a client on the Internet
+/// would connect: the server's public address).
+fn from_server_side<T: Send + 'static, Fut: std::future::Future<Output = T>>(
+    net: &Net,
+    f: impl FnOnce() -> Fut + Send + 'static,
+) -> T {
+    let s = net.s.clone();
+    std::thread::spawn(move || {
+        braid_testbed::netns::enter(&s).unwrap();
+        tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .unwrap()
+            .block_on(f())
+    })
+    .join()
+    .expect("the server side panicked")
+}
+
+fn public(port: u16) -> SocketAddr {
+    SocketAddr::new(SERVER.parse::<SocketAddr>().unwrap().ip(), port)
+}
+
 /// From the server's namespace, 100 TCP connections (20 at a time) and 1000 UDP requests
 /// (10 senders) to the forwarded ports reach the echo services in the agent's namespace,
 /// all answered with their content; the port the server does not allow is not opened, and
@@ -189,75 +297,36 @@ fn forwarded_ports_reach_the_agents_services_and_a_port_not_allowed_is_refused()
     let net = Arc::new(Net::new());
     let key = Arc::new(StaticKeypair::generate().unwrap());
     let agent_pub = key.public();
-    let (server_log, agent_log) = (Log::default(), Log::default());
+    let server_log = Log::default();
     let (server_pub, _stop) = server(&net, agent_pub, server_log.clone());
-    let mut cfg = agent_cfg(&["a=p0", "b=p1"], key, server_pub);
-    cfg.socks = None;
-    let (ready_tx, ready_rx) = std::sync::mpsc::channel();
-    let (done_tx, done_rx) = tokio::sync::oneshot::channel::<()>();
-    let c = net.c.clone();
-    let alog = agent_log.clone();
-    let agent = std::thread::spawn(move || {
-        braid_testbed::netns::enter(&c).unwrap();
-        let _log = alog.capture();
-        let rt = tokio::runtime::Builder::new_current_thread()
-            .enable_all()
-            .build()
-            .unwrap();
-        rt.block_on(async move {
-            let (tcp, udp) = echo_services().await;
-            for spec in [
-                format!("tcp:{TCP_PORT}={tcp}"),
-                format!("udp:{UDP_PORT}={udp}"),
-                format!("tcp:{REFUSED_PORT}={tcp}"),
-            ] {
-                cfg.forwards.push(Forward::parse(&spec).unwrap());
-            }
-            let mut agent = Agent::start(cfg).await.unwrap();
-            assert!(agent.wait_established(Duration::from_secs(5)).await);
-            ready_tx.send(()).unwrap();
-            let _ = done_rx.await;
-            agent.shutdown(Duration::from_secs(1)).await;
-        });
-    });
-    ready_rx.recv_timeout(Duration::from_secs(10)).unwrap();
-    let s = net.s.clone();
-    let host = SERVER.parse::<SocketAddr>().unwrap().ip();
-    let (tcp_to, udp_to, refused_to) = (
-        SocketAddr::new(host, TCP_PORT),
-        SocketAddr::new(host, UDP_PORT),
-        SocketAddr::new(host, REFUSED_PORT),
-    );
-    let (opened, tcp_time, udp_time, refused) = std::thread::spawn(move || {
-        braid_testbed::netns::enter(&s).unwrap();
-        let rt = tokio::runtime::Builder::new_current_thread()
-            .enable_all()
-            .build()
-            .unwrap();
-        rt.block_on(async move {
-            let opened = wait_open(tcp_to, Duration::from_secs(5)).await;
-            let t = Instant::now();
-            for batch in 0..5 {
-                let conns = (0..20).map(|i| tcp_echo(tcp_to, batch * 20 + i));
-                for r in futures_join(conns).await {
-                    r.unwrap();
-                }
-            }
-            let tcp_time = t.elapsed();
-            let t = Instant::now();
-            let senders = (0..10).map(|k| udp_echo(udp_to, k * 100, 100));
-            for r in futures_join(senders).await {
+    let cfg = agent_cfg(&["a=p0", "b=p1"], key, server_pub);
+    let ports = [
+        (Proto::Tcp, TCP_PORT),
+        (Proto::Udp, UDP_PORT),
+        (Proto::Tcp, REFUSED_PORT),
+    ];
+    let (agent, agent_log) = AgentRun::start(&net, cfg, &ports);
+    let (tcp_to, udp_to, refused_to) = (public(TCP_PORT), public(UDP_PORT), public(REFUSED_PORT));
+    let (opened, tcp_time, udp_time, refused) = from_server_side(&net, move || async move {
+        let opened = wait_open(tcp_to, Duration::from_secs(5)).await;
+        let t = Instant::now();
+        for batch in 0..5 {
+            let conns = (0..20).map(|i| tcp_echo(tcp_to, batch * 20 + i));
+            for r in futures_join(conns).await {
                 r.unwrap();
             }
-            let udp_time = t.elapsed();
-            let refused = TcpStream::connect(refused_to).await.is_err();
-            (opened, tcp_time, udp_time, refused)
-        })
-    })
-    .join()
-    .unwrap();
-    let _ = done_tx.send(());
-    agent.join().unwrap();
+        }
+        let tcp_time = t.elapsed();
+        let t = Instant::now();
+        let senders = (0..10).map(|k| udp_echo(udp_to, k * 100, 100));
+        for r in futures_join(senders).await {
+            r.unwrap();
+        }
+        let udp_time = t.elapsed();
+        let refused = TcpStream::connect(refused_to).await.is_err();
+        (opened, tcp_time, udp_time, refused)
+    });
+    agent.stop(true);
     eprintln!(
         "public port open {} ms after the session; 100 TCP echoes in {} ms, 1000 UDP echoes in {} ms",
         opened.as_millis(),
@@ -280,6 +349,54 @@ fn forwarded_ports_reach_the_agents_services_and_a_port_not_allowed_is_refused()
             .any(|l| l.contains("inbound port refused by the server")
                 && l.contains(&format!("tcp:{REFUSED_PORT}"))),
         "the agent's log does not say the server refused tcp:{REFUSED_PORT}:\n{alog}"
+    );
+}
+
+/// An agent that vanishes (no CLOSE: its old session lives on at the server until its
+/// idle timeout) and comes back with the same key gets its ports at once, served by the
+/// new session; when it stops cleanly, its ports close.
+#[test]
+fn a_reconnecting_agent_gets_its_ports_back_and_they_close_with_its_session() {
+    if skip() {
+        return;
+    }
+    let net = Arc::new(Net::new());
+    let key = Arc::new(StaticKeypair::generate().unwrap());
+    let (server_pub, _stop) = server(&net, key.public(), Log::default());
+    let ports = [(Proto::Tcp, TCP_PORT), (Proto::Udp, UDP_PORT)];
+    let (tcp_to, udp_to) = (public(TCP_PORT), public(UDP_PORT));
+    let echo_all = move |round: usize| async move {
+        wait_open(tcp_to, Duration::from_secs(5)).await;
+        let conns = (0..10).map(|i| tcp_echo(tcp_to, round * 100 + i));
+        for r in futures_join(conns).await {
+            r.unwrap();
+        }
+        udp_echo(udp_to, round * 100, 20).await.unwrap();
+    };
+    let cfg = || agent_cfg(&["a=p0", "b=p1"], key.clone(), server_pub);
+    let (first, _) = AgentRun::start(&net, cfg(), &ports);
+    from_server_side(&net, move || echo_all(0));
+    first.stop(false);
+    let t = Instant::now();
+    let (second, _) = AgentRun::start(&net, cfg(), &ports);
+    from_server_side(&net, move || echo_all(1));
+    let back = t.elapsed();
+    second.stop(true);
+    let closed = from_server_side(&net, move || async move {
+        let t = Instant::now();
+        while TcpStream::connect(tcp_to).await.is_ok() {
+            assert!(
+                t.elapsed() < Duration::from_secs(3),
+                "{tcp_to} still open 3 s after the agent stopped"
+            );
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        t.elapsed()
+    });
+    eprintln!(
+        "ports served by the new session {} ms after the agent came back; closed {} ms after it stopped",
+        back.as_millis(),
+        closed.as_millis()
     );
 }
 
