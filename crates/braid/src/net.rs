@@ -590,10 +590,11 @@ pub(crate) fn agent_settings(a: AgentArgs) -> Result<AgentSettings> {
     let http = a.http.or(f.http);
     let tun = a.tun.or(f.tun);
     let redirect = a.redirect.or(f.redirect);
-    if socks.is_none() && http.is_none() && tun.is_none() && redirect.is_none() {
+    let publishes = !(a.forward.is_empty() && f.forward.is_empty());
+    if socks.is_none() && http.is_none() && tun.is_none() && redirect.is_none() && !publishes {
         bail!(
             "give at least one way in for applications: --socks ADDR:PORT, --http ADDR:PORT, \
-             --tun NAME or --redirect ADDR:PORT"
+             --tun NAME or --redirect ADDR:PORT (or publish a service with --forward)"
         );
     }
     let cidrs = |flag: &str, v: Vec<String>| -> Result<Vec<braid_tun::routing::Cidr>> {
@@ -773,3 +774,7 @@ pub fn agent(a: AgentArgs) -> Result<()> {
 #[cfg(test)]
 #[path = "net_direct_tests.rs"]
 mod direct_tests;
+
+#[cfg(test)]
+#[path = "net_forward_tests.rs"]
+mod forward_tests;

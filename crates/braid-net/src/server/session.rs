@@ -120,6 +120,8 @@ pub(super) fn spawn_session(
     });
     let open = Arc::new(AtomicUsize::new(0));
     let udp_flows = Arc::new(AtomicUsize::new(0));
+    let idle = cfg.stream_idle_timeout;
+    let ports = inbound::SessionPorts::new(ctx.inbound.clone(), client, id, cmd_tx.clone(), idle);
     ctx.board.insert(
         id,
         report::Live {
@@ -129,6 +131,7 @@ pub(super) fn spawn_session(
             open_streams: open.clone(),
             udp_flows: udp_flows.clone(),
             addrs: addrs.clone(),
+            inbound: ports.clone(),
         },
     );
     let sender = SharedSocketSender {
@@ -149,8 +152,6 @@ pub(super) fn spawn_session(
         clock,
     };
     let connect_timeout = cfg.connect_timeout;
-    let idle = cfg.stream_idle_timeout;
-    let ports = inbound::SessionPorts::new(ctx.inbound.clone(), client, id, cmd_tx.clone(), idle);
     let stream_ports = ports.clone();
     let max_streams = cfg.max_streams as usize;
     tokio::spawn(async move {

@@ -9,7 +9,7 @@ use crate::nsrig;
 
 use braid_crypto::StaticKeypair;
 use braid_net::agent::{Agent, AgentConfig, Forward};
-use braid_net::server::{Server, ServerConfig};
+use braid_net::server::{Server, ServerBoard, ServerConfig};
 use braid_proxy::inbound::Proto;
 use nsrig::{agent_cfg, skip, Net, SERVER};
 use std::net::SocketAddr;
@@ -68,7 +68,11 @@ impl Log {
 }
 
 /// The braid server in the server namespace, allowing `agent` the TCP and UDP ports.
-fn server(net: &Net, agent: braid_crypto::PublicKey, log: Log) -> (braid_crypto::PublicKey, Stop) {
+fn server(
+    net: &Net,
+    agent: braid_crypto::PublicKey,
+    log: Log,
+) -> (braid_crypto::PublicKey, Arc<ServerBoard>, Stop) {
     let key = StaticKeypair::generate().unwrap();
     let public = key.public();
     let (tx, rx) = std::sync::mpsc::channel();
@@ -86,15 +90,15 @@ fn server(net: &Net, agent: braid_crypto::PublicKey, log: Log) -> (braid_crypto:
             let specs = [format!("tcp:{TCP_PORT}"), format!("udp:{UDP_PORT}")];
             cfg.forward.allow_specs(&agent.to_base64(), &specs).unwrap();
             let server = Server::bind(cfg).await.unwrap();
-            tx.send(()).unwrap();
+            tx.send(server.status()).unwrap();
             tokio::select! {
                 _ = server.run() => {}
                 _ = stop_rx => {}
             }
         });
     });
-    rx.recv_timeout(Duration::from_secs(10)).unwrap();
-    (public, Stop(Some(stop_tx), Some(t)))
+    let board = rx.recv_timeout(Duration::from_secs(10)).unwrap();
+    (public, board, Stop(Some(stop_tx), Some(t)))
 }
 
 /// Stops the server thread when dropped.
@@ -298,7 +302,7 @@ fn forwarded_ports_reach_the_agents_services_and_a_port_not_allowed_is_refused()
     let key = Arc::new(StaticKeypair::generate().unwrap());
     let agent_pub = key.public();
     let server_log = Log::default();
-    let (server_pub, _stop) = server(&net, agent_pub, server_log.clone());
+    let (server_pub, board, _stop) = server(&net, agent_pub, server_log.clone());
     let cfg = agent_cfg(&["a=p0", "b=p1"], key, server_pub);
     let ports = [
         (Proto::Tcp, TCP_PORT),
@@ -324,6 +328,14 @@ fn forwarded_ports_reach_the_agents_services_and_a_port_not_allowed_is_refused()
         }
         let udp_time = t.elapsed();
         let refused = TcpStream::connect(refused_to).await.is_err();
+        let held: Vec<Vec<String>> = (board.snapshot().await.sessions.into_iter())
+            .map(|s| s.inbound_ports)
+            .collect();
+        assert_eq!(
+            held,
+            vec![vec![format!("tcp:{TCP_PORT}"), format!("udp:{UDP_PORT}")]],
+            "the server's status lists the session's ports, not the refused one"
+        );
         (opened, tcp_time, udp_time, refused)
     });
     agent.stop(true);
@@ -362,7 +374,7 @@ fn a_reconnecting_agent_gets_its_ports_back_and_they_close_with_its_session() {
     }
     let net = Arc::new(Net::new());
     let key = Arc::new(StaticKeypair::generate().unwrap());
-    let (server_pub, _stop) = server(&net, key.public(), Log::default());
+    let (server_pub, _board, _stop) = server(&net, key.public(), Log::default());
     let ports = [(Proto::Tcp, TCP_PORT), (Proto::Udp, UDP_PORT)];
     let (tcp_to, udp_to) = (public(TCP_PORT), public(UDP_PORT));
     let echo_all = move |round: usize| async move {

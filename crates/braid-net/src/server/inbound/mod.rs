@@ -228,6 +228,11 @@ impl SessionPorts {
         })
     }
 
+    /// The public ports the session holds.
+    pub fn ports(&self) -> Vec<PublicPort> {
+        self.ports.ports_of(self.session)
+    }
+
     /// The session ended: its ports close.
     pub fn release(&self) {
         self.ports.release_session(self.session);
