@@ -17,6 +17,7 @@
 //! - `shared`: what all workers' endpoints share (replay guard, authorized keys, session count),
 //! - [`logs`]: rate-limited logging of drops, with counts,
 //! - [`relay`]: streams to TCP targets and UDP flows (bounded return traffic),
+//! - `budget`: the bound on a session's UDP traffic waiting for the wire,
 //! - [`inbound`]: public ports agents asked for and the configuration allows, carried to
 //!   the agent (inbound port forwarding),
 //! - [`report`]: the registry of live sessions behind `braid status` (all workers),
@@ -43,6 +44,7 @@
 //! session ends and expiries, one message per session.
 
 mod authorized;
+mod budget;
 mod control;
 pub mod endpoint;
 mod gate;

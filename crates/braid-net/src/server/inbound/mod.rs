@@ -18,7 +18,7 @@ mod table;
 
 pub use table::{Claim, ForwardPolicy, Owner, PortRange, PortTable};
 
-use super::relay::UdpBudget;
+use super::budget::UdpBudget;
 use crate::bridge::{Cmd, StreamMsg};
 use braid_crypto::PublicKey;
 use braid_proxy::inbound::{self as wire, ForwardResult, InboundHeader, Proto, PublicPort};
