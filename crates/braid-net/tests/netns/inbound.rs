@@ -22,6 +22,8 @@ const TCP_PORT: u16 = 18080;
 const UDP_PORT: u16 = 15000;
 /// Asked for by the agent, not allowed by the server.
 const REFUSED_PORT: u16 = 18081;
+/// Forwarded to a sink that answers with the SHA-256 of what it read.
+const SINK_PORT: u16 = 18082;
 
 /// A log captured from one thread's tracing events.
 #[derive(Clone, Default)]
@@ -87,7 +89,11 @@ fn server(
             .unwrap();
         rt.block_on(async move {
             let mut cfg = ServerConfig::new(SERVER.parse().unwrap(), key, vec![agent]);
-            let specs = [format!("tcp:{TCP_PORT}"), format!("udp:{UDP_PORT}")];
+            let specs = [
+                format!("tcp:{TCP_PORT}"),
+                format!("udp:{UDP_PORT}"),
+                format!("tcp:{SINK_PORT}"),
+            ];
             cfg.forward.allow_specs(&agent.to_base64(), &specs).unwrap();
             let server = Server::bind(cfg).await.unwrap();
             tx.send(server.status()).unwrap();
@@ -116,6 +122,24 @@ impl Drop for Stop {
             let _ = t.join();
         }
     }
+}
+
+/// A TCP service that reads to the end and answers with the SHA-256 (hex) of what it read.
+async fn sink_service() -> SocketAddr {
+    let l = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = l.local_addr().unwrap();
+    tokio::spawn(async move {
+        while let Ok((mut s, _)) = l.accept().await {
+            tokio::spawn(async move {
+                let mut got = Vec::new();
+                if s.read_to_end(&mut got).await.is_ok() {
+                    let _ = s.write_all(crate::common::sha(&got).as_bytes()).await;
+                    let _ = s.shutdown().await;
+                }
+            });
+        }
+    });
+    addr
 }
 
 /// TCP and UDP echo services on the agent's loopback.
@@ -224,8 +248,10 @@ impl AgentRun {
                 .unwrap();
             rt.block_on(async move {
                 let (tcp, udp) = echo_services().await;
+                let sink = sink_service().await;
                 for (proto, port) in ports {
                     let spec = match proto {
+                        Proto::Tcp if port == SINK_PORT => format!("tcp:{port}={sink}"),
                         Proto::Tcp => format!("tcp:{port}={tcp}"),
                         Proto::Udp => format!("udp:{port}={udp}"),
                     };
@@ -409,6 +435,48 @@ fn a_reconnecting_agent_gets_its_ports_back_and_they_close_with_its_session() {
         "ports served by the new session {} ms after the agent came back; closed {} ms after it stopped",
         back.as_millis(),
         closed.as_millis()
+    );
+}
+
+/// One connection to a forwarded port carries 16 MB towards the agent's namespace over
+/// both links (each shaped to 40 Mbit/s at the server): what arrives is exact, at more than
+/// one link's rate, and each link carried at least a quarter of it.
+#[test]
+fn an_inbound_connection_is_carried_over_both_paths() {
+    if skip() {
+        return;
+    }
+    let net = Arc::new(Net::new());
+    let key = Arc::new(StaticKeypair::generate().unwrap());
+    let (server_pub, _board, _stop) = server(&net, key.public(), Log::default());
+    let cfg = agent_cfg(&["a=p0", "b=p1"], key, server_pub);
+    let (agent, _) = AgentRun::start(&net, cfg, &[(Proto::Tcp, SINK_PORT)]);
+    let data = Arc::new(crate::common::body(16 << 20));
+    let want = crate::common::sha(&data);
+    let before = [net.rx_bytes(0), net.rx_bytes(1)];
+    let to = public(SINK_PORT);
+    let (answer, took) = from_server_side(&net, move || async move {
+        let t = Instant::now();
+        let mut s = TcpStream::connect(to).await.unwrap();
+        s.write_all(&data).await.unwrap();
+        s.shutdown().await.unwrap();
+        let mut answer = String::new();
+        s.read_to_string(&mut answer).await.unwrap();
+        (answer, t.elapsed())
+    });
+    agent.stop(true);
+    let links = [net.rx_bytes(0) - before[0], net.rx_bytes(1) - before[1]];
+    let mbps = (16u64 << 20) as f64 * 8.0 / took.as_secs_f64() / 1e6;
+    eprintln!(
+        "16 MiB into the agent's namespace through a public port: {mbps:.1} Mbit/s over two \
+         40 Mbit/s links; link bytes {links:?}"
+    );
+    assert_eq!(answer, want, "the service did not get the bytes sent");
+    assert!(mbps > 48.0, "{mbps:.1} Mbit/s: not more than one link's 40");
+    let total = links[0] + links[1];
+    assert!(
+        links.iter().all(|&b| b * 4 > total),
+        "one link carried less than a quarter: {links:?}"
     );
 }
 
