@@ -305,7 +305,12 @@ impl SessionPorts {
 
     fn not_served(&self, port: PublicPort, e: std::io::Error) -> ForwardResult {
         warn!(%port, "cannot serve the inbound port: {e}");
-        self.ports.lock().table.release(port, self.session);
+        let mut inner = self.ports.lock();
+        inner.table.release(port, self.session);
+        if inner.table.owner(port).is_none() {
+            // Closes the socket.
+            inner.open.remove(&port);
+        }
         ForwardResult::BindFailed
     }
 
