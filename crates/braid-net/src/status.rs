@@ -426,6 +426,9 @@ pub struct ServerSession {
     pub datagrams: DatagramReport,
     /// Sums over its paths.
     pub totals: Totals,
+    /// The public ports it holds for the agent (inbound ports), like `tcp:8080`.
+    #[serde(default)]
+    pub inbound_ports: Vec<String>,
 }
 
 /// One limit and how close the server is to it.

@@ -89,6 +89,17 @@ pub struct ServerArgs {
     /// offers), aes-256-gcm or chacha20-poly1305 (only that one) [default: auto].
     #[arg(long, value_name = "auto|aes-256-gcm|chacha20-poly1305")]
     pub cipher: Option<String>,
+    /// Allow the agent with public key KEY (base64, as in the authorized file) to have
+    /// these ports of this server opened for it (`braid agent --forward`), like
+    /// KEY=tcp:8080,udp:5000-5010. Repeat for several keys. In the config file: a
+    /// `[forward]` table, "KEY" = ["tcp:8080", "udp:5000-5010"]. None by default.
+    #[arg(long = "allow-forward", value_name = "KEY=PORTS")]
+    #[serde(skip)]
+    pub allow_forward: Vec<String>,
+    /// The config file's `[forward]` table (see --allow-forward).
+    #[arg(skip)]
+    #[serde(default)]
+    pub forward: std::collections::BTreeMap<String, Vec<String>>,
     /// Log level: error, warn, info, debug or trace.
     #[arg(long)]
     pub log_level: Option<String>,
@@ -218,6 +229,13 @@ pub struct AgentArgs {
     /// offers), aes-256-gcm or chacha20-poly1305 (only that one) [default: auto].
     #[arg(long, value_name = "auto|aes-256-gcm|chacha20-poly1305")]
     pub cipher: Option<String>,
+    /// Publish a service behind the agent on a port of the server: tcp:PORT=HOST:PORT or
+    /// udp:PORT=HOST:PORT, like tcp:8080=127.0.0.1:80 (connections to the server's port
+    /// 8080 reach 127.0.0.1:80 here). Repeat for several. The server opens only ports its
+    /// configuration allows this agent's key (its --allow-forward or [forward] table).
+    #[arg(long = "forward", value_name = "tcp|udp:PORT=HOST:PORT")]
+    #[serde(default)]
+    pub forward: Vec<String>,
     /// Log level: error, warn, info, debug or trace.
     #[arg(long)]
     pub log_level: Option<String>,
@@ -419,6 +437,20 @@ pub(crate) fn server_settings(a: ServerArgs) -> Result<ServerSettings> {
         }
         cfg.unicast = Some(addr);
     }
+    for (key, specs) in &f.forward {
+        cfg.forward
+            .allow_specs(key, specs)
+            .map_err(anyhow::Error::msg)?;
+    }
+    for a in &a.allow_forward {
+        let (key, specs) = a.rsplit_once('=').with_context(|| {
+            format!("--allow-forward {a:?}: expected KEY=PORTS like KEY=tcp:8080,udp:5000-5010")
+        })?;
+        let specs: Vec<&str> = specs.split(',').collect();
+        cfg.forward
+            .allow_specs(key, &specs)
+            .map_err(anyhow::Error::msg)?;
+    }
     Ok(ServerSettings {
         cfg,
         authorized: authorized_path,
@@ -609,10 +641,11 @@ pub(crate) fn agent_settings(a: AgentArgs) -> Result<AgentSettings> {
     let http = a.http.or(f.http);
     let tun = a.tun.or(f.tun);
     let redirect = a.redirect.or(f.redirect);
-    if socks.is_none() && http.is_none() && tun.is_none() && redirect.is_none() {
+    let publishes = !(a.forward.is_empty() && f.forward.is_empty());
+    if socks.is_none() && http.is_none() && tun.is_none() && redirect.is_none() && !publishes {
         bail!(
             "give at least one way in for applications: --socks ADDR:PORT, --http ADDR:PORT, \
-             --tun NAME or --redirect ADDR:PORT"
+             --tun NAME or --redirect ADDR:PORT (or publish a service with --forward)"
         );
     }
     let cidrs = |flag: &str, v: Vec<String>| -> Result<Vec<braid_tun::routing::Cidr>> {
@@ -735,6 +768,15 @@ pub(crate) fn agent_settings(a: AgentArgs) -> Result<AgentSettings> {
         rekey: Default::default(),
         ciphers: ciphers(a.cipher.or(f.cipher))?,
         rules,
+        forwards: (if a.forward.is_empty() {
+            f.forward
+        } else {
+            a.forward
+        })
+        .iter()
+        .map(|s| braid_net::agent::Forward::parse(s))
+        .collect::<Result<_, _>>()
+        .map_err(anyhow::Error::msg)?,
     };
     Ok(AgentSettings {
         cfg,
@@ -784,3 +826,7 @@ pub fn agent(a: AgentArgs) -> Result<()> {
 #[cfg(test)]
 #[path = "net_direct_tests.rs"]
 mod direct_tests;
+
+#[cfg(test)]
+#[path = "net_forward_tests.rs"]
+mod forward_tests;

@@ -313,6 +313,9 @@ fn render_server(s: &ServerStatus) -> String {
             bytes(sess.totals.bytes_received)
         );
         out.push_str(&datagram_line(&sess.datagrams));
+        if !sess.inbound_ports.is_empty() {
+            let _ = writeln!(out, "inbound ports: {}", sess.inbound_ports.join(", "));
+        }
         out.push_str(&path_table(&sess.paths, false));
     }
     out

@@ -13,6 +13,8 @@
 //! - [`ruled_udp`]: the datagrams of a UDP association that `--bypass`/`--pin` send
 //!   straight to their destination (TCP: `direct_ruled`, through [`direct`]);
 //! - [`tun`]: TUN mode, every application without a proxy setting;
+//! - [`inbound`]: inbound ports (`--forward`): the public ports asked of the server and
+//!   the traffic that comes in through them;
 //! - [`report`]: the status board (`braid status`), refreshed by the session loop.
 //!
 //! Must not touch: the protocol (the session task and the core), the SOCKS/HTTP wire
@@ -23,6 +25,7 @@ mod direct_udp;
 mod dns;
 mod front;
 mod handshake;
+mod inbound;
 mod links;
 mod redirect;
 mod report;
@@ -31,6 +34,7 @@ mod run;
 mod tun;
 mod tun_direct;
 
+pub use inbound::Forward;
 pub use tun::{tun_mtu, TunSettings};
 
 pub use report::{Counters, StatusBoard};
@@ -106,6 +110,9 @@ pub struct AgentConfig {
     /// Per-destination rules (`--bypass`, `--pin`): destinations that go straight to their
     /// destination on one path, never through the server ([`crate::rules`]).
     pub rules: Rules,
+    /// Inbound ports: public ports the server is asked to open, and the services behind
+    /// the agent their traffic goes to.
+    pub forwards: Vec<Forward>,
 }
 
 impl AgentConfig {
@@ -136,6 +143,7 @@ impl AgentConfig {
             direct: DirectSettings::default(),
             ciphers: Ciphers::auto(),
             rules: Rules::default(),
+            forwards: Vec::new(),
         }
     }
 

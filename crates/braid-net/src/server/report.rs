@@ -39,6 +39,8 @@ pub(super) struct Live {
     /// UDP flows open (the relay's count).
     pub udp_flows: Arc<AtomicUsize>,
     pub addrs: super::session::PathAddrs,
+    /// Its inbound ports.
+    pub inbound: Arc<super::inbound::SessionPorts>,
 }
 
 /// The server's status, readable while it runs (see `Server::status`).
@@ -102,8 +104,9 @@ impl ServerBoard {
                 m.iter()
                     .map(|(id, l)| {
                         let addrs = l.addrs.lock().map(|a| a.clone()).unwrap_or_default();
+                        let ports = l.inbound.ports().iter().map(|p| p.to_string()).collect();
                         (
-                            *id,
+                            (*id, ports),
                             fingerprint(&l.key),
                             now.duration_since(l.started).as_secs_f64(),
                             l.open_streams.load(Ordering::Relaxed) as u64,
@@ -118,7 +121,7 @@ impl ServerBoard {
         let mut sessions = Vec::new();
         let mut totals = Totals::default();
         let (mut busiest, mut most_flows, mut most_buffered) = (0, 0, 0);
-        for (id, fp, age_s, open_streams, flows, cmd, addrs) in asks {
+        for ((id, inbound_ports), fp, age_s, open_streams, flows, cmd, addrs) in asks {
             let core =
                 tokio::time::timeout(Duration::from_secs(1), crate::status::query_core(&cmd))
                     .await
@@ -158,6 +161,7 @@ impl ServerBoard {
                 open_streams,
                 datagrams,
                 totals: st,
+                inbound_ports,
             });
         }
         let mut limits = self.limits.clone();

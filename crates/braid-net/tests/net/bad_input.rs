@@ -45,6 +45,7 @@ fn agent_cfg(
         direct: Default::default(),
         rules: Default::default(),
         ciphers: Default::default(),
+        forwards: Vec::new(),
     }
 }
 

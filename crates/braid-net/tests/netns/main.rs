@@ -13,4 +13,5 @@ mod direct;
 mod faults_paths;
 mod rules;
 mod rules_rig;
+mod inbound;
 mod wildcard;

@@ -190,6 +190,7 @@ pub async fn rig() -> Rig {
         direct: Default::default(),
         rules: Default::default(),
         ciphers: Default::default(),
+        forwards: Vec::new(),
     };
     let mut agent = Agent::start(acfg).await.unwrap();
     assert!(
