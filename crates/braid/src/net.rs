@@ -24,7 +24,8 @@ pub struct KeygenArgs {
 #[derive(Args, Debug, Default, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct ServerArgs {
-    /// TOML file with any of these settings (flags take precedence).
+    /// TOML file with any of these settings (flags take precedence); file paths in it are
+    /// relative to its folder.
     #[arg(long, value_name = "FILE")]
     #[serde(skip)]
     pub config: Option<PathBuf>,
@@ -98,7 +99,8 @@ pub struct ServerArgs {
 #[derive(Args, Debug, Default, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct AgentArgs {
-    /// TOML file with any of these settings (flags take precedence).
+    /// TOML file with any of these settings (flags take precedence); file paths in it are
+    /// relative to its folder.
     #[arg(long, value_name = "FILE")]
     #[serde(skip)]
     pub config: Option<PathBuf>,
@@ -246,6 +248,13 @@ fn load<T: for<'de> Deserialize<'de> + Default>(file: Option<&Path>) -> Result<T
     toml::from_str(&text).map_err(|e| anyhow::anyhow!("config file {}: {e}", file.display()))
 }
 
+/// A path from the config file `file`, relative to that file's folder (not the working
+/// directory: a unit runs in `/`); an absolute path stays as it is.
+fn beside(file: Option<&Path>, p: Option<PathBuf>) -> Option<PathBuf> {
+    let dir = file.and_then(Path::parent).unwrap_or(Path::new(""));
+    p.map(|p| dir.join(p))
+}
+
 /// `--cipher` (or `cipher` in the file): the packet ciphers, [`braid_crypto::Ciphers::auto`]
 /// when not given.
 fn ciphers(flag: Option<String>) -> Result<braid_crypto::Ciphers> {
@@ -315,7 +324,12 @@ pub(crate) struct ServerSettings {
 
 /// Turn flags and the config file into a server configuration, reading the key files.
 pub(crate) fn server_settings(a: ServerArgs) -> Result<ServerSettings> {
-    let f: ServerArgs = load(a.config.as_deref())?;
+    let mut f: ServerArgs = load(a.config.as_deref())?;
+    let file = a.config.as_deref();
+    f.key = beside(file, f.key);
+    f.authorized = beside(file, f.authorized);
+    f.state = beside(file, f.state);
+    f.control = beside(file, f.control);
     let listen = a
         .listen
         .or(f.listen)
@@ -495,7 +509,12 @@ pub(crate) struct AgentSettings {
 
 /// Turn flags and the config file into an agent configuration, reading the key files.
 pub(crate) fn agent_settings(a: AgentArgs) -> Result<AgentSettings> {
-    let f: AgentArgs = load(a.config.as_deref())?;
+    let mut f: AgentArgs = load(a.config.as_deref())?;
+    let file = a.config.as_deref();
+    f.server_pub = beside(file, f.server_pub);
+    f.key = beside(file, f.key);
+    f.state_file = beside(file, f.state_file);
+    f.control = beside(file, f.control);
     let servers = if a.servers.is_empty() {
         f.servers
     } else {
@@ -732,3 +751,7 @@ pub fn agent(a: AgentArgs) -> Result<()> {
 #[cfg(test)]
 #[path = "net_direct_tests.rs"]
 mod direct_tests;
+
+#[cfg(test)]
+#[path = "net_config_paths_tests.rs"]
+mod config_paths_tests;
