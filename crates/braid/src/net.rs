@@ -56,7 +56,7 @@ pub struct ServerArgs {
     /// Most bytes buffered per session.
     #[arg(long)]
     pub max_buffered: Option<u64>,
-    /// The control socket `braid status` asks (mode 0600) [default: /run/braid/server.sock
+    /// The control socket `braid status` asks (mode 0600) [default: /run/braid-server/server.sock
     /// as root, else $XDG_RUNTIME_DIR/braid/server.sock].
     #[arg(long, value_name = "PATH")]
     pub control: Option<PathBuf>,
@@ -111,7 +111,8 @@ pub struct AgentArgs {
     #[arg(long = "server", value_name = "HOST:PORT")]
     #[serde(default, rename = "server", deserialize_with = "one_or_many")]
     pub servers: Vec<String>,
-    /// The server's public key file (from `braid keygen` on the server).
+    /// The server's public key file (from `braid keygen` on the server), or the key itself
+    /// (the base64 line of that file).
     #[arg(long, value_name = "FILE")]
     pub server_pub: Option<PathBuf>,
     /// This agent's private key file.
@@ -190,7 +191,7 @@ pub struct AgentArgs {
     /// path's standing queue to a few milliseconds), cubic, bbr, reno, lia, olia or balia.
     #[arg(long)]
     pub cc: Option<String>,
-    /// The control socket `braid status` asks (mode 0600) [default: /run/braid/agent.sock
+    /// The control socket `braid status` asks (mode 0600) [default: /run/braid-agent/agent.sock
     /// as root, else $XDG_RUNTIME_DIR/braid/agent.sock].
     #[arg(long, value_name = "PATH")]
     pub control: Option<PathBuf>,
@@ -246,6 +247,12 @@ fn load<T: for<'de> Deserialize<'de> + Default>(file: Option<&Path>) -> Result<T
     let text = std::fs::read_to_string(file)
         .with_context(|| format!("reading the config file {}", file.display()))?;
     toml::from_str(&text).map_err(|e| anyhow::anyhow!("config file {}: {e}", file.display()))
+}
+
+/// `server_pub` given as the key itself (the base64 line of the server's `server.pub`)
+/// rather than a file name.
+fn inline_key(p: &Path) -> Option<braid_crypto::PublicKey> {
+    braid_crypto::keys::parse_public_key(p.to_str()?).ok()
 }
 
 /// A path from the config file `file`, relative to that file's folder (not the working
@@ -511,7 +518,10 @@ pub(crate) struct AgentSettings {
 pub(crate) fn agent_settings(a: AgentArgs) -> Result<AgentSettings> {
     let mut f: AgentArgs = load(a.config.as_deref())?;
     let file = a.config.as_deref();
-    f.server_pub = beside(file, f.server_pub);
+    f.server_pub = match f.server_pub {
+        Some(k) if inline_key(&k).is_some() => Some(k),
+        p => beside(file, p),
+    };
     f.key = beside(file, f.key);
     f.state_file = beside(file, f.state_file);
     f.control = beside(file, f.control);
@@ -674,7 +684,10 @@ pub(crate) fn agent_settings(a: AgentArgs) -> Result<AgentSettings> {
     let base = match (server_pub, key) {
         (Some(p), Some(k)) => AgentConfig::new(
             addrs.first().copied().unwrap_or(([127, 0, 0, 1], 0).into()),
-            braid_crypto::read_public_key(&p)?,
+            match inline_key(&p) {
+                Some(k) if !p.exists() => k,
+                _ => braid_crypto::read_public_key(&p)?,
+            },
             Arc::new(braid_crypto::read_private_key(&k)?),
             Vec::new(),
         ),

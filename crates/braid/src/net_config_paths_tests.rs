@@ -86,3 +86,34 @@ fn absolute_paths_and_flags_stay_as_given() {
     // A flag is the command line's: relative to the working directory, as always.
     assert_eq!(s.cfg.state_file.as_deref(), Some(Path::new("flag.state")));
 }
+
+#[test]
+fn server_pub_may_be_the_key_itself() {
+    let dir = folder();
+    let key = std::fs::read_to_string(dir.path().join("server.pub")).unwrap();
+    let file = dir.path().join("agent.toml");
+    std::fs::write(
+        &file,
+        format!(
+            "server = \"127.0.0.1:4433\"\nserver_pub = {:?}\nkey = \"agent.key\"\n\
+             path = [\"a=lo\"]\nsocks = \"127.0.0.1:0\"\n",
+            key.trim()
+        ),
+    )
+    .unwrap();
+    let s = agent_settings(AgentArgs {
+        config: Some(file),
+        ..Default::default()
+    })
+    .unwrap();
+    assert_eq!(s.cfg.server_pub.to_base64(), key.trim());
+    // Not a key and no such file: the error names the file, as before.
+    let e = agent_settings(AgentArgs {
+        config: Some(dir.path().join("agent.toml")),
+        server_pub: Some(dir.path().join("nothing.pub")),
+        ..Default::default()
+    })
+    .err()
+    .unwrap();
+    assert!(format!("{e:#}").contains("nothing.pub"), "{e:#}");
+}
