@@ -299,7 +299,6 @@ impl Service {
         let args: Vec<&str> = argv.iter().map(String::as_str).collect();
         let child = ms
             .cmd(m, Some(net), &args)
-            .env("BRAID_LOG", "braid=info,braid_net=info")
             .stdout(Stdio::null())
             .stderr(std::fs::File::create(&log).unwrap())
             .spawn()
