@@ -252,7 +252,8 @@ fn load<T: for<'de> Deserialize<'de> + Default>(file: Option<&Path>) -> Result<T
 /// `server_pub` given as the key itself (the base64 line of the server's `server.pub`)
 /// rather than a file name.
 fn inline_key(p: &Path) -> Option<braid_crypto::PublicKey> {
-    braid_crypto::keys::parse_public_key(p.to_str()?).ok()
+    let line = p.to_str()?;
+    braid_crypto::keys::parse_public_key(line.split('#').next()?.trim()).ok()
 }
 
 /// A path from the config file `file`, relative to that file's folder (not the working
@@ -313,7 +314,7 @@ pub fn keygen(a: KeygenArgs) -> Result<()> {
         key.display(),
         public.display()
     );
-    println!("public key: {}", std::fs::read_to_string(&public)?.trim());
+    println!("public key: {}", braid_crypto::read_public_key(&public)?);
     Ok(())
 }
 
