@@ -6,7 +6,7 @@
 //! (pkgrig::Service stands in for systemd, which does not run here: `systemctl enable
 //! --now` enables the unit and fails to start it, so the test starts it as systemd would).
 
-use crate::pkgrig::{ok, package, unavailable, Machines, Service, Unit};
+use crate::pkgrig::{package, unavailable, Machines, Service, Unit};
 use braid_testbed::cmd::{exec_ns, ip_ns, run};
 use serde_json::Value;
 use std::io::{Read, Write};
@@ -286,6 +286,138 @@ const CAP_NET_ADMIN: u64 = 1 << 12;
 const CAP_NET_RAW: u64 = 1 << 13;
 const CAP_NET_BIND_SERVICE: u64 = 1 << 10;
 
+/// The two machines, their networks, and the file the web server serves.
+struct Rig {
+    // Dropped in this order: the machines (and what runs in them), then the namespaces.
+    ms: Machines,
+    nets: Nets,
+    /// The host folder shared with the machines as /mnt: packages, logs, downloads.
+    dir: std::path::PathBuf,
+    /// SHA-256 of the served file.
+    want: String,
+    t0: Instant,
+}
+
+impl Rig {
+    fn say(&self, what: &str) {
+        eprintln!("[{:.1} s] {what}", self.t0.elapsed().as_secs_f64());
+    }
+
+    /// Start unit `UNITS[i]` on machine `m` as systemd would.
+    fn start(&self, m: &str, i: usize, log: &str) -> Service {
+        let net = if m == "vps" {
+            &self.nets.vps
+        } else {
+            &self.nets.router
+        };
+        Service::start(
+            &self.ms,
+            m,
+            net,
+            &unit(&self.ms, m, UNITS[i]),
+            self.dir.join(log),
+        )
+    }
+
+    /// GET the file in the router's namespace with curl `args`; its SHA-256 must match.
+    fn download(&self, name: &str, args: &[&str]) {
+        let dl = self.dir.join(name).display().to_string();
+        let url = format!("http://{WEB}/file");
+        let mut all = vec!["-sS", "--max-time", "20", "-o", &dl];
+        all.extend_from_slice(args);
+        all.push(&url);
+        sh(exec_ns(&self.nets.router, "curl", &all));
+        assert_eq!(sha256(Path::new(&dl)), self.want, "{name}: SHA-256");
+    }
+
+    /// docs/deployment.md, "Quick start", word for word (the two machines install at the
+    /// same time, as they would); returns the running server and TUN agent.
+    fn quick_start(&self, deb: &str) -> (Service, Service) {
+        let ms = &self.ms;
+        let install = format!("cd /mnt && apt install -y ./{deb}");
+        both(|m| {
+            ms.sh(m, &install);
+        });
+        enable_now(ms, "vps", "braid-server");
+        let server_pub = ms.sh("vps", "cat /etc/braid/server.pub");
+        check_units(ms, "vps");
+        let server = self.start("vps", 0, "server.log");
+        let agent_pub = ms.sh("router", "cat /etc/braid/agent.pub");
+        ms.sh(
+            "vps",
+            &format!("echo '{}' >> /etc/braid/agents.txt", agent_pub.trim()),
+        );
+        ms.sh(
+            "router",
+            &format!(
+                "cat >> /etc/braid/agent.toml <<'EOF'\nserver = \"{PUBLIC}:4433\"\nserver_pub = \"{}\"\nEOF",
+                server_pub.trim()
+            ),
+        );
+        enable_now(ms, "router", "braid-agent-tun");
+        let tun = self.start("router", 2, "agent-tun.log");
+        // (Checked once they answer: until then the process may still be nsenter or setpriv.)
+        status_until(ms, "router", &tun, both_paths_up);
+        check_privileges(ms, "vps", &server, CAP_NET_BIND_SERVICE);
+        check_privileges(ms, "router", &tun, CAP_NET_ADMIN | CAP_NET_RAW);
+        (server, tun)
+    }
+
+    /// Upgrade both machines (dpkg rather than apt: the same maintainer scripts, without
+    /// apt reading the host's package lists, 5 s a run on a busy machine): keys and an
+    /// edited conffile are kept.
+    fn upgrade(&self, deb: &str) {
+        let ms = &self.ms;
+        let keys = |m: &str| {
+            ms.sh(
+                m,
+                "sha256sum /etc/braid/server.key /etc/braid/agent.key /etc/braid/*.pub",
+            )
+        };
+        let before = (keys("vps"), keys("router"));
+        ms.sh(
+            "vps",
+            "echo '# edited by the operator' >> /etc/braid/server.toml",
+        );
+        both(|m| {
+            ms.sh(m, &format!("dpkg -i /mnt/{deb}"));
+            assert_eq!(ms.sh(m, "dpkg-query -W -f '${Version}' braid"), "0.1.0-2");
+        });
+        assert_eq!(
+            (keys("vps"), keys("router")),
+            before,
+            "keys kept on upgrade"
+        );
+        let server_toml = ms.read("vps", "/etc/braid/server.toml").unwrap();
+        assert!(server_toml.ends_with("# edited by the operator\n"));
+        let agent_toml = ms.read("router", "/etc/braid/agent.toml").unwrap();
+        assert!(agent_toml.contains(&format!("server = \"{PUBLIC}:4433\"")));
+    }
+
+    /// Purge both machines: no file named braid in what they changed, no user or group,
+    /// the account files as the host's.
+    fn purge(&self) {
+        let ms = &self.ms;
+        both(|m| {
+            ms.sh(m, "dpkg --purge braid");
+            for db in ["passwd", "group"] {
+                let o = ms.try_sh(m, &format!("getent {db} braid"));
+                assert!(!o.status.success(), "{m}: braid left in {db}");
+            }
+            let left: Vec<String> = ms
+                .changed(m)
+                .into_iter()
+                .filter(|p| p.contains("braid"))
+                .collect();
+            assert!(left.is_empty(), "{m}: left behind: {left:?}");
+            for f in ["/etc/passwd", "/etc/group", "/etc/shadow", "/etc/gshadow"] {
+                let host = std::fs::read_to_string(f).unwrap();
+                assert_eq!(ms.read(m, f).unwrap(), host, "{m}: {f} differs from before");
+            }
+        });
+    }
+}
+
 #[test]
 fn the_package_installs_runs_upgrades_and_purges_as_the_quick_start_says() {
     if let Some(why) = unavailable() {
@@ -297,99 +429,34 @@ fn the_package_installs_runs_upgrades_and_purges_as_the_quick_start_says() {
         .prefix("pkg-share")
         .tempdir()
         .unwrap();
-    let s = share.path();
     // Kept for a look when BRAID_PKG_KEEP is set (logs, downloads).
-    let s = &if std::env::var_os("BRAID_PKG_KEEP").is_some() {
-        share.keep()
-    } else {
-        s.to_path_buf()
+    let dir = match std::env::var_os("BRAID_PKG_KEEP") {
+        Some(_) => share.keep(),
+        None => share.path().to_path_buf(),
     };
-    let v1 = package("0.1.0-1", s);
-    let v2 = package("0.1.0-2", s);
+    let (v1, v2) = (package("0.1.0-1", &dir), package("0.1.0-2", &dir));
     check_contents(&v1);
-    let (deb1, deb2) = (
-        v1.file_name().unwrap().to_str().unwrap(),
-        v2.file_name().unwrap().to_str().unwrap(),
-    );
-    let data = std::sync::Arc::new(
-        (0..8u32 << 20)
-            .map(|i| (i.wrapping_mul(2654435761) >> 13) as u8)
-            .collect::<Vec<u8>>(),
-    );
-    std::fs::write(s.join("file"), &*data).unwrap();
-    let want = sha256(&s.join("file"));
+    let name = |p: &Path| p.file_name().unwrap().to_str().unwrap().to_string();
+    let data: Vec<u8> = (0..8u32 << 20)
+        .map(|i| (i.wrapping_mul(2654435761) >> 13) as u8)
+        .collect();
+    std::fs::write(dir.join("file"), &data).unwrap();
     let nets = Nets::new();
-    web_server(&nets.vps, data);
-    let ms = Machines::new(&["vps", "router"], s);
-    eprintln!(
-        "[{:.1} s] packages built, machines up",
-        t0.elapsed().as_secs_f64()
-    );
+    web_server(&nets.vps, std::sync::Arc::new(data));
+    let rig = Rig {
+        ms: Machines::new(&["vps", "router"], &dir),
+        nets,
+        want: sha256(&dir.join("file")),
+        dir,
+        t0,
+    };
+    rig.say("packages built, machines up");
 
-    // docs/deployment.md, "Quick start": the VPS's commands and the router's first one (the
-    // two machines install at the same time, as they would).
-    let install = format!("cd /mnt && apt install -y ./{deb1}");
-    both(|m| {
-        ms.sh(m, &install);
-    });
-    enable_now(&ms, "vps", "braid-server");
-    let server_pub = ms.sh("vps", "cat /etc/braid/server.pub");
-    check_units(&ms, "vps");
-    let server = Service::start(
-        &ms,
-        "vps",
-        &nets.vps,
-        &unit(&ms, "vps", UNITS[0]),
-        s.join("server.log"),
-    );
-    let agent_pub = ms.sh("router", "cat /etc/braid/agent.pub");
-    ms.sh(
-        "vps",
-        &format!("echo '{}' >> /etc/braid/agents.txt", agent_pub.trim()),
-    );
-    ms.sh(
-        "router",
-        &format!(
-            "cat >> /etc/braid/agent.toml <<'EOF'\nserver = \"{PUBLIC}:4433\"\nserver_pub = \"{}\"\nEOF",
-            server_pub.trim()
-        ),
-    );
-    enable_now(&ms, "router", "braid-agent-tun");
-    let tun = Service::start(
-        &ms,
-        "router",
-        &nets.router,
-        &unit(&ms, "router", UNITS[2]),
-        s.join("agent-tun.log"),
-    );
-    // (Checked once they answer: until then the process may still be nsenter or setpriv.)
-    status_until(&ms, "router", &tun, both_paths_up);
-    check_privileges(&ms, "vps", &server, CAP_NET_BIND_SERVICE);
-    check_privileges(&ms, "router", &tun, CAP_NET_ADMIN | CAP_NET_RAW);
-    eprintln!(
-        "[{:.1} s] installed, session up over both links",
-        t0.elapsed().as_secs_f64()
-    );
-    // A download by an application that knows nothing of braid (TUN mode).
-    let dl = s.join("dl-tun").display().to_string();
-    sh(exec_ns(
-        &nets.router,
-        "curl",
-        &[
-            "-sS",
-            "--max-time",
-            "20",
-            "-o",
-            &dl,
-            &format!("http://{WEB}/file"),
-        ],
-    ));
-    assert_eq!(
-        sha256(Path::new(&dl)),
-        want,
-        "download through braid-agent-tun"
-    );
-    let st = status_until(&ms, "vps", &server, |v| {
+    let (server, tun) = rig.quick_start(&name(&v1));
+    rig.say("installed, session up over both links");
+    // An application that knows nothing of braid (TUN mode).
+    rig.download("dl-tun", &[]);
+    let st = status_until(&rig.ms, "vps", &server, |v| {
         v["sessions"].as_array().is_some_and(|s| s.len() == 1)
     });
     assert_eq!(
@@ -405,108 +472,19 @@ fn the_package_installs_runs_upgrades_and_purges_as_the_quick_start_says() {
     }
     assert_eq!(tun.stop(), Some(0), "the TUN agent's clean stop");
     assert_eq!(server.stop(), Some(0), "the server's clean stop");
-    eprintln!(
-        "[{:.1} s] downloaded through TUN mode",
-        t0.elapsed().as_secs_f64()
-    );
+    rig.say("downloaded through TUN mode");
 
-    // Upgrade (dpkg rather than apt from here on: the same maintainer scripts, without apt
-    // rebuilding its package cache from the host's lists, 5 s a run on a busy machine):
-    // keys and an edited conffile are kept.
-    let keys = |m: &str| {
-        ms.sh(
-            m,
-            "sha256sum /etc/braid/server.key /etc/braid/agent.key /etc/braid/*.pub",
-        )
-    };
-    let (kv, kr) = (keys("vps"), keys("router"));
-    ms.sh(
-        "vps",
-        "echo '# edited by the operator' >> /etc/braid/server.toml",
-    );
-    both(|m| {
-        ms.sh(m, &format!("dpkg -i /mnt/{deb2}"));
-        assert_eq!(ms.sh(m, "dpkg-query -W -f '${Version}' braid"), "0.1.0-2");
-    });
-    assert_eq!(
-        (keys("vps"), keys("router")),
-        (kv, kr),
-        "keys kept on upgrade"
-    );
-    assert!(ms
-        .read("vps", "/etc/braid/server.toml")
-        .unwrap()
-        .ends_with("# edited by the operator\n"));
-    assert!(ms
-        .read("router", "/etc/braid/agent.toml")
-        .unwrap()
-        .contains(&format!("server = \"{PUBLIC}:4433\"")));
+    rig.upgrade(&name(&v2));
     // The proxy unit after the upgrade: a download through its SOCKS5 port.
-    let server = Service::start(
-        &ms,
-        "vps",
-        &nets.vps,
-        &unit(&ms, "vps", UNITS[0]),
-        s.join("server2.log"),
-    );
-    let agent = Service::start(
-        &ms,
-        "router",
-        &nets.router,
-        &unit(&ms, "router", UNITS[1]),
-        s.join("agent.log"),
-    );
-    status_until(&ms, "router", &agent, both_paths_up);
-    check_privileges(&ms, "router", &agent, CAP_NET_RAW);
-    let dl = s.join("dl-socks").display().to_string();
-    sh(exec_ns(
-        &nets.router,
-        "curl",
-        &[
-            "-sS",
-            "--max-time",
-            "20",
-            "--socks5-hostname",
-            "127.0.0.1:1080",
-            "-o",
-            &dl,
-            &format!("http://{WEB}/file"),
-        ],
-    ));
-    assert_eq!(
-        sha256(Path::new(&dl)),
-        want,
-        "download through braid-agent's SOCKS5 port"
-    );
+    let server = rig.start("vps", 0, "server2.log");
+    let agent = rig.start("router", 1, "agent.log");
+    status_until(&rig.ms, "router", &agent, both_paths_up);
+    check_privileges(&rig.ms, "router", &agent, CAP_NET_RAW);
+    rig.download("dl-socks", &["--socks5-hostname", "127.0.0.1:1080"]);
     assert_eq!(agent.stop(), Some(0));
     assert_eq!(server.stop(), Some(0));
-    eprintln!(
-        "[{:.1} s] upgraded, downloaded through SOCKS5",
-        t0.elapsed().as_secs_f64()
-    );
+    rig.say("upgraded, downloaded through SOCKS5");
 
-    // Purge: nothing of braid is left.
-    both(|m| {
-        ms.sh(m, "dpkg --purge braid");
-        assert!(
-            !ms.try_sh(m, "getent passwd braid").status.success(),
-            "{m}: user braid left"
-        );
-        assert!(
-            !ms.try_sh(m, "getent group braid").status.success(),
-            "{m}: group braid left"
-        );
-        let left: Vec<String> = ms
-            .changed(m)
-            .into_iter()
-            .filter(|p| p.contains("braid"))
-            .collect();
-        assert!(left.is_empty(), "{m}: left behind: {left:?}");
-        for f in ["/etc/passwd", "/etc/group", "/etc/shadow", "/etc/gshadow"] {
-            let host = std::fs::read_to_string(f).unwrap();
-            assert_eq!(ms.read(m, f).unwrap(), host, "{m}: {f} differs from before");
-        }
-    });
-    eprintln!("[{:.1} s] purged, nothing left", t0.elapsed().as_secs_f64());
-    let _ = ok;
+    rig.purge();
+    rig.say("purged, nothing left");
 }
