@@ -24,7 +24,8 @@ pub struct KeygenArgs {
 #[derive(Args, Debug, Default, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct ServerArgs {
-    /// TOML file with any of these settings (flags take precedence).
+    /// TOML file with any of these settings (flags take precedence); file paths in it are
+    /// relative to its folder.
     #[arg(long, value_name = "FILE")]
     #[serde(skip)]
     pub config: Option<PathBuf>,
@@ -55,7 +56,7 @@ pub struct ServerArgs {
     /// Most bytes buffered per session.
     #[arg(long)]
     pub max_buffered: Option<u64>,
-    /// The control socket `braid status` asks (mode 0600) [default: /run/braid/server.sock
+    /// The control socket `braid status` asks (mode 0600) [default: /run/braid-server/server.sock
     /// as root, else $XDG_RUNTIME_DIR/braid/server.sock].
     #[arg(long, value_name = "PATH")]
     pub control: Option<PathBuf>,
@@ -109,7 +110,8 @@ pub struct ServerArgs {
 #[derive(Args, Debug, Default, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct AgentArgs {
-    /// TOML file with any of these settings (flags take precedence).
+    /// TOML file with any of these settings (flags take precedence); file paths in it are
+    /// relative to its folder.
     #[arg(long, value_name = "FILE")]
     #[serde(skip)]
     pub config: Option<PathBuf>,
@@ -120,7 +122,8 @@ pub struct AgentArgs {
     #[arg(long = "server", value_name = "HOST:PORT")]
     #[serde(default, rename = "server", deserialize_with = "one_or_many")]
     pub servers: Vec<String>,
-    /// The server's public key file (from `braid keygen` on the server).
+    /// The server's public key file (from `braid keygen` on the server), or the key itself
+    /// (the base64 line of that file).
     #[arg(long, value_name = "FILE")]
     pub server_pub: Option<PathBuf>,
     /// This agent's private key file.
@@ -199,7 +202,7 @@ pub struct AgentArgs {
     /// path's standing queue to a few milliseconds), cubic, bbr, reno, lia, olia or balia.
     #[arg(long)]
     pub cc: Option<String>,
-    /// The control socket `braid status` asks (mode 0600) [default: /run/braid/agent.sock
+    /// The control socket `braid status` asks (mode 0600) [default: /run/braid-agent/agent.sock
     /// as root, else $XDG_RUNTIME_DIR/braid/agent.sock].
     #[arg(long, value_name = "PATH")]
     pub control: Option<PathBuf>,
@@ -314,6 +317,20 @@ fn load<T: for<'de> Deserialize<'de> + Default>(file: Option<&Path>) -> Result<T
     toml::from_str(&text).map_err(|e| anyhow::anyhow!("config file {}: {e}", file.display()))
 }
 
+/// `server_pub` given as the key itself (the base64 line of the server's `server.pub`)
+/// rather than a file name.
+fn inline_key(p: &Path) -> Option<braid_crypto::PublicKey> {
+    let line = p.to_str()?;
+    braid_crypto::keys::parse_public_key(line.split('#').next()?.trim()).ok()
+}
+
+/// A path from the config file `file`, relative to that file's folder (not the working
+/// directory: a unit runs in `/`); an absolute path stays as it is.
+fn beside(file: Option<&Path>, p: Option<PathBuf>) -> Option<PathBuf> {
+    let dir = file.and_then(Path::parent).unwrap_or(Path::new(""));
+    p.map(|p| dir.join(p))
+}
+
 /// `--cipher` (or `cipher` in the file): the packet ciphers, [`braid_crypto::Ciphers::auto`]
 /// when not given.
 fn ciphers(flag: Option<String>) -> Result<braid_crypto::Ciphers> {
@@ -365,7 +382,7 @@ pub fn keygen(a: KeygenArgs) -> Result<()> {
         key.display(),
         public.display()
     );
-    println!("public key: {}", std::fs::read_to_string(&public)?.trim());
+    println!("public key: {}", braid_crypto::read_public_key(&public)?);
     Ok(())
 }
 
@@ -383,7 +400,12 @@ pub(crate) struct ServerSettings {
 
 /// Turn flags and the config file into a server configuration, reading the key files.
 pub(crate) fn server_settings(a: ServerArgs) -> Result<ServerSettings> {
-    let f: ServerArgs = load(a.config.as_deref())?;
+    let mut f: ServerArgs = load(a.config.as_deref())?;
+    let file = a.config.as_deref();
+    f.key = beside(file, f.key);
+    f.authorized = beside(file, f.authorized);
+    f.state = beside(file, f.state);
+    f.control = beside(file, f.control);
     let listen = a
         .listen
         .or(f.listen)
@@ -577,7 +599,15 @@ pub(crate) struct AgentSettings {
 
 /// Turn flags and the config file into an agent configuration, reading the key files.
 pub(crate) fn agent_settings(a: AgentArgs) -> Result<AgentSettings> {
-    let f: AgentArgs = load(a.config.as_deref())?;
+    let mut f: AgentArgs = load(a.config.as_deref())?;
+    let file = a.config.as_deref();
+    f.server_pub = match f.server_pub {
+        Some(k) if inline_key(&k).is_some() => Some(k),
+        p => beside(file, p),
+    };
+    f.key = beside(file, f.key);
+    f.state_file = beside(file, f.state_file);
+    f.control = beside(file, f.control);
     let servers = if a.servers.is_empty() {
         f.servers
     } else {
@@ -739,7 +769,10 @@ pub(crate) fn agent_settings(a: AgentArgs) -> Result<AgentSettings> {
     let base = match (server_pub, key) {
         (Some(p), Some(k)) => AgentConfig::new(
             addrs.first().copied().unwrap_or(([127, 0, 0, 1], 0).into()),
-            braid_crypto::read_public_key(&p)?,
+            match inline_key(&p) {
+                Some(k) if !p.exists() => k,
+                _ => braid_crypto::read_public_key(&p)?,
+            },
             Arc::new(braid_crypto::read_private_key(&k)?),
             Vec::new(),
         ),
@@ -830,3 +863,7 @@ mod direct_tests;
 #[cfg(test)]
 #[path = "net_forward_tests.rs"]
 mod forward_tests;
+
+#[cfg(test)]
+#[path = "net_config_paths_tests.rs"]
+mod config_paths_tests;

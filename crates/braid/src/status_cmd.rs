@@ -15,8 +15,8 @@ use std::time::Duration;
 /// `braid status`.
 #[derive(Args, Debug)]
 pub struct StatusArgs {
-    /// The control socket [default: the agent's, else the server's, under /run/braid as
-    /// root, else $XDG_RUNTIME_DIR/braid].
+    /// The control socket [default: the agent's, else the server's, under /run/braid-agent
+    /// or /run/braid-server as root, else $XDG_RUNTIME_DIR/braid].
     #[arg(long, value_name = "PATH")]
     pub control: Option<PathBuf>,
     /// Print the JSON snapshot (one line) instead of tables.

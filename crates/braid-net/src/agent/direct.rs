@@ -86,9 +86,15 @@ pub(super) struct Direct {
 
 impl Direct {
     pub(super) fn new(cfg: &AgentConfig) -> Arc<Direct> {
-        for p in &cfg.paths {
-            if p.bind == PathBind::Auto {
-                warn!(path = %p.name, "direct mode does not use `auto` paths yet: name the interface to use it without a server");
+        // Once, not per `auto` slot; a warning only when direct mode is all the agent does
+        // (with a server it is a fallback that may never run: the packaged default config
+        // has `path = ["auto"]`).
+        if cfg.paths.iter().any(|p| p.bind == PathBind::Auto) {
+            let what = "direct mode does not use `auto` paths yet: name the interfaces to use them without a server";
+            if cfg.servers.is_empty() {
+                warn!("{what}");
+            } else {
+                info!("{what} (while no server answers)");
             }
         }
         let n = cfg.paths.len();
