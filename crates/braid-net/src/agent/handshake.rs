@@ -38,6 +38,8 @@ pub(super) struct Bound {
     pub peer: SocketAddr,
     /// How it was bound (for a TCP connection from the same place).
     pub bind: PathBind,
+    /// The largest datagram its route to `peer` carries (`crate::pmtu`).
+    pub max_datagram: usize,
 }
 
 impl Bound {
@@ -49,6 +51,7 @@ impl Bound {
             socket: self.socket.clone(),
             peer: cfg.paths[self.slot].peer(server),
             bind: self.bind.clone(),
+            max_datagram: crate::pmtu::path_limit(&self.bind, cfg.paths[self.slot].peer(server)),
         }
     }
 }
@@ -88,6 +91,7 @@ pub(super) fn bind(
         socket: Arc::new(socket),
         peer: p.peer(server),
         bind: bind.clone(),
+        max_datagram: crate::pmtu::path_limit(bind, p.peer(server)),
     })
 }
 

@@ -325,6 +325,10 @@ impl Runner {
         let mut started = Vec::new();
         for b in est.paths {
             let id = b.slot as PathId;
+            // Each path's own datagram size (its family's header, its route's MTU); a TCP
+            // path frames packets of any size.
+            let tcp = id == est.first && first_tcp.is_some();
+            session.set_path_max_datagram(now, id, if tcp { 0 } else { b.max_datagram });
             if id != est.first {
                 if let Err(e) = session.add_path(now, id) {
                     warn!(path = %self.name(b.slot), "cannot add the path: {e}");
@@ -525,6 +529,7 @@ impl Runner {
         let policy = self.policy_fn(slot, id);
         let _ = cmd.send(Cmd::Session(SessionFn(Box::new(move |s, now| {
             s.set_path_reliable(now, id, true);
+            s.set_path_max_datagram(now, id, 0);
             if let Err(e) = s.add_path(now, id) {
                 debug!(id, "add_path: {e}");
             }
@@ -571,8 +576,10 @@ impl Runner {
                     self.set_status(slot, PathStatus::Validating);
                     links.add_udp(id, &b);
                     let policy = self.policy_fn(slot, id);
+                    let limit = b.max_datagram;
                     let _ = cmd.send(Cmd::Session(SessionFn(Box::new(move |s, now| {
                         s.set_path_reliable(now, id, false);
+                        s.set_path_max_datagram(now, id, limit);
                         if let Err(e) = s.add_path(now, id) {
                             debug!(id, "add_path: {e}");
                         }
