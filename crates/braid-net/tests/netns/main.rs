@@ -11,4 +11,5 @@ mod nsrig;
 mod blocked;
 mod direct;
 mod faults_paths;
+mod ipv6;
 mod wildcard;
