@@ -45,6 +45,7 @@ pub(super) struct Bound {
 impl Bound {
     /// The same socket, sending to `server` (or the path's relay).
     fn towards(&self, cfg: &AgentConfig, server: SocketAddr) -> Bound {
+        let server = cfg.server_for(server, self.attach.addr);
         Bound {
             slot: self.slot,
             attach: self.attach,
@@ -136,7 +137,7 @@ pub(super) async fn handshake(
     let mut paths = Vec::new();
     let mut errors = Vec::new();
     for a in avail {
-        match bind(cfg, a, cfg.servers[0]) {
+        match bind(cfg, a, cfg.server_for(cfg.servers[0], a.1.addr)) {
             Ok(b) => paths.push(b),
             Err(e) => errors.push(format!("path {}: {e}", cfg.paths[a.0].name)),
         }
@@ -156,6 +157,7 @@ pub(super) async fn handshake(
     for (i, b) in paths.iter().enumerate() {
         let relayed = cfg.paths[b.slot].via.is_some();
         for &server in &cfg.servers {
+            let server = cfg.server_for(server, b.attach.addr);
             let (h, msg1) = ClientHandshake::offering(
                 &cfg.key,
                 &cfg.server_pub,

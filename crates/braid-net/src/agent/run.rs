@@ -83,6 +83,9 @@ pub(super) async fn keep_session(
 ) {
     let binds = cfg.paths.iter().map(|p| p.bind.clone()).collect();
     let mut mgr = PathManager::new(binds, cfg.servers[0].is_ipv4());
+    if !cfg.server_other_family.is_empty() {
+        mgr.set_both_families();
+    }
     // A relayed path (tests' link emulators) never goes over TCP around its relay.
     for (slot, _) in cfg.paths.iter().enumerate().filter(|p| p.1.via.is_some()) {
         mgr.set_udp_only(slot);
@@ -553,7 +556,8 @@ impl Runner {
                     let Some(bind) = self.mgr.bind_of(slot) else {
                         continue;
                     };
-                    links.connect_tcp(slot, bind, id, self.server);
+                    let server = self.cfg.server_for(self.server, attach.addr);
+                    links.connect_tcp(slot, bind, id, server);
                 }
                 Action::Add {
                     slot,
@@ -564,7 +568,8 @@ impl Runner {
                     let Some(bind) = self.mgr.bind_of(slot) else {
                         continue;
                     };
-                    let b = match handshake::bind(&self.cfg, &(slot, attach, bind), self.server) {
+                    let server = self.cfg.server_for(self.server, attach.addr);
+                    let b = match handshake::bind(&self.cfg, &(slot, attach, bind), server) {
                         Ok(b) => b,
                         Err(e) => {
                             // The manager re-binds it when validation does not come.

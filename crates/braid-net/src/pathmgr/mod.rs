@@ -192,6 +192,9 @@ pub struct PathManager {
     /// Default routes of the main table: (interface, IPv6, metric).
     routes: BTreeSet<(u32, bool, u32)>,
     ipv4: bool,
+    /// The server has an address of the other family too: a link with only that family
+    /// is usable (the server's family is preferred where a link has both).
+    both: bool,
     in_session: bool,
     /// No kernel view (netlink unavailable): every path counts as present.
     assume: bool,
@@ -215,10 +218,17 @@ impl PathManager {
             addrs: HashMap::new(),
             routes: BTreeSet::new(),
             ipv4: server_is_ipv4,
+            both: false,
             in_session: false,
             assume: false,
             actions: VecDeque::new(),
         }
+    }
+
+    /// The server is reachable over both families: links with an address of either
+    /// family are usable, the server's family first where a link has both.
+    pub fn set_both_families(&mut self) {
+        self.both = true;
     }
 
     /// Feed one kernel event.
@@ -253,7 +263,9 @@ impl PathManager {
 
     /// True when link `index` has a default route of the server's family.
     fn has_default_route(&self, index: u32) -> bool {
-        self.routes.iter().any(|r| r.0 == index && r.1 != self.ipv4)
+        self.routes
+            .iter()
+            .any(|r| r.0 == index && (r.1 != self.ipv4 || self.both))
     }
 
     /// Give free auto slots the interfaces that qualify and no slot names.
@@ -366,18 +378,25 @@ impl PathManager {
 
     fn attach_interface(&self, name: &str) -> Option<Attach> {
         let (&index, _) = self.links.iter().find(|(_, (n, up))| n == name && *up)?;
-        let addr = self
-            .addrs
-            .get(&index)?
+        let addrs = self.addrs.get(&index)?;
+        let addr = addrs
             .iter()
-            .find(|a| self.usable_addr(a))?;
+            .find(|a| self.usable_addr(a, self.ipv4))
+            .or_else(|| {
+                let other = !self.ipv4;
+                addrs
+                    .iter()
+                    .find(|a| self.both && self.usable_addr(a, other))
+            })?;
         Some(Attach { index, addr: *addr })
     }
 
-    fn usable_addr(&self, a: &IpAddr) -> bool {
+    /// An address a path towards a server of the family `ipv4` can send from (IPv6: not
+    /// link-local).
+    fn usable_addr(&self, a: &IpAddr, ipv4: bool) -> bool {
         match a {
-            IpAddr::V4(_) => self.ipv4,
-            IpAddr::V6(v6) => !self.ipv4 && (v6.segments()[0] & 0xffc0) != 0xfe80,
+            IpAddr::V4(_) => ipv4,
+            IpAddr::V6(v6) => !ipv4 && (v6.segments()[0] & 0xffc0) != 0xfe80,
         }
     }
 
@@ -399,7 +418,11 @@ impl PathManager {
                 Some((_, (_, false))) => format!("interface {name} is down or has no carrier"),
                 Some(_) => format!(
                     "interface {name} has no {} address",
-                    if self.ipv4 { "IPv4" } else { "global IPv6" }
+                    match (self.ipv4, self.both) {
+                        (_, true) => "IPv4 or global IPv6",
+                        (true, false) => "IPv4",
+                        (false, false) => "global IPv6",
+                    }
                 ),
             },
             PathBind::Address(ip) => format!("no interface that is up has the address {ip}"),

@@ -44,6 +44,7 @@ fn agent_cfg(
         rekey: Default::default(),
         direct: Default::default(),
         ciphers: Default::default(),
+        server_other_family: Vec::new(),
     }
 }
 

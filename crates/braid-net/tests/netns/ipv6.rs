@@ -363,3 +363,41 @@ fn direct_mode_carries_udp_and_tcp_to_ipv6_destinations() {
         );
     }
 }
+
+/// One session mixing an IPv4 path and an IPv6 path: the agent knows the server as
+/// 10.0.0.1 and, for paths with only IPv6, as [`SERVER6`] (`--server
+/// 10.0.0.1:4433,[fd66::1]:4433`). Path `a` (link 0, IPv6 only) joins the session over
+/// IPv6, path `b` (link 1, dual-stack) over IPv4, and a download through both is exact
+/// with link 0 carrying its share. Failed before: an IPv6-only link had "no IPv4
+/// address", so its path never came up.
+#[test]
+fn a_session_mixes_an_ipv4_path_and_an_ipv6_only_path() {
+    if skip() {
+        return;
+    }
+    let net = net6();
+    let blob = Arc::new(body(8 << 20));
+    let key = Arc::new(StaticKeypair::generate().unwrap());
+    let (server_pub, _g) = serve6(&net, blob.clone(), Some(key.public()));
+    let v4: SocketAddr = nsrig::SERVER.parse().unwrap();
+    let mut cfg = nsrig::agent_cfg_to(v4, &["a=p0", "b=p1"], key, server_pub);
+    cfg.server_other_family = vec![(v4, (SERVER6, BRAID_PORT).into())];
+    let before = net.rx_bytes(0);
+    let got = net.client(move || async move {
+        let mut agent = Agent::start(cfg).await.unwrap();
+        assert!(
+            agent.wait_established(Duration::from_secs(5)).await,
+            "no session"
+        );
+        wait(&mut agent, "a", PathStatus::Up, 5000).await;
+        wait(&mut agent, "b", PathStatus::Up, 5000).await;
+        socks5_blob(agent.socks.unwrap()).await
+    });
+    assert_eq!(sha(&got), sha(&blob), "the download through both paths");
+    let on_v6_link = net.rx_bytes(0) - before;
+    assert!(
+        on_v6_link > blob.len() as u64 / 5,
+        "the IPv6-only link carried {on_v6_link} bytes of {}",
+        blob.len()
+    );
+}

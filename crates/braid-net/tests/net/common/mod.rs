@@ -189,6 +189,7 @@ pub async fn rig() -> Rig {
         rekey: Default::default(),
         direct: Default::default(),
         ciphers: Default::default(),
+        server_other_family: Vec::new(),
     };
     let mut agent = Agent::start(acfg).await.unwrap();
     assert!(
