@@ -433,8 +433,10 @@ impl Runner {
                 Some(ev) = ev_rx.recv() => {
                     if let Event::PathValidated(id) = ev {
                         if let Some(slot) = self.mgr.slot_of(id) {
-                            if self.mgr.is_tcp(id) {
-                                warn!(path = %self.name(slot), id, "path validated over TCP (its network blocks UDP): carrying data");
+                            if self.mgr.is_tcp(id) && self.mgr.udp_failed(id) {
+                                warn!(path = %self.name(slot), id, "path validated over TCP (UDP went unanswered on it: its network may block UDP): carrying data");
+                            } else if self.mgr.is_tcp(id) {
+                                info!(path = %self.name(slot), id, "path validated over TCP: carrying data");
                             } else {
                                 info!(path = %self.name(slot), id, "path validated: carrying data");
                             }
@@ -550,8 +552,13 @@ impl Runner {
                     attach,
                     tcp: true,
                 } => {
-                    warn!(path = %self.name(slot), id, ifindex = attach.index, addr = %attach.addr, server = %self.server,
-                        "no answer over UDP: trying braid over TCP (the network may block UDP)");
+                    if self.mgr.udp_failed(id) {
+                        warn!(path = %self.name(slot), id, ifindex = attach.index, addr = %attach.addr, server = %self.server,
+                            "no answer over UDP: trying braid over TCP (the network may block UDP)");
+                    } else {
+                        info!(path = %self.name(slot), id, ifindex = attach.index, addr = %attach.addr, server = %self.server,
+                            "connecting braid over TCP again");
+                    }
                     self.set_status(slot, PathStatus::Validating);
                     let Some(bind) = self.mgr.bind_of(slot) else {
                         continue;

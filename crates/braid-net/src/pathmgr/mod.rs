@@ -154,6 +154,10 @@ struct Live {
     old: Option<PathId>,
     /// Carried over TCP.
     tcp: bool,
+    /// UDP was tried on this path and never validated (what switched it to TCP); false
+    /// for a path that went over TCP without such a test (the handshake's answer came
+    /// over TCP first).
+    udp_failed: bool,
 }
 
 impl Live {
@@ -167,6 +171,7 @@ impl Live {
             retry: VALIDATE_FIRST,
             old: None,
             tcp: false,
+            udp_failed: false,
         }
     }
 }
@@ -526,6 +531,15 @@ impl PathManager {
             .any(|l| l.id == id && l.tcp)
     }
 
+    /// True when path `id` went to TCP because UDP was tried on it and not validated in
+    /// time: only then may the agent say its network blocks UDP.
+    pub fn udp_failed(&self, id: PathId) -> bool {
+        self.slots
+            .iter()
+            .filter_map(|s| s.live.as_ref())
+            .any(|l| l.id == id && l.udp_failed)
+    }
+
     /// Keep path `slot` on UDP: re-binding never switches it to TCP (a path through a
     /// relay, which only relays UDP).
     pub fn set_udp_only(&mut self, slot: usize) {
@@ -554,6 +568,9 @@ impl PathManager {
                     id: l.id,
                     reason: "not validated in time; re-binding",
                 });
+                if !l.tcp && !s.udp_only {
+                    l.udp_failed = true;
+                }
                 l.tcp = !l.tcp && !s.udp_only;
                 self.actions.push_back(Action::Add {
                     slot,
