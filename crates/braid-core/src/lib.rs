@@ -39,7 +39,7 @@ pub use ids::PathId;
 pub use rng::Rng;
 pub use session::{
     BatchTransmit, DatagramError, Event, PathCondition, PathError, Session, SessionError,
-    SessionStats, Side, Transmit,
+    SessionStats, Side, Transmit, MIN_PATH_DATAGRAM,
 };
 pub use stream::{StreamError, StreamId};
 pub use time::Instant;

@@ -5,6 +5,7 @@
 //! - [`protect`]: the AEAD and replay window on every packet,
 //! - [`udp`]: path sockets bound to interfaces or source addresses,
 //! - [`batch`]: many datagrams per system call (UDP GSO and GRO),
+//! - [`pmtu`]: each path's largest datagram (address family and route MTU),
 //! - [`pktinfo`]: replies from the address asked, on sockets bound to a wildcard address,
 //! - [`tcp`]: braid packets over TCP, for networks that block UDP,
 //! - [`splice`]: relaying a TCP connection over a stream,
@@ -23,6 +24,7 @@ pub mod driver;
 pub mod netwatch;
 pub mod pathmgr;
 pub mod pktinfo;
+pub mod pmtu;
 pub mod policy;
 pub mod protect;
 pub mod rules;

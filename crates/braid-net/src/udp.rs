@@ -82,6 +82,11 @@ pub fn bind_udp(addr: SocketAddr, device: Option<&str>) -> io::Result<UdpSocket>
             )
         })?;
     }
+    if addr.is_ipv6() && addr.ip().is_unspecified() {
+        // Bound to no address (a path bound to an interface): IPv4 destinations too
+        // (IPv4-mapped), whatever the host's `bindv6only`.
+        let _ = sock.set_only_v6(false);
+    }
     let _ = sock.set_recv_buffer_size(SOCKET_BUFFER);
     let _ = sock.set_send_buffer_size(SOCKET_BUFFER);
     sock.set_nonblocking(true)?;
@@ -129,6 +134,12 @@ pub fn flow_socket() -> io::Result<UdpSocket> {
         }
     };
     UdpSocket::from_std(std)
+}
+
+/// True when this host can make IPv6 sockets (asked once).
+pub fn ipv6_available() -> bool {
+    static V6: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+    *V6.get_or_init(|| Socket::new(Domain::IPV6, Type::DGRAM, Some(Protocol::UDP)).is_ok())
 }
 
 /// `to` as `sock` can send to it: an IPv4 address becomes IPv4-mapped on an IPv6 socket.

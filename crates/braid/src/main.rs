@@ -6,6 +6,7 @@ mod check_cmd;
 mod demo;
 mod net;
 mod report_cmd;
+mod server_addrs;
 mod status_cmd;
 #[cfg(test)]
 mod synopsis;

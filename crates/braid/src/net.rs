@@ -7,7 +7,7 @@ use braid_net::server::{Server, ServerConfig};
 use braid_proxy::{AuthPolicy, HttpLimits};
 use clap::Args;
 use serde::Deserialize;
-use std::net::{SocketAddr, ToSocketAddrs};
+use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
@@ -115,7 +115,8 @@ pub struct AgentArgs {
     #[arg(long, value_name = "FILE")]
     #[serde(skip)]
     pub config: Option<PathBuf>,
-    /// The server, HOST:PORT. Repeat for several servers (sharing one key): the agent
+    /// The server, HOST:PORT (a name with IPv4 and IPv6 addresses, or both addresses as
+    /// ADDR,ADDR, lets paths of either family join the session). Repeat for several servers (sharing one key): the agent
     /// handshakes with all at once, keeps its session with the first that answers (the
     /// lowest RTT), and moves to another when its server stops answering. Without a server
     /// the agent runs in direct mode: each connection whole on one path.
@@ -613,21 +614,9 @@ pub(crate) fn agent_settings(a: AgentArgs) -> Result<AgentSettings> {
     } else {
         a.servers
     };
-    let mut addrs = Vec::new();
-    for server in &servers {
-        let addr = server
-            .to_socket_addrs()
-            .with_context(|| format!("--server {server:?}: cannot resolve; expected HOST:PORT"))?
-            .next()
-            .with_context(|| format!("--server {server:?}: no address"))?;
-        if addrs
-            .first()
-            .is_some_and(|a: &SocketAddr| a.is_ipv4() != addr.is_ipv4())
-        {
-            bail!("--server {server:?}: all servers must be IPv4 or all IPv6");
-        }
-        addrs.push(addr);
-    }
+    // A name with A and AAAA records, or `ADDR,ADDR`: one server reachable over both
+    // families (paths of either family join its session).
+    let (addrs, other_family) = crate::server_addrs::resolve(&servers)?;
     let direct_only = servers.is_empty();
     let server_pub = a.server_pub.or(f.server_pub);
     let key = a.key.or(f.key);
@@ -780,6 +769,7 @@ pub(crate) fn agent_settings(a: AgentArgs) -> Result<AgentSettings> {
     };
     let cfg = AgentConfig {
         servers: addrs,
+        server_other_family: other_family,
         server_pub: base.server_pub,
         key: base.key,
         direct: braid_net::agent::DirectSettings {

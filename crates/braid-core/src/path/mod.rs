@@ -201,6 +201,27 @@ impl Path {
         self.refresh_pacer(now);
     }
 
+    /// The largest datagram this path carries (the network driver's per-path limit,
+    /// `Session::set_path_max_datagram`; the session's `max_datagram_size` otherwise).
+    pub(crate) fn max_datagram(&self) -> usize {
+        self.mss as usize
+    }
+
+    /// Limit this path's datagrams to `size` bytes: its packets are built no larger, and
+    /// its controller and pacer count in packets of that size (the controller is rebuilt
+    /// with its window scaled to the new size, `reliable` choosing BBR as
+    /// [`Path::set_reliable`] does).
+    pub(crate) fn set_max_datagram(&mut self, size: u64, cc: CcAlgorithm, now: Instant) {
+        if size == self.mss || size == 0 {
+            return;
+        }
+        let iw = (self.cc.window() * size / self.mss).max(2 * size);
+        self.mss = size;
+        let algo = if self.reliable { CcAlgorithm::Bbr } else { cc };
+        self.cc = algo.build(size, iw, now);
+        self.refresh_pacer(now);
+    }
+
     /// A PATH_COST that arrived before the path existed.
     pub(crate) fn adopt_early_cost(&mut self, early: Option<(u64, PathCost)>) {
         if let Some((seq, cost)) = early {

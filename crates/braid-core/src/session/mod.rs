@@ -34,6 +34,10 @@ pub use dgram::DatagramMode;
 /// Auto mode: what the duplicate budget holds at least when full, bytes.
 pub const DUPLICATE_BUDGET_MIN_CAP: u64 = dgram::DUPLICATE_BUDGET_MIN_CAP;
 pub use paths::PathError;
+/// The smallest per-path datagram limit a driver may set
+/// ([`Session::set_path_max_datagram`]): IPv6's minimum MTU of 1280 less its IP and UDP
+/// headers.
+pub const MIN_PATH_DATAGRAM: usize = 1232;
 pub use send::BatchTransmit;
 
 /// Which end of the session this is.
@@ -252,6 +256,10 @@ pub struct Session {
     /// Path ids whose transport the driver says is reliable (TCP), kept across a path's
     /// incarnations (`set_path_reliable`).
     reliable: BTreeSet<PathId>,
+    /// Path ids whose datagrams the driver limited below `max_datagram_size` (their
+    /// address family's or interface's MTU), kept across incarnations
+    /// (`set_path_max_datagram`).
+    max_datagrams: BTreeMap<PathId, usize>,
     /// A packet `poll_transmit_batch` made but could not add to its batch: the next
     /// `poll_transmit` or `poll_transmit_batch` returns it first.
     stash: send::Stash,
@@ -305,6 +313,7 @@ impl Session {
             early_costs: BTreeMap::new(),
             redundant_sent: BTreeMap::new(),
             reliable: BTreeSet::new(),
+            max_datagrams: BTreeMap::new(),
             stash: send::Stash::default(),
             max_burst: 10,
             cfg,

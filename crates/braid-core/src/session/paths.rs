@@ -22,6 +22,9 @@ impl Session {
         }
         p.adopt_early_cost(self.early_costs.remove(&id));
         p.set_reliable(self.reliable.contains(&id), self.cfg.cc, now);
+        if let Some(&n) = self.max_datagrams.get(&id) {
+            p.set_max_datagram(n as u64, self.cfg.cc, now);
+        }
         if self.side == Side::Client {
             let mut token = [0u8; 8];
             self.rng.fill(&mut token);
@@ -180,6 +183,39 @@ impl Session {
         self.state_changed(now);
     }
 
+    /// The network driver says how large a datagram path `id` carries: its address
+    /// family's and interface's MTU less the IP and UDP headers (1472 for IPv4, 1452 for
+    /// IPv6 over a 1500-byte MTU). Local only, like [`Session::set_path_reliable`], and it
+    /// holds for the id, also for a path that does not exist yet or is re-added. Clamped to
+    /// [`MIN_PATH_DATAGRAM`]..=`max_datagram_size` (the latter when `size` is larger or
+    /// the path is forgotten with 0). The path's packets are built no larger, and its
+    /// congestion controller counts in packets of that size.
+    pub fn set_path_max_datagram(&mut self, now: Instant, id: PathId, size: usize) {
+        let max = self.cfg.max_datagram_size;
+        let size = if size == 0 {
+            max
+        } else {
+            size.clamp(MIN_PATH_DATAGRAM.min(max), max)
+        };
+        if size == max {
+            self.max_datagrams.remove(&id);
+        } else {
+            self.max_datagrams.insert(id, size);
+        }
+        let cc = self.cfg.cc;
+        if let Some(p) = self.paths.get_mut(&id).filter(|p| !p.abandoned) {
+            p.set_max_datagram(size as u64, cc, now);
+        }
+        self.state_changed(now);
+    }
+
+    /// The largest datagram path `id` carries (see [`Session::set_path_max_datagram`]).
+    pub fn path_max_datagram(&self, id: PathId) -> usize {
+        self.paths
+            .get(&id)
+            .map_or(self.cfg.max_datagram_size, |p| p.max_datagram())
+    }
+
     /// True when the driver said path `id` runs over a reliable transport.
     pub fn path_reliable(&self, id: PathId) -> bool {
         self.reliable.contains(&id)
@@ -239,3 +275,7 @@ pub enum PathError {
     #[error("no path {0}")]
     Unknown(PathId),
 }
+
+#[cfg(test)]
+#[path = "paths_mtu_tests.rs"]
+mod mtu_tests;

@@ -123,6 +123,9 @@ impl Session {
         p.challenge_due = true;
         p.adopt_early_cost(self.early_costs.remove(&pid));
         p.set_reliable(self.reliable.contains(&pid), self.cfg.cc, now);
+        if let Some(&n) = self.max_datagrams.get(&pid) {
+            p.set_max_datagram(n as u64, self.cfg.cc, now);
+        }
         self.paths.insert(pid, p);
         true
     }
@@ -307,11 +310,11 @@ impl Session {
         if let Some(cc) = crate::cc::CcAlgorithm::from_wire_id(params.cc) {
             if cc != self.cfg.cc {
                 self.cfg.cc = cc;
-                let mss = self.cfg.max_datagram_size as u64;
-                let iw = self.cfg.initial_window_packets * mss;
+                let packets = self.cfg.initial_window_packets;
                 // Reliable (TCP) paths keep their BBR (`Path::set_reliable`).
                 for p in self.paths.values_mut().filter(|p| !p.reliable) {
-                    p.cc = cc.build(mss, iw, now);
+                    let mss = p.max_datagram() as u64;
+                    p.cc = cc.build(mss, packets * mss, now);
                 }
             }
         }

@@ -68,7 +68,8 @@ impl Session {
 
     pub(super) fn begin<'a>(&self, pid: PathId, buf: &'a mut [u8]) -> Option<Packet<'a>> {
         let p = self.paths.get(&pid)?;
-        let end = buf.len() - self.cfg.tag_len;
+        // The path's own limit (its address family's or interface's MTU).
+        let end = buf.len().min(p.max_datagram()) - self.cfg.tag_len;
         let mut w = Writer::new(&mut buf[..end]);
         let h = Header::new(PacketType::Transport, self.id, pid, p.next_pn).ok()?;
         h.write_into(w.slot(h.header_len)?)?;

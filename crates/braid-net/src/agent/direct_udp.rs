@@ -30,11 +30,14 @@ pub(super) async fn associate(
     board: &Arc<StatusBoard>,
     bound: SocketAddr,
 ) -> Result<(), String> {
-    let Some((path, id, sock)) = direct.udp_path(false) else {
+    // Dual-stack where the path allows (an interface path; an address path has its
+    // address's family): the client may send to IPv4 and IPv6 destinations alike.
+    let Some((path, id, sock)) = direct.udp_path(crate::udp::ipv6_available()) else {
         let _ = socks5::reply(&mut tcp, ReplyCode::NetworkUnreachable, bound).await;
         return Err("UDP ASSOCIATE: no path can take a flow now".into());
     };
     let _guard = direct.guard(id);
+    let v6_socket = sock.local_addr().is_ok_and(|a| a.is_ipv6());
     let relay = UdpSocket::bind(SocketAddr::new(bound.ip(), 0))
         .await
         .map_err(|e| e.to_string())?;
@@ -89,6 +92,7 @@ pub(super) async fn associate(
                 };
                 if let Some(to) = to {
                     conn.counters().up.fetch_add(p.payload.len() as u64, Ordering::Relaxed);
+                    let to = crate::udp::reachable_from(v6_socket, to);
                     let _ = sock.send_to(p.payload, to).await;
                 }
             }
@@ -97,6 +101,7 @@ pub(super) async fn associate(
                 let Some(c) = client else { continue };
                 let mut out = Vec::with_capacity(n + 24);
                 conn.counters().down.fetch_add(n as u64, Ordering::Relaxed);
+                let from = crate::udp::canonical(from);
                 if socks5::emit_udp(&TargetAddr::Ip(from), &back[..n], &mut out).is_ok() {
                     let _ = relay.send_to(&out, c).await;
                 }

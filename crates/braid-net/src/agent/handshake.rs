@@ -38,17 +38,21 @@ pub(super) struct Bound {
     pub peer: SocketAddr,
     /// How it was bound (for a TCP connection from the same place).
     pub bind: PathBind,
+    /// The largest datagram its route to `peer` carries (`crate::pmtu`).
+    pub max_datagram: usize,
 }
 
 impl Bound {
     /// The same socket, sending to `server` (or the path's relay).
     fn towards(&self, cfg: &AgentConfig, server: SocketAddr) -> Bound {
+        let server = cfg.server_for(server, self.attach.addr);
         Bound {
             slot: self.slot,
             attach: self.attach,
             socket: self.socket.clone(),
             peer: cfg.paths[self.slot].peer(server),
             bind: self.bind.clone(),
+            max_datagram: crate::pmtu::path_limit(&self.bind, cfg.paths[self.slot].peer(server)),
         }
     }
 }
@@ -88,6 +92,7 @@ pub(super) fn bind(
         socket: Arc::new(socket),
         peer: p.peer(server),
         bind: bind.clone(),
+        max_datagram: crate::pmtu::path_limit(bind, p.peer(server)),
     })
 }
 
@@ -132,7 +137,7 @@ pub(super) async fn handshake(
     let mut paths = Vec::new();
     let mut errors = Vec::new();
     for a in avail {
-        match bind(cfg, a, cfg.servers[0]) {
+        match bind(cfg, a, cfg.server_for(cfg.servers[0], a.1.addr)) {
             Ok(b) => paths.push(b),
             Err(e) => errors.push(format!("path {}: {e}", cfg.paths[a.0].name)),
         }
@@ -152,6 +157,7 @@ pub(super) async fn handshake(
     for (i, b) in paths.iter().enumerate() {
         let relayed = cfg.paths[b.slot].via.is_some();
         for &server in &cfg.servers {
+            let server = cfg.server_for(server, b.attach.addr);
             let (h, msg1) = ClientHandshake::offering(
                 &cfg.key,
                 &cfg.server_pub,

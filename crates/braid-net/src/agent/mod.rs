@@ -69,6 +69,12 @@ pub struct AgentConfig {
     /// The servers' UDP addresses (they share one key). The agent handshakes with all at
     /// once and keeps its session with the first that answers. None: direct mode only.
     pub servers: Vec<SocketAddr>,
+    /// The same servers' addresses of the other address family: (an address in
+    /// `servers`, that server's address of the other family). A path whose link has only
+    /// the other family (an IPv6-only mobile network and a server given by IPv4, or the
+    /// reverse) sends there; paths of both families join one session. Empty: every path
+    /// uses the family of `servers`.
+    pub server_other_family: Vec<(SocketAddr, SocketAddr)>,
     /// The servers' public key (pinned).
     pub server_pub: PublicKey,
     /// The agent's static key.
@@ -125,6 +131,7 @@ impl AgentConfig {
     ) -> AgentConfig {
         AgentConfig {
             servers: vec![server],
+            server_other_family: Vec::new(),
             server_pub,
             key,
             paths,
@@ -145,6 +152,22 @@ impl AgentConfig {
             rules: Rules::default(),
             forwards: Vec::new(),
         }
+    }
+
+    /// Where a path sending from `local` reaches `server` (either of a server's
+    /// addresses): `server` itself when `local` is of its family (or unspecified), else
+    /// that server's address of `local`'s family if configured (`server_other_family`),
+    /// else `server`.
+    pub fn server_for(&self, server: SocketAddr, local: std::net::IpAddr) -> SocketAddr {
+        if local.is_unspecified() || local.is_ipv4() == server.is_ipv4() {
+            return server;
+        }
+        self.server_other_family
+            .iter()
+            .find(|(a, b)| *a == server || *b == server)
+            .map(|&(a, b)| if a.is_ipv4() == local.is_ipv4() { a } else { b })
+            .filter(|a| a.is_ipv4() == local.is_ipv4())
+            .unwrap_or(server)
     }
 
     /// Settings for an agent without a server: direct mode only (a throwaway key stands
@@ -581,5 +604,32 @@ impl Agent {
         tokio::time::timeout(timeout, self.established.wait_for(|s| s.is_some()))
             .await
             .is_ok_and(|r| r.is_ok())
+    }
+}
+
+#[cfg(test)]
+mod server_for_tests {
+    use super::*;
+
+    /// A path picks the server's address of its own family, either way round; without
+    /// one configured it keeps the server's.
+    #[test]
+    fn a_path_reaches_the_server_at_the_address_of_its_family() {
+        let key = Arc::new(StaticKeypair::generate().unwrap());
+        let (v4, v6): (SocketAddr, SocketAddr) = (
+            "192.0.2.1:4433".parse().unwrap(),
+            "[2001:db8::1]:4433".parse().unwrap(),
+        );
+        let mut cfg = AgentConfig::new(v4, key.public(), key.clone(), Vec::new());
+        let (l4, l6): (std::net::IpAddr, std::net::IpAddr) = (
+            "10.0.0.2".parse().unwrap(),
+            "2001:db8:1::2".parse().unwrap(),
+        );
+        assert_eq!(cfg.server_for(v4, l6), v4, "nothing configured");
+        cfg.server_other_family = vec![(v4, v6)];
+        assert_eq!(cfg.server_for(v4, l6), v6);
+        assert_eq!(cfg.server_for(v4, l4), v4);
+        assert_eq!(cfg.server_for(v6, l4), v4, "a session won over IPv6");
+        assert_eq!(cfg.server_for(v4, "::".parse().unwrap()), v4, "unspecified");
     }
 }

@@ -83,6 +83,9 @@ pub(super) async fn keep_session(
 ) {
     let binds = cfg.paths.iter().map(|p| p.bind.clone()).collect();
     let mut mgr = PathManager::new(binds, cfg.servers[0].is_ipv4());
+    if !cfg.server_other_family.is_empty() {
+        mgr.set_both_families();
+    }
     // A relayed path (tests' link emulators) never goes over TCP around its relay.
     for (slot, _) in cfg.paths.iter().enumerate().filter(|p| p.1.via.is_some()) {
         mgr.set_udp_only(slot);
@@ -325,6 +328,10 @@ impl Runner {
         let mut started = Vec::new();
         for b in est.paths {
             let id = b.slot as PathId;
+            // Each path's own datagram size (its family's header, its route's MTU); a TCP
+            // path frames packets of any size.
+            let tcp = id == est.first && first_tcp.is_some();
+            session.set_path_max_datagram(now, id, if tcp { 0 } else { b.max_datagram });
             if id != est.first {
                 if let Err(e) = session.add_path(now, id) {
                     warn!(path = %self.name(b.slot), "cannot add the path: {e}");
@@ -432,8 +439,10 @@ impl Runner {
                 Some(ev) = ev_rx.recv() => {
                     if let Event::PathValidated(id) = ev {
                         if let Some(slot) = self.mgr.slot_of(id) {
-                            if self.mgr.is_tcp(id) {
-                                warn!(path = %self.name(slot), id, "path validated over TCP (its network blocks UDP): carrying data");
+                            if self.mgr.is_tcp(id) && self.mgr.udp_failed(id) {
+                                warn!(path = %self.name(slot), id, "path validated over TCP (UDP went unanswered on it: its network may block UDP): carrying data");
+                            } else if self.mgr.is_tcp(id) {
+                                info!(path = %self.name(slot), id, "path validated over TCP: carrying data");
                             } else {
                                 info!(path = %self.name(slot), id, "path validated: carrying data");
                             }
@@ -531,6 +540,7 @@ impl Runner {
         let policy = self.policy_fn(slot, id);
         let _ = cmd.send(Cmd::Session(SessionFn(Box::new(move |s, now| {
             s.set_path_reliable(now, id, true);
+            s.set_path_max_datagram(now, id, 0);
             if let Err(e) = s.add_path(now, id) {
                 debug!(id, "add_path: {e}");
             }
@@ -548,13 +558,19 @@ impl Runner {
                     attach,
                     tcp: true,
                 } => {
-                    warn!(path = %self.name(slot), id, ifindex = attach.index, addr = %attach.addr, server = %self.server,
-                        "no answer over UDP: trying braid over TCP (the network may block UDP)");
+                    if self.mgr.udp_failed(id) {
+                        warn!(path = %self.name(slot), id, ifindex = attach.index, addr = %attach.addr, server = %self.server,
+                            "no answer over UDP: trying braid over TCP (the network may block UDP)");
+                    } else {
+                        info!(path = %self.name(slot), id, ifindex = attach.index, addr = %attach.addr, server = %self.server,
+                            "connecting braid over TCP again");
+                    }
                     self.set_status(slot, PathStatus::Validating);
                     let Some(bind) = self.mgr.bind_of(slot) else {
                         continue;
                     };
-                    links.connect_tcp(slot, bind, id, self.server);
+                    let server = self.cfg.server_for(self.server, attach.addr);
+                    links.connect_tcp(slot, bind, id, server);
                 }
                 Action::Add {
                     slot,
@@ -565,7 +581,8 @@ impl Runner {
                     let Some(bind) = self.mgr.bind_of(slot) else {
                         continue;
                     };
-                    let b = match handshake::bind(&self.cfg, &(slot, attach, bind), self.server) {
+                    let server = self.cfg.server_for(self.server, attach.addr);
+                    let b = match handshake::bind(&self.cfg, &(slot, attach, bind), server) {
                         Ok(b) => b,
                         Err(e) => {
                             // The manager re-binds it when validation does not come.
@@ -577,8 +594,10 @@ impl Runner {
                     self.set_status(slot, PathStatus::Validating);
                     links.add_udp(id, &b);
                     let policy = self.policy_fn(slot, id);
+                    let limit = b.max_datagram;
                     let _ = cmd.send(Cmd::Session(SessionFn(Box::new(move |s, now| {
                         s.set_path_reliable(now, id, false);
+                        s.set_path_max_datagram(now, id, limit);
                         if let Err(e) = s.add_path(now, id) {
                             debug!(id, "add_path: {e}");
                         }

@@ -154,6 +154,10 @@ struct Live {
     old: Option<PathId>,
     /// Carried over TCP.
     tcp: bool,
+    /// UDP was tried on this path and never validated (what switched it to TCP); false
+    /// for a path that went over TCP without such a test (the handshake's answer came
+    /// over TCP first).
+    udp_failed: bool,
 }
 
 impl Live {
@@ -167,6 +171,7 @@ impl Live {
             retry: VALIDATE_FIRST,
             old: None,
             tcp: false,
+            udp_failed: false,
         }
     }
 }
@@ -192,6 +197,9 @@ pub struct PathManager {
     /// Default routes of the main table: (interface, IPv6, metric).
     routes: BTreeSet<(u32, bool, u32)>,
     ipv4: bool,
+    /// The server has an address of the other family too: a link with only that family
+    /// is usable (the server's family is preferred where a link has both).
+    both: bool,
     in_session: bool,
     /// No kernel view (netlink unavailable): every path counts as present.
     assume: bool,
@@ -215,10 +223,17 @@ impl PathManager {
             addrs: HashMap::new(),
             routes: BTreeSet::new(),
             ipv4: server_is_ipv4,
+            both: false,
             in_session: false,
             assume: false,
             actions: VecDeque::new(),
         }
+    }
+
+    /// The server is reachable over both families: links with an address of either
+    /// family are usable, the server's family first where a link has both.
+    pub fn set_both_families(&mut self) {
+        self.both = true;
     }
 
     /// Feed one kernel event.
@@ -253,7 +268,9 @@ impl PathManager {
 
     /// True when link `index` has a default route of the server's family.
     fn has_default_route(&self, index: u32) -> bool {
-        self.routes.iter().any(|r| r.0 == index && r.1 != self.ipv4)
+        self.routes
+            .iter()
+            .any(|r| r.0 == index && (r.1 != self.ipv4 || self.both))
     }
 
     /// Give free auto slots the interfaces that qualify and no slot names.
@@ -366,18 +383,25 @@ impl PathManager {
 
     fn attach_interface(&self, name: &str) -> Option<Attach> {
         let (&index, _) = self.links.iter().find(|(_, (n, up))| n == name && *up)?;
-        let addr = self
-            .addrs
-            .get(&index)?
+        let addrs = self.addrs.get(&index)?;
+        let addr = addrs
             .iter()
-            .find(|a| self.usable_addr(a))?;
+            .find(|a| self.usable_addr(a, self.ipv4))
+            .or_else(|| {
+                let other = !self.ipv4;
+                addrs
+                    .iter()
+                    .find(|a| self.both && self.usable_addr(a, other))
+            })?;
         Some(Attach { index, addr: *addr })
     }
 
-    fn usable_addr(&self, a: &IpAddr) -> bool {
+    /// An address a path towards a server of the family `ipv4` can send from (IPv6: not
+    /// link-local).
+    fn usable_addr(&self, a: &IpAddr, ipv4: bool) -> bool {
         match a {
-            IpAddr::V4(_) => self.ipv4,
-            IpAddr::V6(v6) => !self.ipv4 && (v6.segments()[0] & 0xffc0) != 0xfe80,
+            IpAddr::V4(_) => ipv4,
+            IpAddr::V6(v6) => !ipv4 && (v6.segments()[0] & 0xffc0) != 0xfe80,
         }
     }
 
@@ -399,7 +423,11 @@ impl PathManager {
                 Some((_, (_, false))) => format!("interface {name} is down or has no carrier"),
                 Some(_) => format!(
                     "interface {name} has no {} address",
-                    if self.ipv4 { "IPv4" } else { "global IPv6" }
+                    match (self.ipv4, self.both) {
+                        (_, true) => "IPv4 or global IPv6",
+                        (true, false) => "IPv4",
+                        (false, false) => "global IPv6",
+                    }
                 ),
             },
             PathBind::Address(ip) => format!("no interface that is up has the address {ip}"),
@@ -503,6 +531,15 @@ impl PathManager {
             .any(|l| l.id == id && l.tcp)
     }
 
+    /// True when path `id` went to TCP because UDP was tried on it and not validated in
+    /// time: only then may the agent say its network blocks UDP.
+    pub fn udp_failed(&self, id: PathId) -> bool {
+        self.slots
+            .iter()
+            .filter_map(|s| s.live.as_ref())
+            .any(|l| l.id == id && l.udp_failed)
+    }
+
     /// Keep path `slot` on UDP: re-binding never switches it to TCP (a path through a
     /// relay, which only relays UDP).
     pub fn set_udp_only(&mut self, slot: usize) {
@@ -531,6 +568,9 @@ impl PathManager {
                     id: l.id,
                     reason: "not validated in time; re-binding",
                 });
+                if !l.tcp && !s.udp_only {
+                    l.udp_failed = true;
+                }
                 l.tcp = !l.tcp && !s.udp_only;
                 self.actions.push_back(Action::Add {
                     slot,

@@ -390,3 +390,51 @@ fn a_udp_only_path_never_falls_back_to_tcp() {
     assert_eq!(seen, [false, false, false]);
     assert!(!m.is_tcp(0));
 }
+
+/// Regression (issue 24): an interface with only IPv6 (an IPv6-only mobile network) was
+/// never a path to a server known by IPv4. With the server's IPv6 address known too
+/// (`set_both_families`), it is, from its global address (not the link-local one); a
+/// dual-stack interface keeps the server's family.
+#[test]
+fn an_ipv6_only_interface_is_a_path_when_the_server_has_both_families() {
+    let mut m = mgr();
+    m.handle_event(T0, link(3, "wlan0", true));
+    m.handle_event(T0, addr(3, "fe80::1"));
+    m.handle_event(T0, addr(3, "2001:db8::7"));
+    assert!(m.attach(0).is_none(), "IPv4 server, IPv6-only link");
+    m.set_both_families();
+    m.handle_event(T0, addr(3, "fe80::2"));
+    assert_eq!(m.attach(0).map(|a| a.addr), Some(ip("2001:db8::7")));
+    m.handle_event(T0, addr(3, "192.0.2.9"));
+    assert_eq!(
+        m.attach(0).map(|a| a.addr),
+        Some(ip("192.0.2.9")),
+        "dual-stack: IPv4"
+    );
+}
+
+/// Regression (issue 24, item 6): "its network blocks UDP" was logged for every path over
+/// TCP, also when UDP was never tried on it (the handshake's answer came over TCP first)
+/// and on every reconnect. Only a path whose UDP validation went unanswered says so.
+#[test]
+fn only_a_path_whose_udp_went_unanswered_counts_as_blocking_udp() {
+    let mut m = mgr();
+    m.handle_event(T0, link(3, "wlan0", true));
+    m.handle_event(T0, addr(3, "192.168.1.5"));
+    m.handle_event(T0, link(2, "eth1", true));
+    m.handle_event(T0, addr(2, "10.2.0.1"));
+    started(&mut m);
+    // Path 1's handshake was answered over TCP: no UDP test on it, also after reconnects.
+    m.mark_tcp(1);
+    m.handle_validated(T0, 1);
+    assert!(m.is_tcp(1) && !m.udp_failed(1));
+    m.handle_transport_failed(T0, 1);
+    drain(&mut m);
+    assert!(m.is_tcp(1) && !m.udp_failed(1), "a reconnect tests nothing");
+    // Path 0's UDP validation went unanswered: it switches to TCP, and says why.
+    assert!(!m.udp_failed(0));
+    let now = m.poll_timeout().unwrap();
+    m.handle_timeout(now);
+    drain(&mut m);
+    assert!(m.is_tcp(0) && m.udp_failed(0));
+}

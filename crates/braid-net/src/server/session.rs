@@ -64,7 +64,10 @@ pub(super) fn spawn_session(
     tcfg.max_streams = cfg.max_streams;
     tcfg.session_window = cfg.max_buffered;
     let clock = Clock::new();
-    let session = Session::accept(tcfg, clock.now(), id);
+    let mut session = Session::accept(tcfg, clock.now(), id);
+    // Each path's datagrams fit its address family's header (`crate::pmtu`).
+    let limit = |peer| crate::pmtu::datagram_limit(peer, None);
+    session.set_path_max_datagram(clock.now(), first_path, limit(from.peer));
     let (in_tx, in_rx) = mpsc::channel(4096);
     let (cmd_tx, cmd_rx) = mpsc::unbounded_channel();
     let (acc_tx, mut acc_rx) = mpsc::unbounded_channel::<StreamHandle>();
@@ -106,6 +109,7 @@ pub(super) fn spawn_session(
                 info!(path, old = %a.peer, new = %from, "path moved; validating the new address");
                 m.insert(path, addr);
                 s.path_address_changed(now, path);
+                s.set_path_max_datagram(now, path, limit(from));
                 s.set_path_reliable(now, path, tcp.contains(&from));
             }
             None => {
@@ -114,6 +118,7 @@ pub(super) fn spawn_session(
                 }
                 m.insert(path, addr);
                 s.set_path_reliable(now, path, tcp.contains(&from));
+                s.set_path_max_datagram(now, path, limit(from));
             }
         }
         true

@@ -46,6 +46,7 @@ fn agent_cfg(
         rules: Default::default(),
         ciphers: Default::default(),
         forwards: Vec::new(),
+        server_other_family: Vec::new(),
     }
 }
 

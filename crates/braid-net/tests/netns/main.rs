@@ -14,4 +14,5 @@ mod faults_paths;
 mod rules;
 mod rules_rig;
 mod inbound;
+mod ipv6;
 mod wildcard;

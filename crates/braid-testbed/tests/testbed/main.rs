@@ -5,6 +5,7 @@ mod tunrig;
 
 mod address;
 mod calls;
+mod ipv6;
 mod responsive;
 mod testbed;
 mod tun;

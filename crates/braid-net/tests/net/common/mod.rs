@@ -191,6 +191,7 @@ pub async fn rig() -> Rig {
         rules: Default::default(),
         ciphers: Default::default(),
         forwards: Vec::new(),
+        server_other_family: Vec::new(),
     };
     let mut agent = Agent::start(acfg).await.unwrap();
     assert!(

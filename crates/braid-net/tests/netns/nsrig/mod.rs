@@ -56,6 +56,11 @@ pub fn sh(r: braid_testbed::Result<String>) {
 
 impl Net {
     pub fn new() -> Net {
+        Net::with_prefix("blp")
+    }
+
+    /// [`Net::new`] with namespaces named `PREFIX<id>-c` and `PREFIX<id>-s`.
+    pub fn with_prefix(prefix: &str) -> Net {
         static N: AtomicU32 = AtomicU32::new(0);
         let id = format!(
             "{}{}",
@@ -63,8 +68,8 @@ impl Net {
             N.fetch_add(1, Ordering::Relaxed)
         );
         let net = Net {
-            c: format!("blp{id}-c"),
-            s: format!("blp{id}-s"),
+            c: format!("{prefix}{id}-c"),
+            s: format!("{prefix}{id}-s"),
         };
         for ns in [&net.c, &net.s] {
             sh(run("ip", &["netns", "add", ns]));

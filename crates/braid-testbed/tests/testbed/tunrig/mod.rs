@@ -8,7 +8,9 @@
 
 mod faults;
 mod load;
+mod v6;
 pub use load::*;
+pub use v6::*;
 
 use braid_testbed::cmd::{exec_ns, ip_ns, run, sysctl_ns};
 use braid_testbed::l2emu::{EmuConfig, LinkEmu};
