@@ -407,6 +407,11 @@ pub struct ServerSession {
     pub agent_key_fingerprint: String,
     /// Seconds since the handshake.
     pub age_s: f64,
+    /// The agent answered the handshake with an authenticated packet (its first exchange
+    /// completed). `false`: a half-open session, e.g. from the message 1 that lost the
+    /// race on another path or server; it ends after the first-exchange timeout (10 s).
+    #[serde(default)]
+    pub established: bool,
     /// Its paths (name = the path id).
     pub paths: Vec<PathReport>,
     /// Streams open.

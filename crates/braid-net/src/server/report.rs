@@ -15,7 +15,7 @@ use braid_core::path::PathStats;
 use braid_crypto::PublicKey;
 use std::collections::BTreeMap;
 use std::net::SocketAddr;
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 use tokio::sync::mpsc;
@@ -39,6 +39,8 @@ pub(super) struct Live {
     /// UDP flows open (the relay's count).
     pub udp_flows: Arc<AtomicUsize>,
     pub addrs: super::session::PathAddrs,
+    /// Its first exchange completed (set by the session's first-exchange watch).
+    pub established: Arc<AtomicBool>,
 }
 
 /// The server's status, readable while it runs (see `Server::status`).
@@ -110,6 +112,7 @@ impl ServerBoard {
                             l.udp_flows.load(Ordering::Relaxed) as u64,
                             l.cmd.clone(),
                             addrs,
+                            l.established.load(Ordering::Relaxed),
                         )
                     })
                     .collect()
@@ -118,7 +121,7 @@ impl ServerBoard {
         let mut sessions = Vec::new();
         let mut totals = Totals::default();
         let (mut busiest, mut most_flows, mut most_buffered) = (0, 0, 0);
-        for (id, fp, age_s, open_streams, flows, cmd, addrs) in asks {
+        for (id, fp, age_s, open_streams, flows, cmd, addrs, established) in asks {
             let core =
                 tokio::time::timeout(Duration::from_secs(1), crate::status::query_core(&cmd))
                     .await
@@ -154,6 +157,7 @@ impl ServerBoard {
                 id: format!("{id:016x}"),
                 agent_key_fingerprint: fp,
                 age_s,
+                established,
                 paths,
                 open_streams,
                 datagrams,

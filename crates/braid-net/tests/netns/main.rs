@@ -6,9 +6,11 @@
 
 #[path = "../net/common/mod.rs"]
 mod common;
+mod lbrig;
 mod nsrig;
 
 mod blocked;
 mod direct;
 mod faults_paths;
+mod lb;
 mod wildcard;
