@@ -106,7 +106,7 @@ impl ServerBoard {
                         let addrs = l.addrs.lock().map(|a| a.clone()).unwrap_or_default();
                         (
                             *id,
-                            fingerprint(&l.key),
+                            (fingerprint(&l.key), l.key.to_base64()),
                             now.duration_since(l.started).as_secs_f64(),
                             l.open_streams.load(Ordering::Relaxed) as u64,
                             l.udp_flows.load(Ordering::Relaxed) as u64,
@@ -121,7 +121,7 @@ impl ServerBoard {
         let mut sessions = Vec::new();
         let mut totals = Totals::default();
         let (mut busiest, mut most_flows, mut most_buffered) = (0, 0, 0);
-        for (id, fp, age_s, open_streams, flows, cmd, addrs, established) in asks {
+        for (id, (fp, key), age_s, open_streams, flows, cmd, addrs, established) in asks {
             let core =
                 tokio::time::timeout(Duration::from_secs(1), crate::status::query_core(&cmd))
                     .await
@@ -156,6 +156,7 @@ impl ServerBoard {
             sessions.push(ServerSession {
                 id: format!("{id:016x}"),
                 agent_key_fingerprint: fp,
+                agent_key: key,
                 age_s,
                 established,
                 paths,
