@@ -468,8 +468,8 @@ impl Runner {
                         }
                         Ok(Err(e)) => {
                             debug!("probe handshake: {e}");
-                            silence.probe_wait = (silence.probe_wait * 2).min(Duration::from_secs(10));
                             silence.next_probe = tokio::time::Instant::now() + silence.probe_wait;
+                            silence.probe_wait = silence::after_a_failed_probe(silence.probe_wait);
                         }
                         Err(_) => {}
                     }

@@ -9,9 +9,20 @@
 
 use super::*;
 
-/// The pause after a probe that got no answer (doubling up to 10 s), and between probes
-/// that "unknown session" hints start.
+/// The pause between probes that "unknown session" hints start.
 pub(super) const SUSPECT_AFTER: Duration = Duration::from_secs(2);
+
+/// The pause after the first probe that got no answer, doubling after each further one up
+/// to [`PROBE_WAIT_MAX`]. Each probe binds new sockets, so behind a load balancer that
+/// still sends some source ports to a dead server (before its health check) the next probe
+/// is balanced afresh: 0.5 s, not 4 s, lets it find a live server within about 3 s.
+pub(super) const PROBE_WAIT_FIRST: Duration = Duration::from_millis(500);
+pub(super) const PROBE_WAIT_MAX: Duration = Duration::from_secs(10);
+
+/// The pause after the next unanswered probe, given this one's.
+pub(super) fn after_a_failed_probe(wait: Duration) -> Duration {
+    (wait * 2).min(PROBE_WAIT_MAX)
+}
 
 /// How long packets may go unanswered before the agent probes the servers: eight smoothed
 /// round trips of the slowest path, within these bounds. A probe costs a handshake and
@@ -74,7 +85,7 @@ impl Silence {
             unanswered_since: None,
             probe: None,
             next_probe: now,
-            probe_wait: SUSPECT_AFTER,
+            probe_wait: PROBE_WAIT_FIRST,
             srtt: Duration::ZERO,
             busy: false,
             poked: false,
@@ -113,7 +124,7 @@ impl Runner {
             w.poked = false;
             w.last_rx = now;
             w.unanswered_since = None;
-            w.probe_wait = SUSPECT_AFTER;
+            w.probe_wait = PROBE_WAIT_FIRST;
             if w.pending.take().is_some() {
                 info!("the old session answered again (the network was out): keeping it");
             }
@@ -179,6 +190,17 @@ mod tests {
         assert_eq!(suspect_after(ms(150)), ms(1200));
         // A bloated or satellite path: never more than the old 2 s.
         assert_eq!(suspect_after(ms(900)), ms(2000));
+    }
+
+    #[test]
+    fn unanswered_probes_are_repeated_after_half_a_second_then_doubling_to_10_s() {
+        let mut w = Silence::new().probe_wait;
+        let mut waits = Vec::new();
+        for _ in 0..7 {
+            waits.push(w.as_millis());
+            w = after_a_failed_probe(w);
+        }
+        assert_eq!(waits, [500, 1000, 2000, 4000, 8000, 10_000, 10_000]);
     }
 
     #[test]
