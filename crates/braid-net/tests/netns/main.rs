@@ -6,11 +6,9 @@
 
 #[path = "../net/common/mod.rs"]
 mod common;
-mod lbrig;
 mod nsrig;
 
 mod blocked;
 mod direct;
 mod faults_paths;
-mod lb;
 mod wildcard;

@@ -1,8 +1,8 @@
-//! Issue 24, item 3: several braid servers behind a real load balancer (nftables DNAT by a
-//! hash of the source address and port, `lbrig`). Each path of a session has its own
-//! source address and port, so without `--unicast` the paths of one session reach
-//! different servers; with it, each server names its own address in the handshake answer
-//! and the whole session goes there. Root only (each test says why it skips).
+//! The load-balancer tests (issue 24, item 3): several braid servers behind a real load
+//! balancer (nftables DNAT by a hash of the source address and port, `lbrig`). Each path
+//! of a session has its own source address and port, so without `--unicast` the paths of
+//! one session reach different servers; with it, each server names its own address in the
+//! handshake answer and the whole session goes there.
 
 use crate::common::{body, sha};
 use crate::lbrig::{get, server_addr, Lb, Options, SERVERS};
