@@ -6,6 +6,9 @@
 //! answers on one path only; servers that lose the race keep a half-open session until
 //! their idle timeout. A server that names its own unicast address in its answer (it sits
 //! behind a shared name, anycast address or load balancer) gets the whole session there.
+//! One that does not is checked: the agent listens a little longer for the other paths'
+//! answers, and a second server's answer (a balancer that split the paths) fails the
+//! handshake with what to do (`affinity`).
 //!
 //! Owns: binding the paths' sockets for a new session, retransmitting message 1 with
 //! backoff, and choosing the winner. Must not touch: the session itself (`run` builds it).
