@@ -161,14 +161,24 @@ impl Runner {
         }
     }
 
-    /// A new handshake on every available path to every server, while the session goes on.
+    /// A new handshake on every available path to every server, while the session goes on:
+    /// one round (0.5 s), then, unanswered, a second handshake of two rounds (the second
+    /// with TCP too), each from new sockets. Behind a balancer that still sends some source
+    /// ports to a dead server (before its health check), new ports are balanced afresh: an
+    /// agent whose first round met the dead server on every path found a live one 2 s later
+    /// when both tries used the same sockets (issue 24).
     pub(super) fn start_probe(&mut self, w: &mut Silence, now: tokio::time::Instant) {
         let avail = self.avail();
         if avail.is_empty() {
             return;
         }
         let cfg = self.cfg.clone();
-        let probe = tokio::spawn(async move { handshake::handshake(&cfg, &avail, 2).await });
+        let probe = tokio::spawn(async move {
+            match handshake::handshake(&cfg, &avail, 1).await {
+                Ok(est) => Ok(est),
+                Err(_) => handshake::handshake(&cfg, &avail, 2).await,
+            }
+        });
         w.probe = Some((probe, now));
     }
 }
