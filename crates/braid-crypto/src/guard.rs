@@ -20,8 +20,8 @@ use std::fs::{self, File};
 use std::io::{self, Read, Write};
 use std::path::{Path, PathBuf};
 
-use crate::handshake::HandshakeError;
 use crate::keys::{parse_public_key, PublicKey};
+use crate::noise::HandshakeError;
 
 /// State files larger than this are refused (one line is 56 bytes: 1 MiB is ~18 000 keys).
 const MAX_FILE_LEN: u64 = 1 << 20;

@@ -4,6 +4,7 @@
 use super::*;
 use crate::aead::TAG_LEN;
 use crate::guard::ReplayGuard;
+use braid_wire::{write_header, PacketType};
 use Cipher::{Aes256Gcm as Aes, ChaCha20Poly1305 as ChaCha};
 
 const NOW: u64 = 1_700_000_000_000;

@@ -3,6 +3,7 @@ use super::*;
 use crate::aead::TAG_LEN;
 use crate::guard::ReplayGuard;
 use crate::responder::encode_address;
+use braid_wire::{parse_header, write_header, PacketType};
 
 const NOW: u64 = 1_700_000_000_000;
 const SKEW: u64 = 30_000;

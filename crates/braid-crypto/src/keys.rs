@@ -1,6 +1,7 @@
 //! Long-term X25519 keys and their files.
 //!
-//! Owns: [`StaticKeypair`] and [`PublicKey`], the key files written by `braid keygen`
+//! Owns: [`StaticKeypair`] and [`PublicKey`], the Noise protocol name they are made for
+//! ([`NOISE_PARAMS`]), the key files written by `braid keygen`
 //! (`PREFIX.key`: the private key, base64, one line, mode 0600; `PREFIX.pub`: the public
 //! key, base64, one line) and the authorized-keys file (one base64 public key per line,
 //! `#` comments and blank lines allowed).
@@ -23,7 +24,9 @@ use base64::Engine as _;
 use snow::params::DHChoice;
 use snow::resolvers::{CryptoResolver, DefaultResolver};
 
-use crate::handshake::NOISE_PARAMS;
+/// The Noise protocol name: the handshake's pattern and the curve, cipher and hash its keys
+/// are made for.
+pub const NOISE_PARAMS: &str = "Noise_IK_25519_ChaChaPoly_BLAKE2s";
 
 /// Key files larger than this are refused (a key file is 45 bytes; an authorized file of
 /// 1 MiB holds over 20 000 keys).
@@ -313,11 +316,11 @@ pub fn write_keypair(prefix: impl AsRef<Path>) -> Result<(PathBuf, PathBuf), Key
     }
     let kp = StaticKeypair::generate()?;
     let mut private_line = STANDARD.encode(kp.private_bytes()).into_bytes();
-    private_line.push(b'\n');
+    private_line.extend_from_slice(format!(" {PRIVATE_MARK}\n").as_bytes());
     let written = create_file_atomic(&key_path, &private_line, 0o600);
     wipe(&mut private_line);
     written?;
-    let public_line = format!("{}\n", kp.public());
+    let public_line = format!("{} {PUBLIC_MARK}\n", kp.public());
     if let Err(e) = create_file_atomic(&pub_path, public_line.as_bytes(), 0o644) {
         // Leave no half-written key pair behind: the private key file is ours.
         let _ = fs::remove_file(&key_path);
@@ -327,10 +330,9 @@ pub fn write_keypair(prefix: impl AsRef<Path>) -> Result<(PathBuf, PathBuf), Key
 }
 
 /// Read a whole (small) file that is already open.
-fn read_small(path: &Path, mut file: File, action: &'static str) -> Result<Vec<u8>, KeyError> {
+fn read_small(path: &Path, file: &File, action: &'static str) -> Result<Vec<u8>, KeyError> {
     let mut buf = Vec::new();
-    (&mut file)
-        .take(MAX_FILE_LEN + 1)
+    file.take(MAX_FILE_LEN + 1)
         .read_to_end(&mut buf)
         .map_err(|e| KeyError::io(path, action, e))?;
     if buf.len() as u64 > MAX_FILE_LEN {
@@ -389,24 +391,62 @@ fn ends_in(path: &Path, ext: &str) -> bool {
     path.extension().is_some_and(|e| e == ext)
 }
 
-/// Read a private key file written by [`write_keypair`]. Refuses a file named `*.pub` (a
-/// public key, as `braid keygen` names it: the two kinds are the same base64 text, so the
-/// name is what tells them apart) and a file that group or others may read or write (the
-/// error says to `chmod 600` it).
+/// The comment [`write_keypair`] ends each key line with: what the file holds, so that a
+/// key of the wrong kind is refused whatever its file is called.
+pub const PRIVATE_MARK: &str = "# braid private key";
+/// See [`PRIVATE_MARK`].
+pub const PUBLIC_MARK: &str = "# braid public key";
+
+/// The kind a key file's comment names: `Some(true)` private, `Some(false)` public, `None`
+/// for files without one (written by hand or by braid before the marks).
+fn marked_private(content: &[u8]) -> Option<bool> {
+    String::from_utf8_lossy(content)
+        .lines()
+        .filter_map(|l| l.find('#').map(|i| l[i..].trim()))
+        .find_map(|c| match c {
+            PRIVATE_MARK => Some(true),
+            PUBLIC_MARK => Some(false),
+            _ => None,
+        })
+}
+
+fn public_here(path: &Path) -> KeyError {
+    KeyError::WrongKind {
+        path: path.to_path_buf(),
+        holds: "this is a public key file (as `braid keygen` marks and names it: .pub)",
+        what: format!(
+            "a private key belongs here: give the .key file of the same pair ({}), \
+             or make one with `braid keygen`",
+            other_half(path, "key").display()
+        ),
+    }
+}
+
+fn private_here(path: &Path) -> KeyError {
+    KeyError::WrongKind {
+        path: path.to_path_buf(),
+        holds: "this is a private key file (as `braid keygen` marks and names it: .key)",
+        what: format!(
+            "a public key belongs here: give the .pub file of the same pair ({}); \
+             the private key stays on its own machine only",
+            other_half(path, "pub").display()
+        ),
+    }
+}
+
+/// Read a private key file written by [`write_keypair`]. Refuses a public key: one that
+/// its comment marks as public, or an unmarked file named `*.pub` (the two kinds are the
+/// same base64 text), and a file that group or others may read or write (the error says
+/// to `chmod 600` it).
 pub fn read_private_key(path: impl AsRef<Path>) -> Result<StaticKeypair, KeyError> {
     let path = path.as_ref();
-    if ends_in(path, "pub") {
-        return Err(KeyError::WrongKind {
-            path: path.to_path_buf(),
-            holds: "this is a public key file (.pub, as `braid keygen` names it)",
-            what: format!(
-                "a private key belongs here: give the .key file of the same pair ({}), \
-                 or make one with `braid keygen`",
-                other_half(path, "key").display()
-            ),
-        });
-    }
     let file = File::open(path).map_err(|e| KeyError::io(path, "open the private key", e))?;
+    let mut content = read_small(path, &file, "read the private key")?;
+    let kind = marked_private(&content);
+    if kind == Some(false) || (kind.is_none() && ends_in(path, "pub")) {
+        wipe(&mut content);
+        return Err(public_here(path));
+    }
     #[cfg(unix)]
     {
         use std::os::unix::fs::PermissionsExt;
@@ -415,35 +455,29 @@ pub fn read_private_key(path: impl AsRef<Path>) -> Result<StaticKeypair, KeyErro
             .map_err(|e| KeyError::io(path, "read the permissions of the private key", e))?;
         let mode = meta.permissions().mode() & 0o777;
         if mode & 0o077 != 0 {
+            wipe(&mut content);
             return Err(KeyError::InsecurePermissions {
                 path: path.to_path_buf(),
                 mode,
             });
         }
     }
-    let mut content = read_small(path, file, "read the private key")?;
     let key = single_key(path, &content);
     wipe(&mut content);
     StaticKeypair::from_private(key?)
 }
 
-/// Read a public key file (`PREFIX.pub`). Refuses a file named `*.key`: that is a private
-/// key, as `braid keygen` names it.
+/// Read a public key file (`PREFIX.pub`). Refuses a private key: one that its comment
+/// marks as private, or an unmarked file named `*.key`.
 pub fn read_public_key(path: impl AsRef<Path>) -> Result<PublicKey, KeyError> {
     let path = path.as_ref();
-    if ends_in(path, "key") {
-        return Err(KeyError::WrongKind {
-            path: path.to_path_buf(),
-            holds: "this is a private key file (.key, as `braid keygen` names it)",
-            what: format!(
-                "a public key belongs here: give the .pub file of the same pair ({}); \
-                 the private key stays on its own machine only",
-                other_half(path, "pub").display()
-            ),
-        });
-    }
     let file = File::open(path).map_err(|e| KeyError::io(path, "open the public key", e))?;
-    let content = read_small(path, file, "read the public key")?;
+    let mut content = read_small(path, &file, "read the public key")?;
+    let kind = marked_private(&content);
+    if kind == Some(true) || (kind.is_none() && ends_in(path, "key")) {
+        wipe(&mut content);
+        return Err(private_here(path));
+    }
     single_key(path, &content).map(PublicKey)
 }
 
@@ -453,13 +487,22 @@ pub fn read_public_key(path: impl AsRef<Path>) -> Result<PublicKey, KeyError> {
 pub fn read_authorized(path: impl AsRef<Path>) -> Result<Vec<PublicKey>, KeyError> {
     let path = path.as_ref();
     let file = File::open(path).map_err(|e| KeyError::io(path, "open the authorized keys", e))?;
-    let content = read_small(path, file, "read the authorized keys")?;
+    let content = read_small(path, &file, "read the authorized keys")?;
     parse_authorized(path, &content)
 }
 
 /// Parse the content of an authorized-keys file (`path` only names it in errors); what
 /// [`read_authorized`] does after reading the file.
 pub fn parse_authorized(path: &Path, content: &[u8]) -> Result<Vec<PublicKey>, KeyError> {
+    if marked_private(content) == Some(true) {
+        return Err(KeyError::WrongKind {
+            path: path.to_path_buf(),
+            holds: "it holds a private key (as `braid keygen` marks it)",
+            what: "the authorized file takes the agents' public keys: their .pub files' lines; \
+                   make a new key pair for that agent, its private key was exposed"
+                .into(),
+        });
+    }
     Ok(parse_key_lines(path, content)?
         .into_iter()
         .map(|(_, k)| PublicKey(k))

@@ -1,7 +1,8 @@
 //! braid-crypto: the cryptography of braid's network driver.
 //!
 //! Owns: long-term X25519 key files ([`keys`]), the Noise IK handshake that authenticates
-//! client and server and derives per-session keys ([`handshake`]), per-packet AEAD
+//! client and server and derives per-session keys ([`handshake`], with what both sides share
+//! in [`noise`]), per-packet AEAD
 //! protection of transport packets ([`aead`]), the per-path replay window ([`replay`]), the
 //! cheap checks in front of the handshake's Diffie-Hellman (mac1, mac2 and cookies: [`cookie`]),
 //! the server's side of the handshake in two steps ([`responder`]), the handshake replay guard and its state file ([`guard`]), unguessable values from
@@ -41,6 +42,7 @@ pub mod cookie;
 pub mod guard;
 pub mod handshake;
 pub mod keys;
+pub mod noise;
 pub mod random;
 pub mod refusal;
 pub mod rekey;

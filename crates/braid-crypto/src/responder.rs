@@ -22,11 +22,11 @@
 use crate::aead::{Cipher, Ciphers, Role, SessionKeys};
 use crate::cookie::{Mac1Key, MACS_LEN};
 use crate::guard::ReplayGuard;
-use crate::handshake::{
+use crate::keys::{PublicKey, StaticKeypair};
+use crate::noise::{
     builder, handshake_packet, keys_from, names, noise, HandshakeError, CIPHER_ITEM, MAX_NOISE_MSG,
     MAX_OFFER, PAYLOAD_LEN, PROLOGUE,
 };
-use crate::keys::{PublicKey, StaticKeypair};
 use braid_wire::{parse_header, Header, PacketType};
 use std::net::SocketAddr;
 use std::sync::Mutex;

@@ -12,6 +12,7 @@
 //! - [`pathmgr`]: the agent's path decisions from link and address events,
 //! - [`netwatch`]: link and address events from the kernel (rtnetlink),
 //! - [`policy`]: per-path backup, cap and power options, and the cap ledger,
+//! - [`rules`]: per-destination rules (`--bypass`, `--pin`) and their matching,
 //! - [`server`]: `braid server` (authenticated sessions, TCP and UDP to legacy servers),
 //! - [`status`]: the status snapshots of `braid status` (stable JSON) and their rules.
 
@@ -24,6 +25,7 @@ pub mod pathmgr;
 pub mod pktinfo;
 pub mod policy;
 pub mod protect;
+pub mod rules;
 pub mod server;
 pub mod splice;
 pub mod status;

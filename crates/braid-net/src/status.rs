@@ -336,6 +336,9 @@ pub struct StreamReport {
     /// `session` (packet level through the server) or, in direct mode, the path's name.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub path: Option<String>,
+    /// The way it took: `session`, `direct` (direct mode), `bypass` or `pin PATH`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub rule: Option<String>,
 }
 
 /// One SOCKS5 UDP association (a datagram flow) of the agent.
@@ -356,6 +359,9 @@ pub struct FlowReport {
     /// `session` or, in direct mode, the path's name.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub path: Option<String>,
+    /// The way its latest datagram took: `session`, `direct`, `bypass` or `pin PATH`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub rule: Option<String>,
 }
 
 /// Sums over the paths.
@@ -396,6 +402,10 @@ pub struct AgentStatus {
     /// session runs and before the first attempt ends.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub session_error: Option<String>,
+    /// Connections and flows opened per way taken since the agent started: `session`,
+    /// `direct`, `bypass`, `pin PATH` (`--bypass`, `--pin`).
+    #[serde(default, skip_serializing_if = "std::collections::BTreeMap::is_empty")]
+    pub rules: std::collections::BTreeMap<String, u64>,
 }
 
 /// One agent session on the server.
@@ -426,6 +436,9 @@ pub struct ServerSession {
     pub datagrams: DatagramReport,
     /// Sums over its paths.
     pub totals: Totals,
+    /// The public ports it holds for the agent (inbound ports), like `tcp:8080`.
+    #[serde(default)]
+    pub inbound_ports: Vec<String>,
 }
 
 /// One limit and how close the server is to it.

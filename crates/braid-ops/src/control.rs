@@ -61,13 +61,15 @@ pub enum ControlError {
     },
 }
 
-/// The default socket of `role` (`agent` or `server`): `/run/braid/ROLE.sock` as root,
-/// else `$XDG_RUNTIME_DIR/braid/ROLE.sock`, else `/tmp/braid-UID/ROLE.sock`.
+/// The default socket of `role` (`agent` or `server`): `/run/braid-ROLE/ROLE.sock` as root
+/// (the packaged units' runtime directories: one each, so stopping one unit never removes
+/// the other's socket), else `$XDG_RUNTIME_DIR/braid/ROLE.sock`, else
+/// `/tmp/braid-UID/ROLE.sock`.
 pub fn default_path(role: &str) -> PathBuf {
     // SAFETY: geteuid has no preconditions and cannot fail.
     let uid = unsafe { libc::geteuid() };
     let dir = if uid == 0 {
-        PathBuf::from("/run/braid")
+        PathBuf::from(format!("/run/braid-{role}"))
     } else if let Some(x) = std::env::var_os("XDG_RUNTIME_DIR").filter(|x| !x.is_empty()) {
         PathBuf::from(x).join("braid")
     } else {

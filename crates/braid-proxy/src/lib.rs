@@ -9,6 +9,8 @@
 //! - [`wire`]: the shared `atyp | addr | port` encoding and [`ParseError`],
 //! - [`target`]: the stream-open header and its reply, [`ReplyCode`],
 //! - [`datagram`]: the DATAGRAM-frame payload carrying proxied UDP,
+//! - [`inbound`]: inbound ports (the agent's forward request, the server's answer, the
+//!   header of a stream the server opens for a connection to a public port),
 //! - [`socks5`]: the SOCKS5 handshake (RFC 1928/1929) and the SOCKS5 UDP header,
 //! - [`http`]: the HTTP/1.1 proxy handshake (CONNECT and absolute-form `http://` requests),
 //! - `forward`: rewriting an absolute-form request for the origin; `http_reply`: the HTTP
@@ -30,6 +32,7 @@ mod forward;
 pub mod http;
 mod http_error;
 mod http_reply;
+pub mod inbound;
 pub mod limits;
 pub mod socks5;
 pub mod target;

@@ -77,6 +77,9 @@ pub enum Invalid {
         "SOCKS5 UDP fragment number {0}: fragmented datagrams are not supported and are dropped"
     )]
     Fragmented(u8),
+    /// A field of an inbound-port message is out of range (`crate::inbound`).
+    #[error("malformed inbound-port message: {0}")]
+    Malformed(&'static str),
 }
 
 impl Invalid {

@@ -128,6 +128,32 @@ fn section(h: &mut String, s: &Section) {
             None => String::new(),
         }
     );
+    summary_table(h, &s.results);
+    failures(h, &s.results);
+
+    if s.figures.is_empty() {
+        h.push_str("<p class=\"meta\">No finite values to plot.</p>\n");
+    }
+    for f in &s.figures {
+        let _ = writeln!(
+            h,
+            "<figure><a href=\"{svg}\"><img src=\"{svg}\" alt=\"{t}\"></a>\
+             <figcaption>{t} (<a href=\"{svg}\">SVG</a>, <a href=\"{png}\">PNG</a>)\
+             </figcaption></figure>",
+            svg = href(&f.svg),
+            png = href(&f.png),
+            t = escape(&f.title),
+        );
+    }
+    let _ = writeln!(
+        h,
+        "<details><summary>Scenario file</summary><pre>{}</pre></details>\n</section>",
+        escape(&r.scenario_text)
+    );
+}
+
+/// The run's summary rows: one per variant and size.
+fn summary_table(h: &mut String, results: &[RunResult]) {
     h.push_str(
         "<table>\n<tr><th class=\"l\">variant</th><th>size</th><th>runs</th>\
          <th>median goodput</th><th>min goodput</th><th>max goodput</th>\
@@ -135,7 +161,7 @@ fn section(h: &mut String, s: &Section) {
          <th>idle p50</th><th>loaded p50</th><th>loaded p95</th><th>loaded p99</th>\
          <th>probe loss</th><th>RPM</th><th>verified</th></tr>\n",
     );
-    for row in summarise(&s.results) {
+    for row in summarise(results) {
         let bad = row.verified < row.repetitions;
         let _ = writeln!(
             h,
@@ -175,9 +201,11 @@ fn section(h: &mut String, s: &Section) {
         );
     }
     h.push_str("</table>\n");
+}
 
-    let failures: Vec<&RunResult> = s
-        .results
+/// The transfers that failed or were not verified, if any.
+fn failures(h: &mut String, results: &[RunResult]) {
+    let failures: Vec<&RunResult> = results
         .iter()
         .filter(|r| r.error.is_some() || !r.verified)
         .collect();
@@ -196,26 +224,6 @@ fn section(h: &mut String, s: &Section) {
         }
         h.push_str("</ul>\n");
     }
-
-    if s.figures.is_empty() {
-        h.push_str("<p class=\"meta\">No finite values to plot.</p>\n");
-    }
-    for f in &s.figures {
-        let _ = writeln!(
-            h,
-            "<figure><a href=\"{svg}\"><img src=\"{svg}\" alt=\"{t}\"></a>\
-             <figcaption>{t} (<a href=\"{svg}\">SVG</a>, <a href=\"{png}\">PNG</a>)\
-             </figcaption></figure>",
-            svg = href(&f.svg),
-            png = href(&f.png),
-            t = escape(&f.title),
-        );
-    }
-    let _ = writeln!(
-        h,
-        "<details><summary>Scenario file</summary><pre>{}</pre></details>\n</section>",
-        escape(&r.scenario_text)
-    );
 }
 
 fn runs_table(h: &mut String, runs: &[StoredRun]) {

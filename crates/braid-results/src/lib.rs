@@ -4,7 +4,7 @@
 //! Owns: the results database schema ([`store`]), box plots ([`plot`]), throughput-over-time
 //! and loaded-latency CDF figures ([`plot_lines`]), the HTML page ([`html`]), the summary
 //! rows and their text table ([`summary`]), the statistics and number formatting they share
-//! ([`stats`], [`format`]), and putting them together into a report directory ([`report`]).
+//! ([`stats`], [`format`]), the figures' drawing kit (`canvas`), and putting them together into a report directory ([`report`]).
 //! Must not touch: how results are made (that is braid-sim and the testbed), the command line
 //! (the `braid` crate calls [`Store::record`] and [`write_report`]).
 //!
@@ -20,6 +20,7 @@
 //! # }
 //! ```
 
+mod canvas;
 pub mod format;
 pub mod html;
 pub mod plot;

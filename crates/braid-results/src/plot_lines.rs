@@ -2,9 +2,9 @@
 //! (CDF) of the latency probe's round trips under load per variant.
 //!
 //! Owns: those two figures. Must not touch: the shared drawing helpers, colours and file
-//! writing (in [`crate::plot`]), the database, HTML.
+//! writing (in `canvas.rs`), the database, HTML.
 
-use crate::plot::{
+use crate::canvas::{
     colour, draw_legend, err_text, log_ticks, shorten, tick, write_both, Draw, Figure, FigureKind,
     HEIGHT, LEGEND_W, LIGHT_MANTISSAS,
 };
@@ -224,22 +224,9 @@ impl ThroughputFigure<'_> {
     fn colour_index(&self, variant: &str) -> usize {
         self.names.iter().position(|n| n == variant).unwrap_or(0)
     }
-}
 
-impl Draw for ThroughputFigure<'_> {
-    fn draw<DB: DrawingBackend>(&self, root: &DrawingArea<DB, Shift>) -> Result<(), String> {
-        root.fill(&WHITE).map_err(err_text)?;
-        let (w, _) = root.dim_in_pixel();
-        let (plot, legend) = root.split_horizontally(w.saturating_sub(LEGEND_W));
-        let mut entries: Vec<(String, usize)> = Vec::new();
-        for s in self.sets {
-            if !entries.iter().any(|(n, _)| n == &s.variant) {
-                entries.push((s.variant.clone(), self.colour_index(&s.variant)));
-            }
-        }
-        entries.sort_by_key(|(_, c)| *c);
-        draw_legend(&legend, &entries)?;
-
+    /// The time axis' end and the throughput axis' ends (Mbit/s), from the finite samples.
+    fn ranges(&self) -> (f64, f64, f64) {
         let t_max = self
             .sets
             .iter()
@@ -260,6 +247,25 @@ impl Draw for ThroughputFigure<'_> {
             .flat_map(|s| s.throughput_bps.iter())
             .filter(|v| v.is_finite())
             .fold(0.0, |m: f64, v| m.min(v / 1e6));
+        (t_max, y_min, y_max)
+    }
+}
+
+impl Draw for ThroughputFigure<'_> {
+    fn draw<DB: DrawingBackend>(&self, root: &DrawingArea<DB, Shift>) -> Result<(), String> {
+        root.fill(&WHITE).map_err(err_text)?;
+        let (w, _) = root.dim_in_pixel();
+        let (plot, legend) = root.split_horizontally(w.saturating_sub(LEGEND_W));
+        let mut entries: Vec<(String, usize)> = Vec::new();
+        for s in self.sets {
+            if !entries.iter().any(|(n, _)| n == &s.variant) {
+                entries.push((s.variant.clone(), self.colour_index(&s.variant)));
+            }
+        }
+        entries.sort_by_key(|(_, c)| *c);
+        draw_legend(&legend, &entries)?;
+
+        let (t_max, y_min, y_max) = self.ranges();
 
         let mut chart = ChartBuilder::on(&plot)
             .caption(shorten(self.title, 90), ("sans-serif", 20))
@@ -297,20 +303,7 @@ impl Draw for ThroughputFigure<'_> {
                 } else {
                     c.mix(0.3).stroke_width(1)
                 };
-                // A non-finite sample breaks the line.
-                let mut segment: Vec<(f64, f64)> = Vec::new();
-                let mut segments: Vec<Vec<(f64, f64)>> = Vec::new();
-                for (i, v) in s.throughput_bps.iter().enumerate() {
-                    if v.is_finite() {
-                        segment.push(((i as f64 + 0.5) * s.interval_s, v / 1e6));
-                    } else if !segment.is_empty() {
-                        segments.push(std::mem::take(&mut segment));
-                    }
-                }
-                if !segment.is_empty() {
-                    segments.push(segment);
-                }
-                for seg in segments {
+                for seg in segments(s) {
                     chart
                         .draw_series(LineSeries::new(seg, style))
                         .map_err(err_text)?;
@@ -319,4 +312,22 @@ impl Draw for ThroughputFigure<'_> {
         }
         Ok(())
     }
+}
+
+/// A transfer's samples as line segments (time, Mbit/s); a non-finite sample breaks the
+/// line.
+fn segments(s: &RunSamples) -> Vec<Vec<(f64, f64)>> {
+    let mut segment: Vec<(f64, f64)> = Vec::new();
+    let mut segments: Vec<Vec<(f64, f64)>> = Vec::new();
+    for (i, v) in s.throughput_bps.iter().enumerate() {
+        if v.is_finite() {
+            segment.push(((i as f64 + 0.5) * s.interval_s, v / 1e6));
+        } else if !segment.is_empty() {
+            segments.push(std::mem::take(&mut segment));
+        }
+    }
+    if !segment.is_empty() {
+        segments.push(segment);
+    }
+    segments
 }

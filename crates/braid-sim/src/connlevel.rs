@@ -5,7 +5,8 @@
 //! OPERETTA at the variant's alpha, or its throughput policy for `minrtt`, direct mode's
 //! default). A flow-level model, like `connmix`.
 //!
-//! Owns: the `[workload.connections]` table, the arrivals, the flow model and its results.
+//! Owns: the arrivals, the flow model and its results (the `[workload.connections]` table is
+//! read by `scenario/connections.rs`).
 //! Must not touch: the packet-level world, or connsched's choice (it only calls it).
 //!
 //! # Model
@@ -26,117 +27,14 @@
 //! (if any), measures the rest, and learns each class's bytes per connection (eq. 1); it is
 //! told each open connection's bytes every 10 steps and when it ends.
 
-use crate::link::Nanos;
 use crate::report::{PathResult, Report, RunResult};
-use crate::runner::repetition_seed;
-use crate::scenario::{Scenario, ScenarioError, VariantKind, VariantSpec};
-use crate::units::{parse_duration, parse_size};
+use crate::scenario::{repetition_seed, Scenario, ScenarioError, VariantKind, VariantSpec};
+pub use crate::scenario::{ConnClass, ConnWorkload};
+use crate::time::Nanos;
 use braid_core::connsched::{ConnId, ConnPolicy, ConnSched, PathInput};
 use braid_core::rng::splitmix64;
 use braid_core::{Instant, Rng};
-use serde::{Deserialize, Serialize};
-use std::path::Path;
 use std::time::Duration;
-
-/// One application's connections.
-#[derive(Debug, Clone, PartialEq, Serialize)]
-pub struct ConnClass {
-    pub name: String,
-    /// Mean bytes per connection.
-    pub size: f64,
-    /// Connections opened per second.
-    pub per_s: f64,
-}
-
-/// The `[workload.connections]` table, resolved.
-#[derive(Debug, Clone, PartialEq, Serialize)]
-pub struct ConnWorkload {
-    /// Connections open during `[0, arrivals_for)`.
-    pub arrivals_for: Nanos,
-    /// The flow model's time step.
-    pub step: Nanos,
-    pub classes: Vec<ConnClass>,
-}
-
-#[derive(Deserialize)]
-#[serde(deny_unknown_fields, rename = "ConnectionsTable")]
-pub(crate) struct RawConnections {
-    arrivals_for: Option<String>,
-    step: Option<String>,
-    #[serde(default)]
-    class: Vec<RawClass>,
-}
-
-#[derive(Deserialize)]
-#[serde(deny_unknown_fields, rename = "ClassTable")]
-pub(crate) struct RawClass {
-    name: Option<String>,
-    size: Option<String>,
-    per_s: Option<f64>,
-}
-
-impl RawConnections {
-    /// Validates the table (`key` is `workload.connections`).
-    pub(crate) fn resolve(self, file: &Path, key: &str) -> Result<ConnWorkload, ScenarioError> {
-        let err = |k: String, m: String| ScenarioError::new(file, k, m);
-        let dur = |k: &str, v: &Option<String>, default: &str| {
-            let v = v.as_deref().unwrap_or(default);
-            match parse_duration(v) {
-                Ok(0) => Err(err(
-                    format!("{key}.{k}"),
-                    format!("expected more than 0, got {v:?}"),
-                )),
-                Ok(d) => Ok(d),
-                Err(m) => Err(err(format!("{key}.{k}"), m)),
-            }
-        };
-        let arrivals_for = dur("arrivals_for", &self.arrivals_for, "300s")?;
-        let step = dur("step", &self.step, "10ms")?;
-        if self.class.is_empty() {
-            return Err(err(
-                format!("{key}.class"),
-                "expected at least one [[workload.connections.class]] with `size` and `per_s`"
-                    .into(),
-            ));
-        }
-        let mut classes = Vec::new();
-        for (i, c) in self.class.into_iter().enumerate() {
-            let k = format!("{key}.class[{i}]");
-            let size = c.size.ok_or_else(|| {
-                err(
-                    format!("{k}.size"),
-                    "missing `size`, such as \"22KB\"".into(),
-                )
-            })?;
-            let size = match parse_size(&size) {
-                Ok(0) => {
-                    return Err(err(
-                        format!("{k}.size"),
-                        "expected more than 0 bytes".into(),
-                    ))
-                }
-                Ok(b) => b as f64,
-                Err(m) => return Err(err(format!("{k}.size"), m)),
-            };
-            let per_s = c
-                .per_s
-                .ok_or_else(|| err(format!("{k}.per_s"), "missing `per_s`".into()))?;
-            if !per_s.is_finite() || per_s <= 0.0 || per_s > 1e4 {
-                return Err(err(
-                    format!("{k}.per_s"),
-                    format!("expected connections per second in (0, 10000], got {per_s}"),
-                ));
-            }
-            let name = c.name.unwrap_or_else(|| format!("class{i}"));
-            classes.push(ConnClass { name, size, per_s });
-        }
-        Ok(ConnWorkload {
-            arrivals_for,
-            step,
-            classes,
-        })
-    }
-}
 
 /// Steps between two reports of a connection's bytes to connsched.
 const REPORT_EVERY: u64 = 10;

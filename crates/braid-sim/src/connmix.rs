@@ -98,78 +98,19 @@ pub fn run(cfg: &MixConfig) -> MixOutcome {
     for k in 0..steps {
         let now = Instant::from_duration(cfg.step * k as u32);
         // Back-to-back connections: refill the pool.
-        while conns.len() < cfg.workers {
-            let size = if rng.chance(cfg.p_large) {
-                cfg.large
-            } else {
-                cfg.small
-            };
-            let direct = if rng.chance(cfg.share) {
-                None
-            } else {
-                let dest = if size == cfg.large { "large" } else { "small" };
-                sched
-                    .choose(now, dest)
-                    .ok()
-                    .map(|(id, path)| (path, id, 0.0))
-            };
-            conns.push(Conn { left: size, direct });
-        }
-        // Flows per link: its direct connections, plus the session if it has any.
-        let session_conns = conns.iter().filter(|c| c.direct.is_none()).count();
-        let mut direct_on = vec![0usize; n];
-        for c in &conns {
-            if let Some((p, _, _)) = c.direct {
-                direct_on[p] += 1;
-            }
-        }
-        let caps = session_caps(cfg);
-        let mut session_rate = 0.0;
-        let mut per_direct = vec![0.0; n];
-        for j in 0..n {
-            let on = session_conns > 0 && caps[j] > 0.0;
-            let flows = direct_on[j] + usize::from(on);
-            if flows == 0 {
-                continue;
-            }
-            let fair = cfg.links[j].rate / flows as f64;
-            let mine = if on { fair.min(caps[j]) } else { 0.0 };
-            session_rate += mine;
-            if direct_on[j] > 0 {
-                per_direct[j] = (cfg.links[j].rate - mine) / direct_on[j] as f64;
-            }
-            energy += cfg.links[j].power_w * dt;
-        }
-        let per_session = if session_conns > 0 {
-            session_rate / session_conns as f64
-        } else {
-            0.0
-        };
+        refill(cfg, &mut sched, &mut rng, now, &mut conns);
+        let (per_direct, per_session) = rates(cfg, &conns, dt, &mut energy);
         // Advance; a connection that finishes early leaves its rate unused this step
         // (small at a 10 ms step).
-        let mut keep = Vec::with_capacity(conns.len());
-        for mut c in conns.drain(..) {
-            let rate = match c.direct {
-                Some((p, _, _)) => per_direct[p],
-                None => per_session,
-            };
-            let moved = (rate * dt).min(c.left);
-            c.left -= moved;
-            delivered += moved;
-            if let Some((_, id, ref mut bytes)) = c.direct {
-                *bytes += moved;
-                sched.progress(now + cfg.step, id, *bytes as u64);
-            }
-            if c.left <= 0.5 {
-                done += 1;
-                if let Some((_, id, _)) = c.direct {
-                    sched.close(now + cfg.step, id);
-                }
-            } else {
-                keep.push(c);
-            }
-        }
-        conns = keep;
+        conns = advance(
+            cfg,
+            &mut sched,
+            now,
+            conns,
+            (&per_direct, per_session),
+            dt,
+            (&mut delivered, &mut done),
+        );
         sched.tick(now + cfg.step);
     }
     let secs = cfg.duration.as_secs_f64();
@@ -182,6 +123,107 @@ pub fn run(cfg: &MixConfig) -> MixOutcome {
         },
         connections: done,
     }
+}
+
+/// Back-to-back connections: opens new ones until the pool has `cfg.workers`; a direct one
+/// asks the scheduler for its link.
+fn refill(
+    cfg: &MixConfig,
+    sched: &mut ConnSched,
+    rng: &mut Rng,
+    now: Instant,
+    conns: &mut Vec<Conn>,
+) {
+    while conns.len() < cfg.workers {
+        let size = if rng.chance(cfg.p_large) {
+            cfg.large
+        } else {
+            cfg.small
+        };
+        let direct = if rng.chance(cfg.share) {
+            None
+        } else {
+            let dest = if size == cfg.large { "large" } else { "small" };
+            sched
+                .choose(now, dest)
+                .ok()
+                .map(|(id, path)| (path, id, 0.0))
+        };
+        conns.push(Conn { left: size, direct });
+    }
+}
+
+/// Each link's rate per direct connection and the session's rate per connection this step;
+/// adds the active links' energy to `energy`.
+fn rates(cfg: &MixConfig, conns: &[Conn], dt: f64, energy: &mut f64) -> (Vec<f64>, f64) {
+    let n = cfg.links.len();
+    // Flows per link: its direct connections, plus the session if it has any.
+    let session_conns = conns.iter().filter(|c| c.direct.is_none()).count();
+    let mut direct_on = vec![0usize; n];
+    for c in conns {
+        if let Some((p, _, _)) = c.direct {
+            direct_on[p] += 1;
+        }
+    }
+    let caps = session_caps(cfg);
+    let mut session_rate = 0.0;
+    let mut per_direct = vec![0.0; n];
+    for j in 0..n {
+        let on = session_conns > 0 && caps[j] > 0.0;
+        let flows = direct_on[j] + usize::from(on);
+        if flows == 0 {
+            continue;
+        }
+        let fair = cfg.links[j].rate / flows as f64;
+        let mine = if on { fair.min(caps[j]) } else { 0.0 };
+        session_rate += mine;
+        if direct_on[j] > 0 {
+            per_direct[j] = (cfg.links[j].rate - mine) / direct_on[j] as f64;
+        }
+        *energy += cfg.links[j].power_w * dt;
+    }
+    let per_session = if session_conns > 0 {
+        session_rate / session_conns as f64
+    } else {
+        0.0
+    };
+    (per_direct, per_session)
+}
+
+/// Moves each connection's bytes for one step; returns those still open (finished ones are
+/// counted in `done` and closed at the scheduler).
+fn advance(
+    cfg: &MixConfig,
+    sched: &mut ConnSched,
+    now: Instant,
+    conns: Vec<Conn>,
+    (per_direct, per_session): (&[f64], f64),
+    dt: f64,
+    (delivered, done): (&mut f64, &mut u64),
+) -> Vec<Conn> {
+    let mut keep = Vec::with_capacity(conns.len());
+    for mut c in conns {
+        let rate = match c.direct {
+            Some((p, _, _)) => per_direct[p],
+            None => per_session,
+        };
+        let moved = (rate * dt).min(c.left);
+        c.left -= moved;
+        *delivered += moved;
+        if let Some((_, id, ref mut bytes)) = c.direct {
+            *bytes += moved;
+            sched.progress(now + cfg.step, id, *bytes as u64);
+        }
+        if c.left <= 0.5 {
+            *done += 1;
+            if let Some((_, id, _)) = c.direct {
+                sched.close(now + cfg.step, id);
+            }
+        } else {
+            keep.push(c);
+        }
+    }
+    keep
 }
 
 /// Most the session may send on each link: every link for the throughput policy; for

@@ -1,7 +1,7 @@
 //! Interface energy model: active, tail and idle power plus a ramp cost per wake-up.
 //!
 //! Owns: turning the airtime intervals of one path into joules. Must not touch: the link's
-//! queues or timing (`link.rs` reports intervals to it) or scenario parsing. The model:
+//! queues or timing (`link` reports intervals to it) or scenario parsing. The model:
 //! the interface is Active while any frame of the path is being serialised in either
 //! direction (the union of the reported intervals); after activity ends it stays in Tail at
 //! active power for `tail_s` seconds; otherwise it is Idle at `idle_w`. Each transition from
@@ -12,7 +12,7 @@
 //! any `t` at or after the start of the latest burst (the usual case: the end of a run);
 //! earlier `t` are clamped to that start.
 
-use crate::link::Nanos;
+use crate::time::Nanos;
 use serde::{Deserialize, Serialize};
 
 /// Interface power model (see `energy.rs`).

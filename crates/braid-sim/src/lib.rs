@@ -2,7 +2,7 @@
 //! links in virtual time.
 //!
 //! - [`scenario`]: the TOML scenario format, [`sweep`]: one file for many scenarios,
-//!   [`units`], [`trace`]: its building blocks,
+//!   [`units`], [`trace`]: its building blocks, [`time`]: the virtual clock's unit,
 //! - [`link`]: the per-path link model, [`energy`]: interface energy,
 //! - [`connmix`]: a flow-level model of direct (connection-level) and server (packet-level)
 //!   connections side by side,
@@ -23,6 +23,7 @@ pub mod report;
 pub mod runner;
 pub mod scenario;
 pub mod sweep;
+pub mod time;
 pub mod trace;
 pub mod units;
 pub mod wifi;
@@ -30,11 +31,12 @@ pub mod world;
 
 pub use energy::EnergyMeter;
 pub use latency::Latency;
-pub use link::{Dir, LinkStats, Nanos, PathModel};
+pub use link::{Dir, LinkStats, PathModel};
 pub use report::{PathResult, Report, RunResult};
 pub use runner::{run_scenario, run_sweep};
 pub use scenario::{
     BurstSpec, Direction, EnergySpec, LinkSpec, PathSpec, RateSpec, Scenario, ScenarioError,
     VariantKind, VariantSpec, Workload,
 };
+pub use time::Nanos;
 pub use trace::Trace;

@@ -7,7 +7,7 @@
 //! protocol (it only calls the sessions' datagram API).
 
 use crate::latency::{probe_interval, Latency, PROBE_PAYLOAD};
-use crate::link::Nanos;
+use crate::time::Nanos;
 use crate::world::{App, Endpoints};
 use braid_core::Instant;
 use bytes::Bytes;

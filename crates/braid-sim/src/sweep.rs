@@ -3,7 +3,7 @@
 //! Owns: the `[[sweep]]` tables (which keys, which values or numeric range), their checks,
 //! and expanding a file into one scenario per combination (the product of all sweeps).
 //! Must not touch: what the keys mean (each point is validated by the ordinary scenario
-//! loader) or running them (`runner.rs`).
+//! loader) or running them (`runner`).
 //!
 //! ```toml
 //! [[sweep]]

@@ -2,10 +2,10 @@
 //!
 //! Owns: the unit grammar used by scenario files (`"50Mbit"`, `"10ms"`, `"64KB"`) and the
 //! human-readable formatting used in reports. Pure functions only. Must not touch: scenario
-//! structure (see `scenario.rs`), files, clocks or randomness. Errors are plain `String`s
+//! structure (see `scenario`), files, clocks or randomness. Errors are plain `String`s
 //! that say what was expected and what was found; callers attach the file and key.
 
-use crate::link::Nanos;
+use crate::time::Nanos;
 
 /// Splits `"1.5 Mbit"` into `(1.5, "Mbit")`. `None` when there is no non-negative finite
 /// number at the start.

@@ -4,7 +4,7 @@
 //!
 //! Owns: the 802.11b and 802.11g timing constants, the airtime of a frame exchange, each
 //! station's backoff counter and contention window, collisions and retry drops. Must not
-//! touch: queues, propagation, loss or payloads (`link.rs` owns them and asks this module
+//! touch: queues, propagation, loss or payloads (`link` owns them and asks this module
 //! when a station may send and for how long), or any randomness but its own `Rng`.
 //!
 //! # The model (IEEE Std 802.11-2007)
@@ -41,7 +41,7 @@
 //!
 //! Determinism: draws come from one `Rng` seeded by the path.
 
-use crate::link::Nanos;
+use crate::time::Nanos;
 use braid_core::Rng;
 use serde::Serialize;
 

@@ -7,8 +7,9 @@
 //! inputs, same seed: the same run, bit for bit — there is no wall clock and no shared
 //! randomness anywhere in the loop.
 
-use crate::link::{Dir, Nanos, PathModel};
+use crate::link::{Dir, PathModel};
 use crate::scenario::PathSpec;
+use crate::time::Nanos;
 use braid_core::{Config, Instant, PathId, Session};
 use bytes::Bytes;
 

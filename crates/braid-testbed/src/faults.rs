@@ -270,7 +270,7 @@ pub fn results_for(
     scn: &Scenario,
     v: &VariantSpec,
     faults: &[(Fault, usize)],
-    samples: &crate::RunSamples,
+    samples: &crate::samples::RunSamples,
     probe: &[(f64, f64)],
     dir: Dir,
 ) -> Vec<FaultResult> {

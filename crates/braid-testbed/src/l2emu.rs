@@ -343,64 +343,8 @@ fn relay(cfg: EmuConfig, socks: [Fd; 2], sh: Shared) {
             sh.generation.fetch_add(1, Ordering::SeqCst);
         }
         let now = origin.elapsed().as_nanos() as u64;
-        for (i, m) in models.iter_mut().enumerate() {
-            m.advance(now, &mut out);
-            for (_, dir, frame) in out.drain(..) {
-                let (fd, d) = match dir {
-                    Dir::Up => (socks[1].0, 0),
-                    Dir::Down => (socks[0].0, 1),
-                };
-                // SAFETY: frame is a valid buffer of frame.len() bytes.
-                let r = unsafe {
-                    libc::send(
-                        fd,
-                        frame.as_ptr() as *const libc::c_void,
-                        frame.len(),
-                        libc::MSG_DONTWAIT,
-                    )
-                };
-                if r < 0 {
-                    c.send_errors.fetch_add(1, Ordering::Relaxed);
-                } else {
-                    c.models[i].delivered[d].fetch_add(1, Ordering::Relaxed);
-                    c.models[i].delivered_bytes[d]
-                        .fetch_add(wire_size(&frame) as u64, Ordering::Relaxed);
-                }
-            }
-        }
-        for (side, dir) in [(0usize, Dir::Up), (1usize, Dir::Down)] {
-            let d = side;
-            for _ in 0..BATCH {
-                // SAFETY: a zeroed sockaddr_ll is valid output space; buf is valid for
-                // buf.len() bytes.
-                let mut from: libc::sockaddr_ll = unsafe { std::mem::zeroed() };
-                let mut len = std::mem::size_of::<libc::sockaddr_ll>() as libc::socklen_t;
-                let n = unsafe {
-                    libc::recvfrom(
-                        socks[side].0,
-                        buf.as_mut_ptr() as *mut libc::c_void,
-                        buf.len(),
-                        libc::MSG_DONTWAIT,
-                        &mut from as *mut libc::sockaddr_ll as *mut libc::sockaddr,
-                        &mut len,
-                    )
-                };
-                if n <= 0 {
-                    break;
-                }
-                if from.sll_pkttype == libc::PACKET_OUTGOING {
-                    continue;
-                }
-                let frame = buf[..n as usize].to_vec();
-                let k = rr[d] % models.len();
-                rr[d] = rr[d].wrapping_add(1);
-                c.models[k].offered[d].fetch_add(1, Ordering::Relaxed);
-                // The arrival time of this frame, not of the loop turn: the thread may have
-                // been preempted since.
-                let at = (origin.elapsed().as_nanos() as u64).max(now);
-                models[k].send(at, dir, wire_size(&frame), frame);
-            }
-        }
+        deliver(&mut models, now, &mut out, &socks, c);
+        take_frames(&mut models, origin, now, &mut rr, &mut buf, &socks, c);
         if last_cpu.elapsed() >= Duration::from_millis(100) {
             c.cpu_ns.store(thread_cpu_ns(), Ordering::Relaxed);
             last_cpu = Instant::now();
@@ -425,6 +369,88 @@ fn relay(cfg: EmuConfig, socks: [Fd; 2], sh: Shared) {
         );
     }
     c.cpu_ns.store(thread_cpu_ns(), Ordering::Relaxed);
+}
+
+/// Sends every frame that has arrived at the far end of a model by `now` out of the
+/// other side's socket, counting it.
+fn deliver(
+    models: &mut [PathModel<Vec<u8>>],
+    now: u64,
+    out: &mut Vec<(u64, Dir, Vec<u8>)>,
+    socks: &[Fd; 2],
+    c: &EmuCounters,
+) {
+    for (i, m) in models.iter_mut().enumerate() {
+        m.advance(now, out);
+        for (_, dir, frame) in out.drain(..) {
+            let (fd, d) = match dir {
+                Dir::Up => (socks[1].0, 0),
+                Dir::Down => (socks[0].0, 1),
+            };
+            // SAFETY: frame is a valid buffer of frame.len() bytes.
+            let r = unsafe {
+                libc::send(
+                    fd,
+                    frame.as_ptr() as *const libc::c_void,
+                    frame.len(),
+                    libc::MSG_DONTWAIT,
+                )
+            };
+            if r < 0 {
+                c.send_errors.fetch_add(1, Ordering::Relaxed);
+            } else {
+                c.models[i].delivered[d].fetch_add(1, Ordering::Relaxed);
+                c.models[i].delivered_bytes[d]
+                    .fetch_add(wire_size(&frame) as u64, Ordering::Relaxed);
+            }
+        }
+    }
+}
+
+/// Reads up to `BATCH` frames from each side's socket and offers each to a model, in turn
+/// per direction, at the time it was read.
+fn take_frames(
+    models: &mut [PathModel<Vec<u8>>],
+    origin: Instant,
+    now: u64,
+    rr: &mut [usize; 2],
+    buf: &mut [u8],
+    socks: &[Fd; 2],
+    c: &EmuCounters,
+) {
+    for (side, dir) in [(0usize, Dir::Up), (1usize, Dir::Down)] {
+        let d = side;
+        for _ in 0..BATCH {
+            // SAFETY: a zeroed sockaddr_ll is valid output space; buf is valid for
+            // buf.len() bytes.
+            let mut from: libc::sockaddr_ll = unsafe { std::mem::zeroed() };
+            let mut len = std::mem::size_of::<libc::sockaddr_ll>() as libc::socklen_t;
+            let n = unsafe {
+                libc::recvfrom(
+                    socks[side].0,
+                    buf.as_mut_ptr() as *mut libc::c_void,
+                    buf.len(),
+                    libc::MSG_DONTWAIT,
+                    &mut from as *mut libc::sockaddr_ll as *mut libc::sockaddr,
+                    &mut len,
+                )
+            };
+            if n <= 0 {
+                break;
+            }
+            if from.sll_pkttype == libc::PACKET_OUTGOING {
+                continue;
+            }
+            let frame = buf[..n as usize].to_vec();
+            let k = rr[d] % models.len();
+            rr[d] = rr[d].wrapping_add(1);
+            c.models[k].offered[d].fetch_add(1, Ordering::Relaxed);
+            // The arrival time of this frame, not of the loop turn: the thread may have
+            // been preempted since.
+            let at = (origin.elapsed().as_nanos() as u64).max(now);
+            models[k].send(at, dir, wire_size(&frame), frame);
+        }
+    }
 }
 
 #[cfg(test)]

@@ -13,7 +13,8 @@
 //!   [`faults`]: carrier loss, black holes and address changes during a transfer, as the
 //!   probe and the bulk flow saw them;
 //! - [`procs`]: helper processes in namespaces (braid, shadowsocks);
-//! - [`runner`]: the whole run, per-variant stacks, the report;
+//! - [`runner`]: the whole run, per-variant stacks, the report; [`samples`]: the
+//!   per-transfer throughput and probe series it reports;
 //! - [`lock`], [`signal`]: one run at a time, root check, SIGINT/SIGTERM teardown;
 //! - [`cmd`]: external commands and tool installation; [`error`]: [`TestbedError`].
 
@@ -28,13 +29,13 @@ pub mod probe;
 pub mod procs;
 pub mod rpm;
 pub mod runner;
+pub mod samples;
 pub mod signal;
 pub mod traffic;
 
 pub use error::{Result, TestbedError};
-pub use runner::{
-    check_scenario, find_braid, run_scenario, Progress, RunOptions, RunSamples, TestbedReport,
-};
+pub use runner::{check_scenario, find_braid, run_scenario, Progress, RunOptions, TestbedReport};
+pub use samples::RunSamples;
 
 /// Why the testbed cannot run here (not root, no namespace support), or `None` if it can.
 /// Tests use it to skip with a reason.

@@ -71,6 +71,19 @@ pub fn run(file: &Path, role: Option<&str>) -> Result<()> {
             s.metrics.map_or("off".into(), |m| m.to_string()),
             dashboard(s.dashboard.as_ref()),
         );
+        let rules: Vec<String> = s
+            .cfg
+            .rules
+            .rules()
+            .iter()
+            .map(braid_net::rules::describe)
+            .collect();
+        if !rules.is_empty() {
+            println!(
+                "rules (straight to the destination, never through the server): {}",
+                rules.join(", ")
+            );
+        }
     }
     Ok(())
 }
@@ -93,6 +106,45 @@ mod tests {
         let p = dir.join(name);
         std::fs::write(&p, text).unwrap();
         p
+    }
+
+    /// Issue 24: `check-config` reports a bad `--bypass`/`--pin` with what to write instead.
+    #[test]
+    fn check_config_reports_bad_rules() {
+        let dir = tempfile::tempdir().unwrap();
+        let d = dir.path();
+        let agent = |rules: &str| {
+            format!(
+                "path = [\"dsl=127.0.0.1\", \"lte=127.0.0.2\"]\nsocks = \"127.0.0.1:0\"\n{rules}\n"
+            )
+        };
+        let ok = config(
+            d,
+            "ok.toml",
+            agent("bypass = [\"10.0.0.0/8\", \"bank.example\"]\npin = { \"sip.example.com\" = \"dsl\" }"),
+        );
+        run(&ok, None).unwrap();
+        let msg = |p: &Path| format!("{:#}", run(p, None).unwrap_err());
+        let e = msg(&config(d, "cidr.toml", agent("bypass = [\"10.1.0.0/8\"]")));
+        assert!(
+            e.contains("--bypass \"10.1.0.0/8\"") && e.contains("write 10.0.0.0/8"),
+            "{e}"
+        );
+        let e = msg(&config(
+            d,
+            "pin.toml",
+            agent("pin = { \"sip.example.com\" = \"wifi\" }"),
+        ));
+        assert!(
+            e.contains("no path is named \"wifi\"") && e.contains("dsl, lte"),
+            "{e}"
+        );
+        let e = msg(&config(
+            d,
+            "glob.toml",
+            agent("pin = [\"*.example.com=dsl\"]"),
+        ));
+        assert!(e.contains("write example.com"), "{e}");
     }
 
     /// Issue 24: `check-config` passed a public key given as `key` (after advising

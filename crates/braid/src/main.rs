@@ -7,6 +7,8 @@ mod demo;
 mod net;
 mod report_cmd;
 mod status_cmd;
+#[cfg(test)]
+mod synopsis;
 mod testbed_cmd;
 
 use anyhow::{Context, Result};

@@ -24,7 +24,8 @@ pub struct KeygenArgs {
 #[derive(Args, Debug, Default, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct ServerArgs {
-    /// TOML file with any of these settings (flags take precedence).
+    /// TOML file with any of these settings (flags take precedence); file paths in it are
+    /// relative to its folder.
     #[arg(long, value_name = "FILE")]
     #[serde(skip)]
     pub config: Option<PathBuf>,
@@ -55,7 +56,7 @@ pub struct ServerArgs {
     /// Most bytes buffered per session.
     #[arg(long)]
     pub max_buffered: Option<u64>,
-    /// The control socket `braid status` asks (mode 0600) [default: /run/braid/server.sock
+    /// The control socket `braid status` asks (mode 0600) [default: /run/braid-server/server.sock
     /// as root, else $XDG_RUNTIME_DIR/braid/server.sock].
     #[arg(long, value_name = "PATH")]
     pub control: Option<PathBuf>,
@@ -89,6 +90,17 @@ pub struct ServerArgs {
     /// offers), aes-256-gcm or chacha20-poly1305 (only that one) [default: auto].
     #[arg(long, value_name = "auto|aes-256-gcm|chacha20-poly1305")]
     pub cipher: Option<String>,
+    /// Allow the agent with public key KEY (base64, as in the authorized file) to have
+    /// these ports of this server opened for it (`braid agent --forward`), like
+    /// KEY=tcp:8080,udp:5000-5010. Repeat for several keys. In the config file: a
+    /// `[forward]` table, "KEY" = ["tcp:8080", "udp:5000-5010"]. None by default.
+    #[arg(long = "allow-forward", value_name = "KEY=PORTS")]
+    #[serde(skip)]
+    pub allow_forward: Vec<String>,
+    /// The config file's `[forward]` table (see --allow-forward).
+    #[arg(skip)]
+    #[serde(default)]
+    pub forward: std::collections::BTreeMap<String, Vec<String>>,
     /// Log level: error, warn, info, debug or trace.
     #[arg(long)]
     pub log_level: Option<String>,
@@ -98,7 +110,8 @@ pub struct ServerArgs {
 #[derive(Args, Debug, Default, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct AgentArgs {
-    /// TOML file with any of these settings (flags take precedence).
+    /// TOML file with any of these settings (flags take precedence); file paths in it are
+    /// relative to its folder.
     #[arg(long, value_name = "FILE")]
     #[serde(skip)]
     pub config: Option<PathBuf>,
@@ -109,7 +122,8 @@ pub struct AgentArgs {
     #[arg(long = "server", value_name = "HOST:PORT")]
     #[serde(default, rename = "server", deserialize_with = "one_or_many")]
     pub servers: Vec<String>,
-    /// The server's public key file (from `braid keygen` on the server).
+    /// The server's public key file (from `braid keygen` on the server), or the key itself
+    /// (the base64 line of that file).
     #[arg(long, value_name = "FILE")]
     pub server_pub: Option<PathBuf>,
     /// This agent's private key file.
@@ -188,7 +202,7 @@ pub struct AgentArgs {
     /// path's standing queue to a few milliseconds), cubic, bbr, reno, lia, olia or balia.
     #[arg(long)]
     pub cc: Option<String>,
-    /// The control socket `braid status` asks (mode 0600) [default: /run/braid/agent.sock
+    /// The control socket `braid status` asks (mode 0600) [default: /run/braid-agent/agent.sock
     /// as root, else $XDG_RUNTIME_DIR/braid/agent.sock].
     #[arg(long, value_name = "PATH")]
     pub control: Option<PathBuf>,
@@ -218,9 +232,66 @@ pub struct AgentArgs {
     /// offers), aes-256-gcm or chacha20-poly1305 (only that one) [default: auto].
     #[arg(long, value_name = "auto|aes-256-gcm|chacha20-poly1305")]
     pub cipher: Option<String>,
+    /// Publish a service behind the agent on a port of the server: tcp:PORT=HOST:PORT or
+    /// udp:PORT=HOST:PORT, like tcp:8080=127.0.0.1:80 (connections to the server's port
+    /// 8080 reach 127.0.0.1:80 here). Repeat for several. The server opens only ports its
+    /// configuration allows this agent's key (its --allow-forward or [forward] table).
+    #[arg(long = "forward", value_name = "tcp|udp:PORT=HOST:PORT")]
+    #[serde(default)]
+    pub forward: Vec<String>,
     /// Log level: error, warn, info, debug or trace.
     #[arg(long)]
     pub log_level: Option<String>,
+    /// Send connections and UDP to DEST straight to it over one path (chosen as direct
+    /// mode chooses), never through the server, even while a session is up. DEST is a
+    /// CIDR (10.0.0.0/8), an address (192.0.2.7) or a domain (example.com: it and every
+    /// name under it; domains match SOCKS5 and HTTP requests by name, TUN mode by the
+    /// names in the DNS answers it carried). Repeat for several. In the config file:
+    /// `bypass = ["10.0.0.0/8", "example.com"]`.
+    #[arg(long = "bypass", value_name = "CIDR|IP|DOMAIN")]
+    #[serde(default)]
+    pub bypass: Vec<String>,
+    /// DEST=PATH: connections and UDP to DEST go straight to it over path PATH only (from
+    /// that link's own address, never through the server); while PATH is down they fail.
+    /// DEST as for --bypass. Repeat for several. In the config file:
+    /// `pin = { "sip.example.com" = "dsl" }`.
+    #[arg(long = "pin", value_name = "DEST=PATH")]
+    #[serde(default, deserialize_with = "pin_table")]
+    pub pin: Vec<String>,
+}
+
+/// `pin` in the config file: a table `{ "DEST" = "PATH" }` (or a list of "DEST=PATH"), as
+/// the `--pin` values.
+fn pin_table<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Vec<String>, D::Error> {
+    #[derive(Deserialize)]
+    #[serde(untagged)]
+    enum Pins {
+        Table(std::collections::BTreeMap<String, String>),
+        List(Vec<String>),
+    }
+    Ok(match Pins::deserialize(d)? {
+        Pins::Table(t) => t.into_iter().map(|(k, v)| format!("{k}={v}")).collect(),
+        Pins::List(v) => v,
+    })
+}
+
+/// `--bypass` and `--pin` (flags replace the file's), checked against the path names.
+fn agent_rules(
+    (bypass, f_bypass): (Vec<String>, Vec<String>),
+    (pin, f_pin): (Vec<String>, Vec<String>),
+    paths: &[AgentPath],
+) -> Result<braid_net::rules::Rules> {
+    let pick = |x: Vec<String>, y| if x.is_empty() { y } else { x };
+    let (bypass, pin) = (pick(bypass, f_bypass), pick(pin, f_pin));
+    let named: Vec<&str> = paths
+        .iter()
+        .filter(|p| p.bind != braid_net::udp::PathBind::Auto)
+        .map(|p| p.name.as_str())
+        .collect();
+    if !bypass.is_empty() && named.is_empty() {
+        bail!("--bypass needs a path bound to an interface or address (NAME=IFACE_OR_LOCAL_IP); `auto` paths cannot take direct connections yet");
+    }
+    braid_net::rules::Rules::parse(&bypass, &pin, &named).map_err(|e| anyhow::anyhow!("{e}"))
 }
 
 /// A TOML value that is one string or a list of strings.
@@ -244,6 +315,20 @@ fn load<T: for<'de> Deserialize<'de> + Default>(file: Option<&Path>) -> Result<T
     let text = std::fs::read_to_string(file)
         .with_context(|| format!("reading the config file {}", file.display()))?;
     toml::from_str(&text).map_err(|e| anyhow::anyhow!("config file {}: {e}", file.display()))
+}
+
+/// `server_pub` given as the key itself (the base64 line of the server's `server.pub`)
+/// rather than a file name.
+fn inline_key(p: &Path) -> Option<braid_crypto::PublicKey> {
+    let line = p.to_str()?;
+    braid_crypto::keys::parse_public_key(line.split('#').next()?.trim()).ok()
+}
+
+/// A path from the config file `file`, relative to that file's folder (not the working
+/// directory: a unit runs in `/`); an absolute path stays as it is.
+fn beside(file: Option<&Path>, p: Option<PathBuf>) -> Option<PathBuf> {
+    let dir = file.and_then(Path::parent).unwrap_or(Path::new(""));
+    p.map(|p| dir.join(p))
 }
 
 /// `--cipher` (or `cipher` in the file): the packet ciphers, [`braid_crypto::Ciphers::auto`]
@@ -297,7 +382,7 @@ pub fn keygen(a: KeygenArgs) -> Result<()> {
         key.display(),
         public.display()
     );
-    println!("public key: {}", std::fs::read_to_string(&public)?.trim());
+    println!("public key: {}", braid_crypto::read_public_key(&public)?);
     Ok(())
 }
 
@@ -315,7 +400,12 @@ pub(crate) struct ServerSettings {
 
 /// Turn flags and the config file into a server configuration, reading the key files.
 pub(crate) fn server_settings(a: ServerArgs) -> Result<ServerSettings> {
-    let f: ServerArgs = load(a.config.as_deref())?;
+    let mut f: ServerArgs = load(a.config.as_deref())?;
+    let file = a.config.as_deref();
+    f.key = beside(file, f.key);
+    f.authorized = beside(file, f.authorized);
+    f.state = beside(file, f.state);
+    f.control = beside(file, f.control);
     let listen = a
         .listen
         .or(f.listen)
@@ -368,6 +458,20 @@ pub(crate) fn server_settings(a: ServerArgs) -> Result<ServerSettings> {
             );
         }
         cfg.unicast = Some(addr);
+    }
+    for (key, specs) in &f.forward {
+        cfg.forward
+            .allow_specs(key, specs)
+            .map_err(anyhow::Error::msg)?;
+    }
+    for a in &a.allow_forward {
+        let (key, specs) = a.rsplit_once('=').with_context(|| {
+            format!("--allow-forward {a:?}: expected KEY=PORTS like KEY=tcp:8080,udp:5000-5010")
+        })?;
+        let specs: Vec<&str> = specs.split(',').collect();
+        cfg.forward
+            .allow_specs(key, &specs)
+            .map_err(anyhow::Error::msg)?;
     }
     Ok(ServerSettings {
         cfg,
@@ -495,7 +599,15 @@ pub(crate) struct AgentSettings {
 
 /// Turn flags and the config file into an agent configuration, reading the key files.
 pub(crate) fn agent_settings(a: AgentArgs) -> Result<AgentSettings> {
-    let f: AgentArgs = load(a.config.as_deref())?;
+    let mut f: AgentArgs = load(a.config.as_deref())?;
+    let file = a.config.as_deref();
+    f.server_pub = match f.server_pub {
+        Some(k) if inline_key(&k).is_some() => Some(k),
+        p => beside(file, p),
+    };
+    f.key = beside(file, f.key);
+    f.state_file = beside(file, f.state_file);
+    f.control = beside(file, f.control);
     let servers = if a.servers.is_empty() {
         f.servers
     } else {
@@ -554,14 +666,16 @@ pub(crate) fn agent_settings(a: AgentArgs) -> Result<AgentSettings> {
             );
         }
     }
+    let rules = agent_rules((a.bypass, f.bypass), (a.pin, f.pin), &paths)?;
     let socks = a.socks.or(f.socks);
     let http = a.http.or(f.http);
     let tun = a.tun.or(f.tun);
     let redirect = a.redirect.or(f.redirect);
-    if socks.is_none() && http.is_none() && tun.is_none() && redirect.is_none() {
+    let publishes = !(a.forward.is_empty() && f.forward.is_empty());
+    if socks.is_none() && http.is_none() && tun.is_none() && redirect.is_none() && !publishes {
         bail!(
             "give at least one way in for applications: --socks ADDR:PORT, --http ADDR:PORT, \
-             --tun NAME or --redirect ADDR:PORT"
+             --tun NAME or --redirect ADDR:PORT (or publish a service with --forward)"
         );
     }
     let cidrs = |flag: &str, v: Vec<String>| -> Result<Vec<braid_tun::routing::Cidr>> {
@@ -655,7 +769,10 @@ pub(crate) fn agent_settings(a: AgentArgs) -> Result<AgentSettings> {
     let base = match (server_pub, key) {
         (Some(p), Some(k)) => AgentConfig::new(
             addrs.first().copied().unwrap_or(([127, 0, 0, 1], 0).into()),
-            braid_crypto::read_public_key(&p)?,
+            match inline_key(&p) {
+                Some(k) if !p.exists() => k,
+                _ => braid_crypto::read_public_key(&p)?,
+            },
             Arc::new(braid_crypto::read_private_key(&k)?),
             Vec::new(),
         ),
@@ -683,6 +800,16 @@ pub(crate) fn agent_settings(a: AgentArgs) -> Result<AgentSettings> {
         redirect,
         rekey: Default::default(),
         ciphers: ciphers(a.cipher.or(f.cipher))?,
+        rules,
+        forwards: (if a.forward.is_empty() {
+            f.forward
+        } else {
+            a.forward
+        })
+        .iter()
+        .map(|s| braid_net::agent::Forward::parse(s))
+        .collect::<Result<_, _>>()
+        .map_err(anyhow::Error::msg)?,
     };
     Ok(AgentSettings {
         cfg,
@@ -732,3 +859,11 @@ pub fn agent(a: AgentArgs) -> Result<()> {
 #[cfg(test)]
 #[path = "net_direct_tests.rs"]
 mod direct_tests;
+
+#[cfg(test)]
+#[path = "net_forward_tests.rs"]
+mod forward_tests;
+
+#[cfg(test)]
+#[path = "net_config_paths_tests.rs"]
+mod config_paths_tests;

@@ -15,8 +15,8 @@ use std::time::Duration;
 /// `braid status`.
 #[derive(Args, Debug)]
 pub struct StatusArgs {
-    /// The control socket [default: the agent's, else the server's, under /run/braid as
-    /// root, else $XDG_RUNTIME_DIR/braid].
+    /// The control socket [default: the agent's, else the server's, under /run/braid-agent
+    /// or /run/braid-server as root, else $XDG_RUNTIME_DIR/braid].
     #[arg(long, value_name = "PATH")]
     pub control: Option<PathBuf>,
     /// Print the JSON snapshot (one line) instead of tables.
@@ -208,6 +208,10 @@ fn render_agent(a: &AgentStatus) -> String {
         };
         let _ = writeln!(out, "mode: {m}{note}");
     }
+    if !a.rules.is_empty() {
+        let counts: Vec<String> = a.rules.iter().map(|(r, n)| format!("{r} {n}")).collect();
+        let _ = writeln!(out, "opened by rule: {}", counts.join(", "));
+    }
     let _ = writeln!(
         out,
         "total sent {}, received {}{}\n",
@@ -219,9 +223,17 @@ fn render_agent(a: &AgentStatus) -> String {
     );
     out.push_str(&path_table(&a.paths, true));
     if !a.streams.is_empty() {
-        let mut rows = vec![["PROXY", "CLIENT", "DESTINATION", "UP", "DOWN", "AGE s"]
-            .map(String::from)
-            .to_vec()];
+        let mut rows = vec![[
+            "PROXY",
+            "CLIENT",
+            "DESTINATION",
+            "UP",
+            "DOWN",
+            "AGE s",
+            "RULE",
+        ]
+        .map(String::from)
+        .to_vec()];
         for s in &a.streams {
             rows.push(vec![
                 s.proxy.clone(),
@@ -233,15 +245,24 @@ fn render_agent(a: &AgentStatus) -> String {
                 bytes(s.bytes_up),
                 bytes(s.bytes_down),
                 format!("{:.0}", s.age_s),
+                s.rule.clone().unwrap_or_default(),
             ]);
         }
         out.push('\n');
         out.push_str(&table(&rows));
     }
     if !a.flows.is_empty() {
-        let mut rows = vec![["FLOW", "CLIENT", "DESTINATION", "UP", "DOWN", "AGE s"]
-            .map(String::from)
-            .to_vec()];
+        let mut rows = vec![[
+            "FLOW",
+            "CLIENT",
+            "DESTINATION",
+            "UP",
+            "DOWN",
+            "AGE s",
+            "RULE",
+        ]
+        .map(String::from)
+        .to_vec()];
         for f in &a.flows {
             rows.push(vec![
                 f.flow.to_string(),
@@ -250,6 +271,7 @@ fn render_agent(a: &AgentStatus) -> String {
                 bytes(f.bytes_up),
                 bytes(f.bytes_down),
                 format!("{:.0}", f.age_s),
+                f.rule.clone().unwrap_or_default(),
             ]);
         }
         out.push('\n');
@@ -293,6 +315,9 @@ fn render_server(s: &ServerStatus) -> String {
             bytes(sess.totals.bytes_received)
         );
         out.push_str(&datagram_line(&sess.datagrams));
+        if !sess.inbound_ports.is_empty() {
+            let _ = writeln!(out, "inbound ports: {}", sess.inbound_ports.join(", "));
+        }
         out.push_str(&path_table(&sess.paths, false));
     }
     out
@@ -382,5 +407,37 @@ mod tests {
         assert!(up.contains("agent SHA256:abc (key a2V5) for"), "{t}");
         assert!(line("0000000000000100").contains("half-open"), "{t}");
         assert!(!up.contains("half-open"), "{t}");
+    }
+
+    /// Issue 24: `braid status` shows which rule each connection and flow took, and how
+    /// many each rule opened.
+    #[test]
+    fn the_agent_view_shows_each_flows_rule_and_the_counts() {
+        let a = AgentStatus {
+            streams: vec![braid_net::status::StreamReport {
+                proxy: "socks5".into(),
+                destination: "bank.example:443".into(),
+                path: Some("dsl".into()),
+                rule: Some("pin dsl".into()),
+                ..Default::default()
+            }],
+            flows: vec![braid_net::status::FlowReport {
+                flow: 3,
+                destination: "10.1.2.3:53".into(),
+                rule: Some("bypass".into()),
+                ..Default::default()
+            }],
+            rules: [("bypass".to_string(), 4), ("session".to_string(), 9)].into(),
+            ..Default::default()
+        };
+        let t = render(&Status::Agent(a));
+        assert!(t.contains("opened by rule: bypass 4, session 9"), "{t}");
+        let row = t.lines().find(|l| l.contains("bank.example")).unwrap();
+        assert!(
+            row.contains("via dsl") && row.trim_end().ends_with("pin dsl"),
+            "{t}"
+        );
+        let row = t.lines().find(|l| l.contains("10.1.2.3")).unwrap();
+        assert!(row.trim_end().ends_with("bypass"), "{t}");
     }
 }

@@ -89,7 +89,7 @@ impl Path {
                 found = true;
                 let largest = self.largest_acked.unwrap_or(pkt.pn).max(ack.largest);
                 self.loss.on_reordered(largest.saturating_sub(pkt.pn));
-                self.delivered += pkt.size as u64;
+                self.rate.on_late_delivery(pkt.size as u64);
                 if self.loss.on_spurious(now, self.rtt.smoothed(), pkt.episode) == Spurious::Undo {
                     self.cc.undo_loss();
                 }

@@ -9,15 +9,13 @@
 //! `detect.rs`.
 
 use crate::blackout::BlackoutWatch;
-use crate::cc::{AckEvent, CcAlgorithm, CongestionController, Coupling, RateSample};
+use crate::cc::{AckEvent, CcAlgorithm, CongestionController, Coupling};
 use crate::config::Config;
 use crate::ids::PathId;
 use crate::loss::LossDetector;
 use crate::pacer::Pacer;
-use crate::ranges::RangeSet;
 use crate::rtt::RttEstimator;
 use crate::sched::PathInfo;
-use crate::stream::StreamId;
 use crate::time::Instant;
 use crate::wire::{AckFrame, PathState};
 use smallvec::SmallVec;
@@ -29,121 +27,20 @@ const MIN_MAX_BURST: u64 = 10;
 
 mod detect;
 mod owd;
+mod rate;
+mod recv;
+mod sent;
+mod stats;
+mod timers;
+
+pub(crate) use sent::{SentFrame, SentPacket};
+pub use stats::{ip_kbps_to_payload_bytes, PathCost, PathStats, IP_UDP_OVERHEAD};
 
 /// Most packets declared lost that are remembered, so a late acknowledgement proves the
 /// declaration spurious.
 const MAX_DECLARED_LOST: usize = 4096;
 /// Most ranges in one ACK frame, and most kept in the receive history.
 pub(crate) const MAX_ACK_RANGES: usize = 32;
-const MAX_RECV_RANGES: usize = 256;
-
-/// A frame remembered in a sent packet, to act on when the packet is acked or lost.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum SentFrame {
-    Stream {
-        id: StreamId,
-        off: u64,
-        len: u32,
-        fin: bool,
-    },
-    Ack {
-        path: PathId,
-        largest: u64,
-    },
-    MaxData,
-    MaxStreamData(StreamId),
-    MaxStreams,
-    ResetStream(StreamId),
-    StopSending(StreamId),
-    PathStatus(PathId),
-    PathAbandon(PathId),
-    PathBlackout(PathId),
-    PathCost(PathId),
-    Hello,
-    PathChallenge(PathId),
-}
-
-/// A packet in flight (or an ack-only packet awaiting its fate).
-#[derive(Debug, Clone)]
-pub(crate) struct SentPacket {
-    /// The path it was sent on.
-    pub path: PathId,
-    /// Its packet number on that path.
-    pub pn: u64,
-    pub time_sent: Instant,
-    pub size: u32,
-    pub ack_eliciting: bool,
-    pub in_flight: bool,
-    pub frames: SmallVec<[SentFrame; 3]>,
-    delivered: u64,
-    delivered_time: Instant,
-    /// The peer's receive time of the newest delivered packet when this one was sent.
-    delivered_peer_us: Option<u64>,
-    first_sent_time: Instant,
-    is_app_limited: bool,
-    /// Its stream data was already queued on other paths after a probe timeout.
-    pub reinjected: bool,
-    /// Declared lost and judged a random (not a congestion) loss: the window was kept.
-    pub random_loss: bool,
-    /// The loss episode it was declared lost in (0: none).
-    episode: u64,
-}
-
-/// Counters of one path, for reports.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-pub struct PathStats {
-    /// Packets sent.
-    pub packets_sent: u64,
-    /// UDP payload bytes sent.
-    pub bytes_sent: u64,
-    /// Packets received.
-    pub packets_received: u64,
-    /// UDP payload bytes received.
-    pub bytes_received: u64,
-    /// Packets declared lost.
-    pub packets_lost: u64,
-    /// Stream bytes sent that had been sent before (on any path).
-    pub retransmitted_bytes: u64,
-    /// Stream bytes sent for the first time.
-    pub stream_bytes_sent: u64,
-    /// Probe timeouts.
-    pub ptos: u64,
-    /// Congestion window now.
-    pub cwnd: u64,
-    /// Smoothed RTT now, microseconds.
-    pub srtt_us: u64,
-    /// Losses judged random (isolated, no queue build-up): the window was not cut.
-    pub random_losses: u64,
-    /// Blackouts confirmed on this path or reported by the peer (the path was frozen).
-    pub blackouts: u64,
-    /// Acknowledgements of this path carried on another path's uplink (ACK offload).
-    pub acks_offloaded: u64,
-    /// Packets declared lost and acknowledged after all (reordering, not loss).
-    pub spurious_losses: u64,
-    /// Window cuts undone because every loss behind them proved spurious.
-    pub undone_cuts: u64,
-    /// The packet threshold of loss detection now (raised by reordering).
-    pub packet_threshold: u64,
-}
-
-/// What using a path costs, as set locally or told by the peer (PATH_COST).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
-pub struct PathCost {
-    /// Power the interface draws while active, above its idle power, milliwatts.
-    pub power_mw: u64,
-    /// The path's rate if known, kbit/s at the IP layer (0: unknown, estimate it).
-    pub rate_kbps: u64,
-}
-
-/// IPv4 and UDP headers, which a rate given at the IP layer also carries.
-pub const IP_UDP_OVERHEAD: u64 = 28;
-
-/// A rate at the IP layer (kbit/s) as UDP payload bytes per second for full-size packets
-/// of `mss` bytes, the unit the session counts in.
-pub fn ip_kbps_to_payload_bytes(kbps: u64, mss: u64) -> u64 {
-    let bytes = kbps as u128 * 1000 / 8 * mss as u128 / (mss + IP_UDP_OVERHEAD) as u128;
-    u64::try_from(bytes).unwrap_or(u64::MAX)
-}
 
 /// One path.
 #[derive(Debug)]
@@ -185,23 +82,10 @@ pub struct Path {
     pub(crate) pto_count: u32,
     last_ack_eliciting_sent: Option<Instant>,
     last_pto: Option<Instant>,
-    delivered: u64,
-    delivered_time: Instant,
-    /// The peer's clock (ACK_TS, microseconds) when the newest delivered packet arrived:
-    /// rate samples measure the interval where the bottleneck spaced the packets, not where
-    /// a congested return path bunched their acknowledgements.
-    delivered_peer_us: Option<u64>,
-    first_sent_time: Instant,
-    app_limited_until: u64,
-    // Receive side.
-    recv_pns: RangeSet,
-    recv_floor: u64,
-    ack_floor: u64,
-    largest_recv: Option<(u64, Instant)>,
-    ack_eliciting_unacked: u32,
-    ack_deadline: Option<Instant>,
-    ack_immediate: bool,
-    ack_pending: bool,
+    /// Delivery-rate samples (see `rate.rs`).
+    rate: rate::DeliveryRate,
+    /// The receive side: packet numbers received, the ACK timer, the receive window.
+    pub(crate) recv: recv::AckState,
     pub(crate) last_recv: Instant,
     /// The last sign of life of the path: a packet received on it, or an acknowledgement
     /// of our packets on it (which may come back over another path).
@@ -221,8 +105,6 @@ pub struct Path {
     /// The forward direction's one-way delay floor (from the peer's ACK_TS frames).
     owd: owd::OneWayDelay,
     latest_route: usize,
-    /// Packets received in the current receive window (about one RTT) and the last full one.
-    rx_window: (Instant, u32, u32),
     pub(crate) stats: PathStats,
     /// Summary of all the session's paths, refreshed by the session (coupled controllers).
     pub(crate) coupling: Coupling,
@@ -233,8 +115,6 @@ pub struct Path {
     /// The scheduler's limit on this path: `None` unlimited, `Some(0)` not to be used,
     /// otherwise bytes per second applied to the pacer.
     rate_cap: Option<u64>,
-    /// Latest delivery-rate sample: when, bytes per second, application-limited.
-    last_rate: Option<(Instant, u64, bool)>,
     /// The transport under the path is reliable and ordered (braid packets over a TCP
     /// connection): nothing is declared lost by threshold, and the controller is BBR.
     pub(crate) reliable: bool,
@@ -273,21 +153,8 @@ impl Path {
             pto_count: 0,
             last_ack_eliciting_sent: None,
             last_pto: None,
-            delivered: 0,
-            delivered_time: now,
-            delivered_peer_us: None,
-            first_sent_time: now,
-            // Application-limited until data flows: the first packets (validation, the
-            // handshake) are a trickle, not a measure of the path.
-            app_limited_until: 1,
-            recv_pns: RangeSet::new(),
-            recv_floor: 0,
-            ack_floor: 0,
-            largest_recv: None,
-            ack_eliciting_unacked: 0,
-            ack_deadline: None,
-            ack_immediate: false,
-            ack_pending: false,
+            rate: rate::DeliveryRate::new(now),
+            recv: recv::AckState::new(now),
             last_recv: now,
             last_heard: now,
             last_sent: now,
@@ -299,14 +166,12 @@ impl Path {
             route_min_rtt: [None; 2],
             owd: owd::OneWayDelay::default(),
             latest_route: 0,
-            rx_window: (now, 0, 0),
             stats: PathStats::default(),
             coupling: Coupling::default(),
             cost: None,
             cost_seq: 0,
             peer_cost_seq: 0,
             rate_cap: None,
-            last_rate: None,
             reliable: false,
         }
     }
@@ -410,7 +275,7 @@ impl Path {
                 .cost
                 .filter(|c| c.rate_kbps > 0)
                 .map(|c| ip_kbps_to_payload_bytes(c.rate_kbps, self.mss)),
-            delivery_rate: self.last_rate,
+            delivery_rate: self.rate.last_rate(),
             rate_cap: self.rate_cap,
         }
     }
@@ -441,11 +306,7 @@ impl Path {
         // Probes of a frozen path are not congestion-controlled: their loss says nothing
         // about congestion and must not shrink the window the path resumes with.
         let in_flight = ack_eliciting && !probe;
-        if self.in_flight == 0 {
-            self.first_sent_time = now;
-            self.delivered_time = now;
-            self.delivered_peer_us = None;
-        }
+        let stamp = self.rate.on_sent(now, self.in_flight);
         let pkt = SentPacket {
             path: self.id,
             pn: self.next_pn,
@@ -454,16 +315,7 @@ impl Path {
             ack_eliciting,
             in_flight,
             frames,
-            delivered: self.delivered,
-            delivered_time: self.delivered_time,
-            delivered_peer_us: self.delivered_peer_us,
-            first_sent_time: self.first_sent_time,
-            // Sent while the application left the path idle: until the mark ends, and also a
-            // packet that leaves an empty pipe once the mark's own packets were delivered
-            // (a call's packets, each acknowledged before the next; see the regression test
-            // `sparse_packets_sent_from_an_idle_path_are_app_limited`).
-            is_app_limited: self.app_limited_until > self.delivered
-                || (self.app_limited_until != 0 && self.in_flight == 0),
+            stamp,
             reinjected: false,
             random_loss: false,
             episode: 0,
@@ -490,7 +342,7 @@ impl Path {
 
     /// The sender had nothing to send while this path had window space.
     pub(crate) fn mark_app_limited(&mut self) {
-        self.app_limited_until = (self.delivered + self.in_flight).max(1);
+        self.rate.mark_app_limited(self.in_flight);
     }
 
     // ---- acknowledgements received ----------------------------------------------------
@@ -506,50 +358,13 @@ impl Path {
         acked: &mut Vec<SentPacket>,
         lost: &mut Vec<SentPacket>,
     ) -> bool {
-        let first_acked = acked.len();
         let prior_in_flight = self.in_flight;
-        let prior_largest = self.largest_acked;
         let spurious = self.on_late_acks(now, ack, acked);
         let first_acked_now = acked.len();
-        let end = self.sent_base + self.sent.len() as u64;
-        let mut newest: Option<(u64, Instant, bool)> = None;
-        let mut rs_prior_delivered = 0u64;
-        let mut rs_prior_time = None;
-        let mut rs_prior_peer_us = None;
-        let mut rs_app_limited = false;
-        let mut rs_send_elapsed = Duration::ZERO;
-        for r in ack.ranges() {
-            let lo = r.start.max(self.sent_base);
-            let hi = r.end.min(end);
-            for pn in lo..hi {
-                let idx = (pn - self.sent_base) as usize;
-                let Some(pkt) = self.sent[idx].take() else {
-                    continue;
-                };
-                if newest.is_none_or(|(n, _, _)| pn > n) {
-                    newest = Some((pn, pkt.time_sent, pkt.ack_eliciting));
-                }
-                if let Some(l) = prior_largest.filter(|&l| pn < l) {
-                    self.loss.on_reordered(l - pn);
-                }
-                if pkt.in_flight {
-                    self.in_flight -= pkt.size as u64;
-                    self.ack_eliciting_in_flight -= 1;
-                    self.delivered += pkt.size as u64;
-                    self.delivered_time = now;
-                    if pkt.delivered >= rs_prior_delivered {
-                        rs_prior_delivered = pkt.delivered;
-                        rs_prior_time = Some(pkt.delivered_time);
-                        rs_prior_peer_us = pkt.delivered_peer_us;
-                        rs_app_limited = pkt.is_app_limited;
-                        rs_send_elapsed = pkt.time_sent - pkt.first_sent_time;
-                        self.first_sent_time = pkt.time_sent;
-                    }
-                }
-                acked.push(pkt);
-            }
-        }
-        let Some((largest_new, largest_sent, eliciting)) = newest else {
+        let mut sampler = rate::Sampler::default();
+        let Some((largest_new, largest_sent, eliciting)) =
+            self.take_acked(now, ack, acked, &mut sampler)
+        else {
             if spurious {
                 self.refresh_pacer(now);
             }
@@ -560,55 +375,18 @@ impl Path {
             self.largest_acked
                 .map_or(largest_new, |l| l.max(largest_new)),
         );
-        let mut rtt_sample = None;
-        let mut fwd_queue = None;
         // An ACK that came back over another path (ACK offload) gives a sample too: the
         // feedback loop it measures is the one loss recovery and pacing must follow.
-        if largest_new == ack.largest && eliciting {
-            let sample = now - largest_sent;
-            let delay = Duration::from_micros(ack.ack_delay_us).min(max_ack_delay);
-            self.rtt.update(sample, delay);
-            rtt_sample = Some(sample);
-            let route = usize::from(carried_elsewhere);
-            let m = &mut self.route_min_rtt[route];
-            *m = Some(m.map_or(sample, |m| m.min(sample)));
-            self.latest_route = route;
-            fwd_queue = ack
-                .recv_time_us
-                .map(|t| self.owd.on_sample(now, largest_sent, t));
-        }
+        let newest_is_largest = largest_new == ack.largest;
+        let (rtt_sample, fwd_queue) = if newest_is_largest && eliciting {
+            self.on_rtt_sample(now, ack, largest_sent, max_ack_delay, carried_elsewhere)
+        } else {
+            (None, None)
+        };
         self.pto_count = 0;
         self.pop_front();
-
-        // Delivery-rate sample.
-        let mut rate = RateSample {
-            delivered: self.delivered,
-            prior_delivered: rs_prior_delivered,
-            is_app_limited: rs_app_limited,
-            delivery_rate: 0.0,
-        };
-        let peer_now = ack.recv_time_us.filter(|_| largest_new == ack.largest);
-        if let Some(prior_time) = rs_prior_time {
-            // Where the peer timestamps its ACKs, the interval over which they arrived is
-            // taken at the receiver, in its clock.
-            let ack_elapsed = match (peer_now, rs_prior_peer_us) {
-                (Some(t), Some(p)) => Duration::from_micros(t.saturating_sub(p)),
-                _ => self.delivered_time - prior_time,
-            };
-            let interval = rs_send_elapsed.max(ack_elapsed);
-            let bytes = self.delivered - rs_prior_delivered;
-            if interval >= self.rtt.min() / 2 && !interval.is_zero() {
-                rate.delivery_rate = bytes as f64 / interval.as_secs_f64();
-                self.last_rate = Some((now, rate.delivery_rate as u64, rs_app_limited));
-            }
-        }
-        if peer_now.is_some() {
-            self.delivered_peer_us = peer_now;
-        }
-        if self.app_limited_until != 0 && self.delivered > self.app_limited_until {
-            self.app_limited_until = 0;
-        }
-        debug_assert!(first_acked <= first_acked_now);
+        let peer_now = ack.recv_time_us.filter(|_| newest_is_largest);
+        let rate = self.rate.sample(now, &sampler, peer_now, self.rtt.min());
         let acked_bytes: u64 = acked[first_acked_now..]
             .iter()
             .filter(|p| p.in_flight)
@@ -632,6 +410,70 @@ impl Path {
         }
         self.refresh_pacer(now);
         true
+    }
+
+    /// Move the packets `ack` newly acknowledges to `acked`, feeding the rate sampler.
+    /// Returns the newest of them (packet number, send time, ack-eliciting), if any.
+    fn take_acked(
+        &mut self,
+        now: Instant,
+        ack: &AckFrame<'_>,
+        acked: &mut Vec<SentPacket>,
+        sampler: &mut rate::Sampler,
+    ) -> Option<(u64, Instant, bool)> {
+        let prior_largest = self.largest_acked;
+        let end = self.sent_base + self.sent.len() as u64;
+        let mut newest: Option<(u64, Instant, bool)> = None;
+        for r in ack.ranges() {
+            for pn in r.start.max(self.sent_base)..r.end.min(end) {
+                let idx = (pn - self.sent_base) as usize;
+                let Some(pkt) = self.sent[idx].take() else {
+                    continue;
+                };
+                if newest.is_none_or(|(n, _, _)| pn > n) {
+                    newest = Some((pn, pkt.time_sent, pkt.ack_eliciting));
+                }
+                if let Some(l) = prior_largest.filter(|&l| pn < l) {
+                    self.loss.on_reordered(l - pn);
+                }
+                if pkt.in_flight {
+                    self.in_flight -= pkt.size as u64;
+                    self.ack_eliciting_in_flight -= 1;
+                    self.rate.on_delivered(
+                        now,
+                        pkt.size as u64,
+                        pkt.time_sent,
+                        &pkt.stamp,
+                        sampler,
+                    );
+                }
+                acked.push(pkt);
+            }
+        }
+        newest
+    }
+
+    /// The newest packet acknowledged is the ACK's largest and elicited it: an RTT sample
+    /// (and, with the peer's receive time, a forward one-way delay sample). Returns both.
+    fn on_rtt_sample(
+        &mut self,
+        now: Instant,
+        ack: &AckFrame<'_>,
+        largest_sent: Instant,
+        max_ack_delay: Duration,
+        carried_elsewhere: bool,
+    ) -> (Option<Duration>, Option<Duration>) {
+        let sample = now - largest_sent;
+        let delay = Duration::from_micros(ack.ack_delay_us).min(max_ack_delay);
+        self.rtt.update(sample, delay);
+        let route = usize::from(carried_elsewhere);
+        let m = &mut self.route_min_rtt[route];
+        *m = Some(m.map_or(sample, |m| m.min(sample)));
+        self.latest_route = route;
+        let fwd_queue = ack
+            .recv_time_us
+            .map(|t| self.owd.on_sample(now, largest_sent, t));
+        (Some(sample), fwd_queue)
     }
 
     /// Let the pacer release up to `packets` packets at once (at least 10, the default),
@@ -673,53 +515,6 @@ impl Path {
         }
     }
 
-    /// When an acknowledgement of our oldest ack-eliciting packet in flight was due
-    /// (`None` when nothing of ours is in flight).
-    pub(crate) fn ack_expected(&self, max_ack_delay: Duration) -> Option<Instant> {
-        if self.ack_eliciting_in_flight == 0 {
-            return None;
-        }
-        let oldest = self
-            .sent
-            .iter()
-            .flatten()
-            .find(|p| p.in_flight && p.ack_eliciting)?;
-        Some(oldest.time_sent + self.blackout_wait(max_ack_delay))
-    }
-
-    /// How long an answer (an acknowledgement, a probe's reply) may take before the blackout
-    /// watch suspects the path: the probe-timeout base, but at most four minimum RTTs (at
-    /// least a second). A path that held packets in a queue while it carried nothing (out
-    /// of WiFi range) comes back with a smoothed RTT of seconds; waiting that long to
-    /// notice its next outage once left a transfer's last bytes on it for a minute.
-    pub(crate) fn blackout_wait(&self, max_ack_delay: Duration) -> Duration {
-        let base = self.rtt.pto_base(max_ack_delay);
-        if !self.rtt.has_sample() {
-            return base;
-        }
-        base.min((self.rtt.min() * 4 + max_ack_delay).max(Duration::from_secs(1)))
-    }
-
-    /// A blackout froze the path: forget every packet in flight without a congestion
-    /// signal (their frames are returned for resending elsewhere) and without backing off
-    /// the probe timer, so the path resumes with the window and timers it had.
-    /// Returns false when the path was frozen already (the drain is repeated regardless).
-    pub(crate) fn freeze(&mut self, now: Instant, out: &mut Vec<SentPacket>) -> bool {
-        let newly = self.watch.freeze(now);
-        self.drain_all(out);
-        self.pto_count = 0;
-        self.last_pto = None;
-        self.probes_due = 0;
-        newly
-    }
-
-    /// The first packet after a blackout arrived: sending resumes at the previous rate.
-    pub(crate) fn on_unfrozen(&mut self, now: Instant) {
-        self.pto_count = 0;
-        self.last_pto = None;
-        self.refresh_pacer(now);
-    }
-
     /// Packets received per second lately (0 when the path went quiet).
     pub(crate) fn rx_rate(&self, now: Instant) -> f64 {
         let rtt = self.rtt.smoothed().as_secs_f64().max(1e-6);
@@ -728,12 +523,7 @@ impl Path {
 
     /// Packets received per round trip lately (0 when the path went quiet).
     pub(crate) fn rx_per_rtt(&self, now: Instant) -> u32 {
-        let (start, _, last) = self.rx_window;
-        if now.saturating_since(start) > self.rtt.smoothed() * 2 {
-            0
-        } else {
-            last
-        }
+        self.recv.rx_per_rtt(now, self.rtt.smoothed())
     }
 
     /// Every packet still in flight is given up (the path is abandoned).
@@ -763,41 +553,6 @@ impl Path {
         }
     }
 
-    /// The loss-detection timer: the time-threshold deadline, or the probe timeout.
-    pub(crate) fn loss_timer(&self, cfg: &Config) -> Option<Instant> {
-        if let Some(t) = self.loss_time {
-            return Some(t);
-        }
-        if self.ack_eliciting_in_flight == 0 {
-            return None;
-        }
-        // Counted from the last probe timeout too, so a timeout whose probe could not be
-        // sent (anti-amplification) does not fire again at once.
-        let from = self
-            .last_ack_eliciting_sent?
-            .max(self.last_pto.unwrap_or(Instant::ZERO));
-        Some(from + self.pto_duration(cfg))
-    }
-
-    pub(crate) fn pto_duration(&self, cfg: &Config) -> Duration {
-        let base = self.rtt.pto_base(cfg.max_ack_delay);
-        let backed = base.saturating_mul(1u32 << self.pto_count.min(16));
-        backed.min(cfg.max_pto.max(base))
-    }
-
-    /// The loss-detection timer fired. Returns true when it was a probe timeout.
-    pub(crate) fn on_loss_timer(&mut self, now: Instant, lost: &mut Vec<SentPacket>) -> bool {
-        if self.loss_time.is_some_and(|t| t <= now) {
-            self.detect_lost(now, lost);
-            return false;
-        }
-        self.pto_count += 1;
-        self.last_pto = Some(now);
-        self.stats.ptos += 1;
-        self.probes_due = 2;
-        true
-    }
-
     // ---- packets received -------------------------------------------------------------
 
     /// Record a received packet number. Returns false for a duplicate (drop the packet).
@@ -808,98 +563,17 @@ impl Path {
         ack_eliciting: bool,
         cfg: &Config,
     ) -> bool {
-        if pn < self.recv_floor || self.recv_pns.contains(pn) {
+        let srtt = self.rtt.smoothed();
+        if !self.recv.on_received(now, pn, ack_eliciting, srtt, cfg) {
             return false;
         }
-        let in_order = self.largest_recv.is_none_or(|(l, _)| pn == l + 1);
-        let gap_before = self.recv_pns.last().is_some_and(|r| r.end < pn) || !in_order;
-        self.recv_pns.insert(pn..pn + 1);
-        if self.recv_pns.len() > MAX_RECV_RANGES {
-            if let Some(r) = self.recv_pns.pop_first() {
-                self.recv_floor = r.end;
-            }
-        }
-        if self.largest_recv.is_none_or(|(l, _)| pn > l) {
-            self.largest_recv = Some((pn, now));
-        }
-        let (start, count, _) = self.rx_window;
-        if now.saturating_since(start) >= self.rtt.smoothed() {
-            self.rx_window = (now, 1, count);
-        } else {
-            self.rx_window.1 += 1;
-        }
         self.last_recv = now;
-        if ack_eliciting {
-            // Packets that elicit nothing are acknowledged only alongside others.
-            self.ack_pending = true;
-            self.ack_eliciting_unacked += 1;
-            if gap_before || self.ack_eliciting_unacked >= cfg.ack_eliciting_threshold {
-                self.ack_immediate = true;
-            } else if self.ack_deadline.is_none() {
-                self.ack_deadline = Some(now + cfg.max_ack_delay);
-            }
-        }
         true
-    }
-
-    /// An acknowledgement should be sent now.
-    pub(crate) fn ack_due(&self, now: Instant) -> bool {
-        self.ack_immediate || self.ack_deadline.is_some_and(|d| d <= now)
-    }
-
-    /// An acknowledgement could ride along with other frames.
-    pub(crate) fn ack_pending(&self) -> bool {
-        self.ack_pending
-    }
-
-    pub(crate) fn ack_deadline(&self) -> Option<Instant> {
-        if self.ack_pending {
-            self.ack_deadline
-        } else {
-            None
-        }
-    }
-
-    /// The ranges to put in an ACK frame (highest first) and the ack delay in microseconds.
-    /// The largest packet number received on this path (0 if none).
-    pub(crate) fn largest_received(&self) -> u64 {
-        self.largest_recv.map_or(0, |(pn, _)| pn)
     }
 
     /// The largest of our packet numbers the peer acknowledged on this path.
     pub(crate) fn largest_acked(&self) -> Option<u64> {
         self.largest_acked
-    }
-
-    /// The receive time of the largest, in microseconds of our clock, goes in ACK_TS.
-    pub(crate) fn ack_contents(
-        &self,
-        now: Instant,
-    ) -> Option<(impl Iterator<Item = std::ops::Range<u64>> + '_, u64, u64)> {
-        let (_, t) = self.largest_recv?;
-        let floor = self.ack_floor;
-        let ranges = self
-            .recv_pns
-            .iter()
-            .rev()
-            .take_while(move |r| r.end > floor)
-            .map(move |r| r.start.max(floor)..r.end);
-        Some((ranges, (now - t).as_micros() as u64, t.as_nanos() / 1000))
-    }
-
-    /// An ACK frame for this path was written.
-    pub(crate) fn on_ack_sent(&mut self) {
-        self.ack_pending = false;
-        self.ack_immediate = false;
-        self.ack_deadline = None;
-        self.ack_eliciting_unacked = 0;
-    }
-
-    /// The peer received our ACK frame reporting up to `largest`: later ACK frames need
-    /// not repeat anything below it (the duplicate filter still remembers them).
-    pub(crate) fn on_ack_acked(&mut self, largest: u64) {
-        // Keep `largest` itself so an ACK frame is never empty.
-        self.ack_floor = self.ack_floor.max(largest);
     }
 
     pub(crate) fn record_received_bytes(&mut self, n: usize) {

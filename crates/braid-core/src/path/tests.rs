@@ -87,6 +87,9 @@ fn sparse_packets_sent_from_an_idle_path_are_app_limited() {
             );
         });
         assert_eq!(acked.len(), 1);
-        assert!(acked[0].is_app_limited, "packet {i} not marked app-limited");
+        assert!(
+            acked[0].stamp.is_app_limited,
+            "packet {i} not marked app-limited"
+        );
     }
 }

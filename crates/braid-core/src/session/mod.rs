@@ -449,7 +449,7 @@ impl Session {
                 }
                 SentFrame::Ack { path, largest } => {
                     if let Some(p) = self.paths.get_mut(&path) {
-                        p.on_ack_acked(largest);
+                        p.recv.on_ack_acked(largest);
                     }
                 }
                 SentFrame::Hello => {}

@@ -14,10 +14,12 @@ use smallvec::SmallVec;
 
 mod batch;
 mod datagrams;
+mod frames;
 mod redundant;
 
 pub use batch::BatchTransmit;
 pub(super) use batch::Stash;
+pub(super) use frames::write_stream_range;
 
 /// Packets carrying a PATH_CHALLENGE are padded to this size (or the datagram size).
 const CHALLENGE_PADDED: usize = 1200;
@@ -113,10 +115,10 @@ impl Session {
         let Some(p) = self.paths.get_mut(&for_path) else {
             return;
         };
-        if !p.ack_pending() {
+        if !p.recv.ack_pending() {
             return;
         }
-        let Some((ranges, delay, recv_us)) = p.ack_contents(now) else {
+        let Some((ranges, delay, recv_us)) = p.recv.ack_contents(now) else {
             return;
         };
         let stamp = self
@@ -129,7 +131,7 @@ impl Session {
                 path: for_path,
                 largest,
             });
-            p.on_ack_sent();
+            p.recv.on_ack_sent();
         }
     }
 
@@ -443,7 +445,7 @@ impl Session {
         let for_path = self
             .paths
             .values()
-            .find(|p| p.ack_due(now) && !p.abandoned)
+            .find(|p| p.recv.ack_due(now) && !p.abandoned)
             .map(|p| p.id)?;
         self.refresh_infos(now);
         let offload = self.offload_carrier(now, for_path);
@@ -454,7 +456,7 @@ impl Session {
         if !self.amplification_ok(carrier, 64) {
             // Cannot answer yet; forget the urgency, the ACK rides on a later packet.
             if let Some(p) = self.paths.get_mut(&for_path) {
-                p.on_ack_sent();
+                p.recv.on_ack_sent();
             }
             return None;
         }
@@ -491,238 +493,6 @@ impl Session {
         }
         self.finish(now, pid, pkt)
     }
-
-    fn write_control(&mut self, pkt: &mut Packet<'_>) {
-        if !self.pending.any() {
-            return;
-        }
-        let w = &mut pkt.w;
-        let mut wrote = SmallVec::<[SentFrame; 8]>::new();
-        if self.pending.hello && emit::hello(w, &self.hello_params()).is_some() {
-            self.pending.hello = false;
-            wrote.push(SentFrame::Hello);
-        }
-        if self.pending.max_data && emit::max_data(w, self.local_max_data).is_some() {
-            self.pending.max_data = false;
-            wrote.push(SentFrame::MaxData);
-        }
-        if self.pending.max_streams && emit::max_streams(w, self.local_max_streams).is_some() {
-            self.pending.max_streams = false;
-            wrote.push(SentFrame::MaxStreams);
-        }
-        while let Some(&id) = self.pending.max_stream_data.first() {
-            let Some(st) = self.streams.get(&id) else {
-                self.pending.max_stream_data.remove(&id);
-                continue;
-            };
-            if emit::max_stream_data(w, id, st.recv.max_advertised).is_none() {
-                break;
-            }
-            self.pending.max_stream_data.remove(&id);
-            wrote.push(SentFrame::MaxStreamData(id));
-        }
-        while let Some(&id) = self.pending.reset_stream.first() {
-            let final_size = self.streams.get(&id).map_or(0, |s| s.send.next_new);
-            let code = self
-                .streams
-                .get(&id)
-                .and_then(|s| s.send.reset)
-                .unwrap_or(0);
-            if emit::reset_stream(w, id, code, final_size).is_none() {
-                break;
-            }
-            self.pending.reset_stream.remove(&id);
-            wrote.push(SentFrame::ResetStream(id));
-        }
-        while let Some(&id) = self.pending.stop_sending.first() {
-            let code = self
-                .streams
-                .get(&id)
-                .and_then(|s| s.recv.stop_sending)
-                .unwrap_or(0);
-            if emit::stop_sending(w, id, code).is_none() {
-                break;
-            }
-            self.pending.stop_sending.remove(&id);
-            wrote.push(SentFrame::StopSending(id));
-        }
-        while let Some(&pid) = self.pending.path_status.first() {
-            let Some(p) = self.paths.get(&pid) else {
-                self.pending.path_status.remove(&pid);
-                continue;
-            };
-            if emit::path_status(w, pid, p.status_seq, p.local_state).is_none() {
-                break;
-            }
-            self.pending.path_status.remove(&pid);
-            wrote.push(SentFrame::PathStatus(pid));
-        }
-        while let Some(&pid) = self.pending.path_cost.first() {
-            let Some(c) = self
-                .paths
-                .get(&pid)
-                .filter(|p| !p.abandoned)
-                .and_then(|p| p.cost.map(|c| (p.cost_seq, c)))
-            else {
-                self.pending.path_cost.remove(&pid);
-                continue;
-            };
-            let (seq, c) = c;
-            if emit::path_cost(w, pid, seq, c.power_mw, c.rate_kbps).is_none() {
-                break;
-            }
-            self.pending.path_cost.remove(&pid);
-            wrote.push(SentFrame::PathCost(pid));
-        }
-        while let Some(&pid) = self.pending.path_abandon.first() {
-            if emit::path_abandon(w, pid).is_none() {
-                break;
-            }
-            self.pending.path_abandon.remove(&pid);
-            wrote.push(SentFrame::PathAbandon(pid));
-        }
-        while let Some(&pid) = self.pending.path_blackout.first() {
-            let largest = self.paths.get(&pid).map_or(0, |p| p.largest_received());
-            if emit::path_blackout(w, pid, largest).is_none() {
-                break;
-            }
-            self.pending.path_blackout.remove(&pid);
-            wrote.push(SentFrame::PathBlackout(pid));
-        }
-        if !wrote.is_empty() {
-            pkt.ack_eliciting = true;
-            pkt.frames.extend(wrote);
-        }
-    }
-
-    /// Fill the packet with stream frames, round-robin over streams with something to send:
-    /// lost ranges first, then new data within the flow-control limits, then a lone FIN.
-    fn write_streams(&mut self, pid: PathId, pkt: &mut Packet<'_>) {
-        let mut budget = self.send_queue.len();
-        while budget > 0 {
-            budget -= 1;
-            let Some(&id) = self.send_queue.front() else {
-                break;
-            };
-            let room = pkt.w.remaining();
-            if room < 24 {
-                break;
-            }
-            let Some(st) = self.streams.get_mut(&id) else {
-                self.send_queue.pop_front();
-                continue;
-            };
-            let s = &mut st.send;
-            let mut wrote = None;
-            if s.reset.is_some() {
-                // Nothing more to send on a reset stream.
-            } else if let Some(r) = s.retransmit.first() {
-                let fin_ok = s.fin_pending;
-                if let Some((len, fin)) = write_stream_range(pkt, s, id, r.clone(), fin_ok) {
-                    s.retransmit.remove(r.start..r.start + len as u64);
-                    if fin {
-                        s.fin_pending = false;
-                    }
-                    if let Some(p) = self.paths.get_mut(&pid) {
-                        p.stats.retransmitted_bytes += len as u64;
-                    }
-                    wrote = Some(len);
-                }
-            } else {
-                let conn_room = self.peer_max_data.saturating_sub(self.sent_new_data);
-                let avail = s.new_sendable().min(conn_room);
-                let off = s.next_new;
-                if avail > 0 {
-                    if let Some((len, fin)) = write_stream_range(pkt, s, id, off..off + avail, true)
-                    {
-                        s.next_new = off + len as u64;
-                        self.sent_new_data += len as u64;
-                        if fin {
-                            s.fin_pending = false;
-                        }
-                        if let Some(p) = self.paths.get_mut(&pid) {
-                            p.stats.stream_bytes_sent += len as u64;
-                        }
-                        wrote = Some(len);
-                    }
-                } else if s.fin_pending
-                    && off == s.write_offset()
-                    && emit::stream(&mut pkt.w, id, off, true, &[]).is_some()
-                {
-                    s.fin_pending = false;
-                    pkt.frames.push(SentFrame::Stream {
-                        id,
-                        off,
-                        len: 0,
-                        fin: true,
-                    });
-                    pkt.ack_eliciting = true;
-                    wrote = Some(0);
-                }
-            }
-            // Keep the stream queued only while it can make progress.
-            self.send_queue.pop_front();
-            let Some(st) = self.streams.get_mut(&id) else {
-                continue;
-            };
-            if st.blocked_write && st.send.writable() > 0 {
-                st.blocked_write = false;
-                self.events.push_back(super::Event::StreamWritable(id));
-            }
-            let s = &st.send;
-            let conn_room = self.peer_max_data.saturating_sub(self.sent_new_data);
-            let progress = s.reset.is_none()
-                && (!s.retransmit.is_empty()
-                    || (s.new_sendable() > 0 && conn_room > 0)
-                    || (s.fin_pending && s.next_new == s.write_offset()));
-            if progress {
-                if wrote.is_some() && pkt.w.remaining() >= 24 {
-                    // More of the same stream fits: try it again first.
-                    self.send_queue.push_front(id);
-                    budget += 1;
-                } else {
-                    self.send_queue.push_back(id);
-                }
-            } else {
-                st.queued = false;
-            }
-            if wrote.is_none() {
-                continue;
-            }
-        }
-    }
 }
 
 use super::Transmit;
-
-/// Write bytes `r` of send stream `s` (as many as fit in the packet) as one STREAM frame,
-/// with the FIN when `fin_ok` and the frame reaches the end of the stream, and record it in
-/// the packet. Returns the bytes written and whether the FIN went; `None` when nothing fits.
-/// `r` must be buffered (not yet acknowledged) data of `s`.
-pub(super) fn write_stream_range(
-    pkt: &mut Packet<'_>,
-    s: &crate::stream::SendStream,
-    id: crate::stream::StreamId,
-    r: std::ops::Range<u64>,
-    fin_ok: bool,
-) -> Option<(usize, bool)> {
-    let room = pkt.w.remaining();
-    let max = room.saturating_sub(emit::stream_header_len(id, r.start, room));
-    let len = ((r.end - r.start) as usize).min(max);
-    if len == 0 {
-        return None;
-    }
-    let fin = fin_ok && s.fin && r.start + len as u64 == s.write_offset();
-    // Straight from the send buffer's chunks into the packet: the one copy.
-    emit::stream_with(&mut pkt.w, id, r.start, fin, len, |dst| {
-        s.copy_out(r.start, dst)
-    })?;
-    pkt.frames.push(SentFrame::Stream {
-        id,
-        off: r.start,
-        len: len as u32,
-        fin,
-    });
-    pkt.ack_eliciting = true;
-    Some((len, fin))
-}

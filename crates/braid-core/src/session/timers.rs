@@ -107,7 +107,7 @@ impl Session {
             if let Some(t) = p.loss_timer(&self.cfg) {
                 self.timers.arm(Timer::Loss(p.id), t);
             }
-            if let Some(t) = p.ack_deadline() {
+            if let Some(t) = p.recv.ack_deadline() {
                 self.timers.arm(Timer::Ack(p.id), t);
             }
             if p.usable() && self.state == State::Established {

@@ -23,11 +23,6 @@ use std::path::{Path, PathBuf};
 /// Cycles that exist today, as (crate directory, parent module or `""` for the crate root,
 /// the modules of the cycle, sorted). To be removed (issue 27); never add to this list.
 const KNOWN: &[(&str, &str, &[&str])] = &[
-    (
-        "braid-crypto",
-        "",
-        &["cookie", "guard", "handshake", "keys", "responder"],
-    ),
     ("braid-net", "", &["agent", "server"]),
     (
         "braid-net",
@@ -36,26 +31,6 @@ const KNOWN: &[(&str, &str, &[&str])] = &[
     ),
     ("braid-net", "server", &["report", "session"]),
     ("braid-proxy", "", &["target", "wire"]),
-    ("braid-results", "", &["plot", "plot_lines"]),
-    (
-        "braid-sim",
-        "",
-        &[
-            "connlevel",
-            "energy",
-            "link",
-            "probe",
-            "report",
-            "runner",
-            "scenario",
-            "sweep",
-            "trace",
-            "units",
-            "wifi",
-            "world",
-        ],
-    ),
-    ("braid-testbed", "", &["faults", "runner"]),
 ];
 
 /// Every cycle in the crate at `src`, as (parent, sorted modules, description).

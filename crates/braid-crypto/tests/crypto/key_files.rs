@@ -27,8 +27,11 @@ fn keygen_writes_0600_private_key_and_matching_public_key() {
             text.ends_with('\n') && text.lines().count() == 1,
             "{text:?}"
         );
-        assert_eq!(text.trim().len(), 44, "{text:?}");
+        assert_eq!(text.split(' ').next().unwrap().len(), 44, "{text:?}");
     }
+    let mark = |p: &std::path::Path| fs::read_to_string(p).unwrap();
+    assert!(mark(&key).ends_with(" # braid private key\n"));
+    assert!(mark(&public).ends_with(" # braid public key\n"));
     let kp = read_private_key(&key).unwrap();
     assert_eq!(read_public_key(&public).unwrap(), kp.public());
     // No temporary files left behind.
@@ -209,4 +212,65 @@ fn public_key_text_round_trip() {
     let k = StaticKeypair::generate().unwrap().public();
     assert_eq!(parse_public_key(&k.to_string()).unwrap(), k);
     assert!(parse_public_key("").is_err());
+}
+
+/// Issue 24: a public key given where the private one belongs got the advice to `chmod 600`
+/// it, and a private key given as the server's public key passed. The kind is now read from
+/// the comment `braid keygen` writes, whatever the file is called.
+#[test]
+fn a_key_of_the_wrong_kind_is_refused_whatever_its_name() {
+    let dir = tempfile::tempdir().unwrap();
+    let (key, public) = write_keypair(dir.path().join("srv")).unwrap();
+    // The public key copied to a file named like a private one, even with mode 0644.
+    let as_key = dir.path().join("copy.key");
+    fs::copy(&public, &as_key).unwrap();
+    fs::set_permissions(&as_key, fs::Permissions::from_mode(0o644)).unwrap();
+    let e = read_private_key(&as_key).unwrap_err();
+    assert!(matches!(e, KeyError::WrongKind { .. }), "{e}");
+    assert!(e.to_string().contains("public key file"), "{e}");
+    // The private key copied to a file named like a public one.
+    let as_pub = dir.path().join("copy.pub");
+    fs::copy(&key, &as_pub).unwrap();
+    let e = read_public_key(&as_pub).unwrap_err();
+    assert!(matches!(e, KeyError::WrongKind { .. }), "{e}");
+    assert!(!e
+        .to_string()
+        .contains(&fs::read_to_string(&key).unwrap()[..44]));
+    // A marked private key under any name is one.
+    let renamed = dir.path().join("srv.secret");
+    fs::copy(&key, &renamed).unwrap();
+    assert_eq!(
+        read_private_key(&renamed).unwrap().public(),
+        read_public_key(&public).unwrap()
+    );
+    // And no private key goes into an authorized file.
+    let auth = dir.path().join("agents.txt");
+    fs::copy(&key, &auth).unwrap();
+    let e = read_authorized(&auth).unwrap_err();
+    assert!(e.to_string().contains("private key"), "{e}");
+}
+
+#[test]
+fn key_files_without_the_marks_are_still_read_and_told_apart_by_name() {
+    let dir = tempfile::tempdir().unwrap();
+    let private = [7u8; 32];
+    let kp = StaticKeypair::from_private(private).unwrap();
+    let b64 = {
+        use base64::Engine;
+        base64::engine::general_purpose::STANDARD.encode(private)
+    };
+    let (key, public) = (dir.path().join("old.key"), dir.path().join("old.pub"));
+    fs::write(&key, format!("{b64}\n")).unwrap();
+    fs::set_permissions(&key, fs::Permissions::from_mode(0o600)).unwrap();
+    fs::write(&public, format!("{}\n", kp.public())).unwrap();
+    assert_eq!(read_private_key(&key).unwrap().public(), kp.public());
+    assert_eq!(read_public_key(&public).unwrap(), kp.public());
+    assert!(matches!(
+        read_private_key(&public),
+        Err(KeyError::WrongKind { .. })
+    ));
+    assert!(matches!(
+        read_public_key(&key),
+        Err(KeyError::WrongKind { .. })
+    ));
 }

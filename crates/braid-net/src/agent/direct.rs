@@ -7,8 +7,9 @@
 //! connections only.
 //!
 //! [`open_tcp`] is the one entry point the front ends call (session stream or direct
-//! connection); [`Relay::run`] relays either. A connection on a path that dies is lost: in
-//! this mode nothing can move it (docs/deployment.md).
+//! connection; a destination `--bypass`/`--pin` names goes direct even with a session up,
+//! see `direct_ruled`); [`Relay::run`] relays either. A direct connection on a path that
+//! dies is lost: nothing can move it (docs/deployment.md).
 //!
 //! Owns: the scheduler's state and its 250 ms measurement tick, binding and connecting
 //! direct sockets, direct relaying, the mode shown in logs and status. Must not touch: the
@@ -34,6 +35,8 @@ use tokio::net::{TcpSocket, TcpStream};
 use tokio::time::Instant;
 use tracing::{info, warn};
 
+#[path = "direct_ruled.rs"]
+mod ruled;
 /// When the agent uses direct mode.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub enum DirectMode {
@@ -83,9 +86,15 @@ pub(super) struct Direct {
 
 impl Direct {
     pub(super) fn new(cfg: &AgentConfig) -> Arc<Direct> {
-        for p in &cfg.paths {
-            if p.bind == PathBind::Auto {
-                warn!(path = %p.name, "direct mode does not use `auto` paths yet: name the interface to use it without a server");
+        // Once, not per `auto` slot; a warning only when direct mode is all the agent does
+        // (with a server it is a fallback that may never run: the packaged default config
+        // has `path = ["auto"]`).
+        if cfg.paths.iter().any(|p| p.bind == PathBind::Auto) {
+            let what = "direct mode does not use `auto` paths yet: name the interfaces to use them without a server";
+            if cfg.servers.is_empty() {
+                warn!("{what}");
+            } else {
+                info!("{what} (while no server answers)");
             }
         }
         let n = cfg.paths.len();
@@ -210,9 +219,22 @@ impl Direct {
         self: &Arc<Self>,
         v6: bool,
     ) -> Option<(usize, ConnId, tokio::net::UdpSocket)> {
+        self.udp_path_for(None, v6)
+    }
+
+    /// [`Direct::udp_path`] on path `only` when given (`--pin`; no other path is tried).
+    pub(super) fn udp_path_for(
+        self: &Arc<Self>,
+        only: Option<usize>,
+        v6: bool,
+    ) -> Option<(usize, ConnId, tokio::net::UdpSocket)> {
         let mut tried = Vec::new();
         for _ in 0..2 {
-            let (id, path) = self.choose("udp", &tried)?;
+            let (id, path) = match only {
+                Some(p) if tried.is_empty() => self.choose_only("udp", p)?,
+                Some(_) => return None,
+                None => self.choose("udp", &tried)?,
+            };
             tried.push(path);
             let any: SocketAddr = if v6 {
                 (std::net::Ipv6Addr::UNSPECIFIED, 0).into()
@@ -262,18 +284,24 @@ impl Direct {
         }
     }
 
-    /// Open a TCP connection to `target` over a path the scheduler chooses; a path that
-    /// cannot be bound or does not reach the destination is tried no more for a while and
-    /// the connection tried once on another.
+    /// Open a TCP connection to `target` over a path the scheduler chooses (or `only`, for
+    /// `--pin`: then on no other); a path that cannot be bound or does not reach the
+    /// destination is tried no more for a while and the connection tried once on another.
     pub(super) async fn connect(
         self: &Arc<Self>,
         target: &TargetAddr,
+        only: Option<usize>,
     ) -> Result<DirectConn, ReplyCode> {
         let dest = target.to_string();
         let mut tried = Vec::new();
         let mut code = ReplyCode::NetworkUnreachable;
         for _ in 0..2 {
-            let Some((id, path)) = self.choose(&dest, &tried) else {
+            let chosen = match only {
+                Some(p) if tried.is_empty() => self.choose_only(&dest, p),
+                Some(_) => None,
+                None => self.choose(&dest, &tried),
+            };
+            let Some((id, path)) = chosen else {
                 if tried.is_empty() {
                     warn!("direct mode: no path can take a connection to {dest} now");
                 }
@@ -315,6 +343,7 @@ impl Direct {
                         stream,
                         path,
                         _guard: self.guard(id),
+                        rule: "direct".into(),
                     });
                 }
                 Err(e) => {
@@ -325,7 +354,14 @@ impl Direct {
                         e.kind(),
                         io::ErrorKind::ConnectionRefused | io::ErrorKind::ConnectionReset
                     );
-                    warn!(path = %self.names[path], %dest, "direct connection failed: {e}");
+                    match only {
+                        Some(_) => {
+                            warn!(path = %self.names[path], %dest, "connection to a pinned destination failed: {e} (--pin: it goes over this path only, never another)")
+                        }
+                        None => {
+                            warn!(path = %self.names[path], %dest, "direct connection failed: {e}")
+                        }
+                    }
                     if !path_fault {
                         break;
                     }
@@ -381,6 +417,8 @@ pub(crate) struct DirectConn {
     stream: TcpStream,
     path: usize,
     _guard: DirectGuard,
+    /// The way it took, for `braid status`: `direct`, `bypass` or `pin PATH`.
+    rule: String,
 }
 
 /// What [`open_tcp`] opened: a stream of the session, or a direct connection.
@@ -399,6 +437,7 @@ impl Relay {
         match self {
             Relay::Session(reader, writer, early) => {
                 conn.set_path("session".into());
+                conn.set_rule("session".into());
                 let c = conn.counters();
                 crate::splice::splice_counted(app, reader, writer, early, idle, &c.up, &c.down)
                     .await;
@@ -451,6 +490,7 @@ impl DirectConn {
         let direct = self._guard.0.clone();
         let name = self.path_name().to_string();
         conn.set_path(name.clone());
+        conn.set_rule(self.rule.clone());
         let counters = conn.shared_counters();
         direct.watch(self._guard.1, counters.clone());
         let (ar, aw) = tokio::io::split(app);
@@ -500,13 +540,18 @@ async fn pipe<R: AsyncRead + Unpin, W: AsyncWrite + Unpin>(
     }
 }
 
-/// The one function the front ends (and TUN mode) call for a new TCP connection: a stream
-/// of the current session when one is up (or direct mode is off: then it waits for one),
-/// otherwise a direct connection.
+/// The one function the front ends (and TUN mode) call for a new TCP connection: a
+/// destination a rule names goes straight to it (`--bypass`: on a path the scheduler
+/// picks; `--pin`: on its path or not at all), whether or not a session is up; otherwise a
+/// stream of the current session when one is up (or direct mode is off: then it waits for
+/// one), else a direct connection.
 pub(crate) async fn open_tcp(shared: &Shared, target: &TargetAddr) -> Result<Relay, ReplyCode> {
-    if let Some(d) = &shared.direct {
+    if let Some(r) = ruled::open(shared, target).await {
+        return r;
+    }
+    if let Some(d) = shared.fallback() {
         if shared.session.borrow().is_none() {
-            return d.connect(target).await.map(Relay::Direct);
+            return d.connect(target, None).await.map(Relay::Direct);
         }
     }
     super::front::open(shared, target)

@@ -2,12 +2,14 @@
 //! plain-HTTP requests in absolute form).
 //! Each proxied TCP connection becomes one stream of the current session, each UDP
 //! association one datagram flow; in direct mode (no session up) a direct connection or
-//! flow instead (`direct::open_tcp`, `direct_udp`).
+//! flow instead (`direct::open_tcp`, `direct_udp`); destinations `--bypass`/`--pin` name
+//! go straight to them, session or not (`direct::open_tcp`, `ruled_udp`).
 //!
 //! Owns: accepting application connections, opening a stream per connection (waiting a
 //! bounded time for a session when none is up), and relaying. Must not touch: the session's
 //! paths or lifecycle (`run`), or the SOCKS/HTTP wire details (braid-proxy).
 
+use super::ruled_udp::{next_back, RuledUdp};
 use super::Shared;
 use crate::bridge::{Cmd, StreamMsg, StreamReader, StreamWriter};
 use braid_proxy::http::{self, ProxyRequest};
@@ -271,11 +273,19 @@ async fn udp_associate(
     shared: &Shared,
     bound: SocketAddr,
 ) -> Result<(), String> {
-    if let Some(d) = &shared.direct {
-        if shared.session.borrow().is_none() {
+    if let Some(d) = shared.fallback() {
+        if shared.session.borrow().is_none() && shared.cfg.rules.is_empty() {
             return super::direct_udp::associate(tcp, d, &shared.board, bound).await;
         }
     }
+    // With rules, some datagrams go straight to their destinations (`ruled_udp`).
+    let (mut ruled, mut ruled_rx) = match &shared.direct {
+        Some(d) if !shared.cfg.rules.is_empty() => {
+            let (r, rx) = RuledUdp::new(d.clone());
+            (Some(r), Some(rx))
+        }
+        _ => (None, None),
+    };
     let relay = UdpSocket::bind(SocketAddr::new(bound.ip(), 0))
         .await
         .map_err(|e| e.to_string())?;
@@ -295,6 +305,9 @@ async fn udp_associate(
         .board
         .open("socks5", peer_of(&tcp), String::new(), Some(flow));
     conn.set_path("session".into());
+    if ruled.is_none() {
+        conn.set_rule("session".into());
+    }
     let mut client: Option<SocketAddr> = None;
     let mut last_dest: Option<TargetAddr> = None;
     let mut rbuf = BytesMut::new();
@@ -333,6 +346,13 @@ async fn udp_associate(
                     }
                     client = Some(got.from);
                     for d in crate::batch::split(&mut rbuf, got.segment_size) {
+                        if let (Some(r), Ok(p)) = (ruled.as_mut(), socks5::parse_udp(&d)) {
+                            let dest = p.addr.to_target_addr();
+                            if r.take(shared, session.is_some(), &conn, &dest, p.payload).await {
+                                last_dest = None;
+                                continue;
+                            }
+                        }
                         if let Some(d) = from_client(flow, &d, &conn, &mut last_dest) {
                             if let Some(cmd) = &session {
                                 let flow = datagram::session_flow(&d);
@@ -340,6 +360,14 @@ async fn udp_associate(
                             }
                         }
                     }
+                }
+            }
+            Some((from, d)) = next_back(&mut ruled_rx) => {
+                let Some(c) = client else { continue };
+                let mut out = Vec::with_capacity(d.len() + 24);
+                conn.counters().down.fetch_add(d.len() as u64, Ordering::Relaxed);
+                if socks5::emit_udp(&TargetAddr::Ip(from), &d, &mut out).is_ok() {
+                    let _ = relay.send_to(&out, c).await;
                 }
             }
             Some(d) = rx.recv() => {

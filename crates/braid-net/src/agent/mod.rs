@@ -10,7 +10,11 @@
 //! - [`front`]: the proxy front ends;
 //! - [`direct`], [`direct_udp`], [`dns`]: direct mode (no server, or none answers): each
 //!   new connection whole on one path chosen by the connection-level scheduler;
+//! - [`ruled_udp`]: the datagrams of a UDP association that `--bypass`/`--pin` send
+//!   straight to their destination (TCP: `direct_ruled`, through [`direct`]);
 //! - [`tun`]: TUN mode, every application without a proxy setting;
+//! - [`inbound`]: inbound ports (`--forward`): the public ports asked of the server and
+//!   the traffic that comes in through them;
 //! - [`report`]: the status board (`braid status`), refreshed by the session loop.
 //!
 //! Must not touch: the protocol (the session task and the core), the SOCKS/HTTP wire
@@ -22,13 +26,16 @@ mod direct_udp;
 mod dns;
 mod front;
 mod handshake;
+mod inbound;
 mod links;
 mod redirect;
 mod report;
+mod ruled_udp;
 mod run;
 mod tun;
 mod tun_direct;
 
+pub use inbound::Forward;
 pub use tun::{tun_mtu, TunSettings};
 
 pub use report::{Counters, StatusBoard};
@@ -39,9 +46,11 @@ pub use direct::{DirectMode, DirectSettings};
 use crate::bridge::Cmd;
 use crate::policy::PathPolicy;
 use crate::protect::KeyStats;
+use crate::rules::{LearnedNames, Route, Rules};
 use crate::udp::PathBind;
 use braid_core::Config;
 use braid_crypto::{Ciphers, PublicKey, RekeyPolicy, StaticKeypair};
+use braid_proxy::TargetAddr;
 use braid_proxy::{AuthPolicy, HttpLimits, ProxyLimits};
 use bytes::Bytes;
 use front::Front;
@@ -99,6 +108,12 @@ pub struct AgentConfig {
     /// The packet ciphers offered to the server, the preferred first (default:
     /// AES-256-GCM first where the CPU has AES instructions, else ChaCha20-Poly1305 first).
     pub ciphers: Ciphers,
+    /// Per-destination rules (`--bypass`, `--pin`): destinations that go straight to their
+    /// destination on one path, never through the server ([`crate::rules`]).
+    pub rules: Rules,
+    /// Inbound ports: public ports the server is asked to open, and the services behind
+    /// the agent their traffic goes to.
+    pub forwards: Vec<Forward>,
 }
 
 impl AgentConfig {
@@ -128,6 +143,8 @@ impl AgentConfig {
             rekey: RekeyPolicy::default(),
             direct: DirectSettings::default(),
             ciphers: Ciphers::auto(),
+            rules: Rules::default(),
+            forwards: Vec::new(),
         }
     }
 
@@ -208,6 +225,28 @@ impl AgentPath {
     }
 }
 
+/// Every `--pin` names a configured path that is not `auto`.
+fn check_rules(cfg: &AgentConfig) -> std::io::Result<()> {
+    for r in cfg.rules.rules() {
+        if let crate::rules::Action::Pin(p) = &r.action {
+            let ok = cfg
+                .paths
+                .iter()
+                .any(|q| &q.name == p && q.bind != PathBind::Auto);
+            if !ok {
+                return Err(std::io::Error::new(
+                    std::io::ErrorKind::InvalidInput,
+                    format!(
+                        "{}: no path named {p:?} bound to an interface or address",
+                        crate::rules::describe(r)
+                    ),
+                ));
+            }
+        }
+    }
+    Ok(())
+}
+
 /// Replace an `auto` path by as many auto slots as the other paths leave room for (8 in
 /// all), named NAME1, NAME2, ...
 pub fn expand_auto(paths: Vec<AgentPath>) -> Result<Vec<AgentPath>, String> {
@@ -254,6 +293,57 @@ struct Shared {
     /// Set by [`Agent::shutdown`] before it closes the session: the session's end is then
     /// a clean stop, not a loss to reconnect from (no WARN, no switch to direct mode).
     stopping: Arc<AtomicBool>,
+    /// Names learned from the DNS answers TUN mode carried, for domain rules.
+    learned: Arc<Mutex<LearnedNames>>,
+}
+
+impl Shared {
+    /// Direct mode's state when direct mode is on (it also exists, for `--bypass` and
+    /// `--pin`, when direct mode is off).
+    fn fallback(&self) -> Option<&Arc<direct::Direct>> {
+        self.direct
+            .as_ref()
+            .filter(|_| self.cfg.direct.mode != DirectMode::Off)
+    }
+
+    /// The route the rules give `target` (an address also by the name learned for it).
+    fn route(&self, target: &TargetAddr) -> Route {
+        let rules = &self.cfg.rules;
+        if rules.is_empty() {
+            return Route::Default;
+        }
+        match target {
+            TargetAddr::Domain(name, _) => rules.route_name(name),
+            TargetAddr::Ip(a) => self.route_ip(a.ip()),
+        }
+    }
+
+    /// Remember, from a DNS answer TUN mode carried, the addresses of names a domain rule
+    /// matches.
+    fn learn(&self, dns: &[u8]) {
+        if !self.cfg.rules.is_empty() {
+            if let Ok(mut l) = self.learned.lock() {
+                l.learn(&self.cfg.rules, dns);
+            }
+        }
+    }
+
+    /// The route of an address: by the name DNS gave it (TUN mode), else by CIDR rules.
+    fn route_ip(&self, ip: std::net::IpAddr) -> Route {
+        let rules = &self.cfg.rules;
+        if rules.is_empty() {
+            return Route::Default;
+        }
+        let by_name = self
+            .learned
+            .lock()
+            .ok()
+            .and_then(|l| l.name_of(ip).map(|n| rules.route_name(n)));
+        match by_name {
+            Some(r) if r != Route::Default => r,
+            _ => rules.route_ip(ip),
+        }
+    }
 }
 
 /// Where a configured path stands in the current session.
@@ -323,10 +413,13 @@ impl Agent {
         let cfg = Arc::new(cfg);
         let (tx, rx) = watch::channel(None);
         let mut tasks = Vec::new();
-        let direct = direct_on.then(|| direct::Direct::new(&cfg));
+        check_rules(&cfg)?;
+        let direct = (direct_on || !cfg.rules.is_empty()).then(|| direct::Direct::new(&cfg));
         let stopping = Arc::new(AtomicBool::new(false));
         if let Some(d) = &direct {
             tasks.push(tokio::spawn(direct::measure(d.clone())));
+        }
+        if direct_on {
             tasks.push(tokio::spawn(direct::watch_mode(
                 rx.clone(),
                 board.clone(),
@@ -342,6 +435,7 @@ impl Agent {
             board: board.clone(),
             direct,
             stopping: stopping.clone(),
+            learned: Arc::default(),
         };
         let mut socks = None;
         if let Some(addr) = cfg.socks {

@@ -2,6 +2,9 @@
 //! its 200 ms tick (and cleared when a session ends), plus the table of open proxied
 //! connections and UDP associations with their byte counters, which the front ends keep.
 //!
+//! Each connection and flow also shows the way it took (`session`, `direct`, `bypass`,
+//! `pin PATH`), and the board counts connections and flows per way.
+//!
 //! Per-path byte and packet counters are cumulative over the agent's life: each session's
 //! counts are added to those of the sessions before it (the core's counters start from 0 in
 //! every session). The loss rate, RTTs and window are the current session's.
@@ -61,6 +64,7 @@ struct Conn {
     opened: Instant,
     counters: Arc<Counters>,
     path: Mutex<Option<String>>,
+    rule: Mutex<Option<String>>,
 }
 
 /// Removes its connection from the table when dropped.
@@ -85,6 +89,19 @@ impl ConnGuard {
     pub fn set_path(&self, p: String) {
         if let Ok(mut x) = self.conn.path.lock() {
             *x = Some(p);
+        }
+    }
+
+    /// The way it took (`session`, `direct`, `bypass`, `pin PATH`); each new way is
+    /// counted once per connection in the board's per-rule counters.
+    pub fn set_rule(&self, r: String) {
+        if let Ok(mut x) = self.conn.rule.lock() {
+            if x.as_ref() != Some(&r) {
+                if let Ok(mut c) = self.board.rule_counts.lock() {
+                    *c.entry(r.clone()).or_default() += 1;
+                }
+                *x = Some(r);
+            }
         }
     }
 
@@ -125,6 +142,8 @@ pub struct StatusBoard {
     mode: Mutex<Option<String>>,
     /// Why the last handshake failed, until a session starts.
     session_error: Mutex<Option<String>>,
+    /// Connections and flows per way taken (see [`ConnGuard::set_rule`]).
+    rule_counts: Mutex<BTreeMap<String, u64>>,
 }
 
 fn interface(b: &PathBind) -> Option<String> {
@@ -172,6 +191,7 @@ impl StatusBoard {
             next: AtomicU64::new(1),
             mode: Mutex::new(None),
             session_error: Mutex::new(None),
+            rule_counts: Mutex::new(BTreeMap::new()),
         })
     }
 
@@ -181,6 +201,11 @@ impl StatusBoard {
         let mut s = self.latest.lock().map(|s| s.clone()).unwrap_or_default();
         s.uptime_s = now.duration_since(self.started).as_secs_f64();
         s.mode = self.mode.lock().ok().and_then(|m| m.clone());
+        s.rules = self
+            .rule_counts
+            .lock()
+            .map(|c| c.clone())
+            .unwrap_or_default();
         if s.session.is_none() {
             s.session_error = self.session_error.lock().ok().and_then(|e| e.clone());
         }
@@ -208,6 +233,7 @@ impl StatusBoard {
             let destination = c.destination.lock().map(|d| d.clone()).unwrap_or_default();
             let age_s = now.duration_since(c.opened).as_secs_f64();
             let path = c.path.lock().ok().and_then(|p| p.clone());
+            let rule = c.rule.lock().ok().and_then(|p| p.clone());
             match c.flow {
                 Some(flow) => s.flows.push(FlowReport {
                     flow,
@@ -217,6 +243,7 @@ impl StatusBoard {
                     bytes_down: down,
                     age_s,
                     path,
+                    rule,
                 }),
                 None => s.streams.push(StreamReport {
                     proxy: c.proxy.to_string(),
@@ -226,6 +253,7 @@ impl StatusBoard {
                     bytes_down: down,
                     age_s,
                     path,
+                    rule,
                 }),
             }
         }
@@ -249,6 +277,7 @@ impl StatusBoard {
             opened: Instant::now(),
             counters: Arc::default(),
             path: Mutex::new(None),
+            rule: Mutex::new(None),
         });
         if let Ok(mut t) = self.conns.lock() {
             t.insert(key, conn.clone());
@@ -409,6 +438,7 @@ impl StatusBoard {
                 totals,
                 mode: None,
                 session_error: None,
+                rules: Default::default(),
             };
         }
     }

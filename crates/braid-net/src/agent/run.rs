@@ -354,10 +354,16 @@ impl Runner {
         let (ev_tx, mut ev_rx) = mpsc::unbounded_channel();
         let (dg_tx, mut dg_rx) = mpsc::channel::<Bytes>(1024);
         let flows = shared.flows.clone();
+        let idle = self.cfg.proxy_limits.idle_timeout;
+        let inbound = super::inbound::start(&self.cfg.forwards, cmd_tx.clone(), idle);
+        let inbound_dg = inbound.as_ref().map(|i| i.datagrams.clone());
         let _dispatcher = Task(tokio::spawn(async move {
             while let Some(d) = dg_rx.recv().await {
                 let Ok(p) = datagram::parse(&d) else { continue };
-                let tx = flows.lock().ok().and_then(|m| m.get(&p.flow_id).cloned());
+                let tx = match braid_proxy::inbound::inbound_port(p.flow_id) {
+                    Some(_) => inbound_dg.clone(),
+                    None => flows.lock().ok().and_then(|m| m.get(&p.flow_id).cloned()),
+                };
                 if let Some(tx) = tx {
                     let _ = tx.try_send(d);
                 }
@@ -381,7 +387,7 @@ impl Runner {
             incoming: in_rx,
             cmd_rx,
             cmd_tx: cmd_tx.clone(),
-            accepted: None,
+            accepted: inbound.as_ref().map(|i| i.accepted.clone()),
             datagrams: Some(dg_tx),
             on_packet: None,
             events: Some(ev_tx),

@@ -8,7 +8,7 @@
 //! relays it; between the two, bounded channels one way and a byte credit the other, so a
 //! slow application or a slow stream holds back only its own connection. While no session
 //! is up (direct mode), connections go whole on one path (`direct`) and UDP flows each on
-//! one path's socket (`tun_direct`).
+//! one path's socket (`tun_direct`); so, always, do destinations `--bypass`/`--pin` name.
 //!
 //! Owns: the TUN device, its routing, the stack and the connection and flow tables. Must
 //! not touch: the session's lifecycle (`run`), the stream-open exchange (`front::open`).
@@ -17,6 +17,7 @@ use super::direct::{self, Relay};
 use super::tun_direct::{Back, DirectFlow};
 use super::Shared;
 use crate::bridge::{Cmd, StreamMsg};
+use crate::rules::Route;
 use crate::splice::TCP_FAILED;
 use braid_core::time::Instant;
 use braid_proxy::{datagram, TargetAddr};
@@ -196,12 +197,18 @@ pub(super) async fn run(tun: Tun, shared: Shared) {
                 let (app, asked) = key;
                 // A DNS answer from the server's resolver, as from the resolver asked.
                 let from = asked.unwrap_or(from);
+                if asked.is_some() {
+                    shared.learn(p.payload);
+                }
                 if let Err(e) = stack.send_udp(from, app, p.payload) {
                     debug!("a datagram for {app} dropped: {e}");
                 }
             }
             Some((app, from, payload)) = back_rx.recv() => {
                 // A direct flow's answer: as from its sender (for DNS, the resolver asked).
+                if from.port() == DNS_PORT {
+                    shared.learn(&payload);
+                }
                 for key in [(app, Some(from)), (app, None)] {
                     if let Some(f) = flows.get_mut(&key) {
                         f.last = std::time::Instant::now();
@@ -270,7 +277,11 @@ pub(super) async fn run(tun: Tun, shared: Shared) {
                     // DNS is resolved at the server side, whichever resolver was asked
                     // (a local one too: the routing sends every query here).
                     let dns = dst.port() == DNS_PORT;
-                    let key = (src, dns.then_some(dst));
+                    // A destination a rule names gets a direct flow of its own per
+                    // application socket (`--bypass`, `--pin`).
+                    let route = shared.route_ip(dst.ip());
+                    let ruled = route != Route::Default && shared.direct.is_some();
+                    let key = (src, (dns || ruled).then_some(dst));
                     let full = flows.len() >= MAX_FLOWS;
                     let flow = match flows.get_mut(&key) {
                         Some(f) => {
@@ -295,11 +306,30 @@ pub(super) async fn run(tun: Tun, shared: Shared) {
                         }
                     };
                     let session = shared.session.borrow().clone();
-                    if let (None, None, Some(d)) = (&session, &flow.direct, &shared.direct) {
+                    if let (true, None, Some(d)) = (ruled, &flow.direct, &shared.direct) {
+                        flow.direct = DirectFlow::start(
+                            d,
+                            &shared.board,
+                            src,
+                            flow.id,
+                            back_tx.clone(),
+                            &route,
+                        );
+                        if flow.direct.is_none() {
+                            continue;
+                        }
+                    }
+                    if let (None, None, Some(d)) = (&session, &flow.direct, shared.fallback()) {
                         // No session: this flow goes on a path of its own (a flow that
                         // began in the session moves here when the session is gone).
-                        flow.direct =
-                            DirectFlow::start(d, &shared.board, src, flow.id, back_tx.clone());
+                        flow.direct = DirectFlow::start(
+                            d,
+                            &shared.board,
+                            src,
+                            flow.id,
+                            back_tx.clone(),
+                            &route,
+                        );
                     }
                     if let Some(df) = &flow.direct {
                         df.send(dst, payload);

@@ -11,6 +11,7 @@
 
 use super::direct::Direct;
 use super::report::StatusBoard;
+use crate::rules::Route;
 use std::net::SocketAddr;
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
@@ -39,18 +40,26 @@ impl Drop for DirectFlow {
 
 impl DirectFlow {
     /// A flow for the application socket `app` (its family is the flow's), on a path the
-    /// scheduler chooses; `None` when no path can take a flow now. Answers go to `back`.
+    /// scheduler chooses (or, for a destination pinned by `route`, the pinned path); `None`
+    /// when no path can take a flow now. Answers go to `back`.
     pub(super) fn start(
         direct: &Arc<Direct>,
         board: &Arc<StatusBoard>,
         app: SocketAddr,
         flow: u32,
         back: mpsc::Sender<Back>,
+        route: &Route,
     ) -> Option<DirectFlow> {
-        let (path, id, sock) = direct.udp_path(app.is_ipv6())?;
+        // `--pin`: on its path only (`None` when it cannot take the flow).
+        let only = match route {
+            Route::Pin(p) => Some(direct.path_index(p)?),
+            _ => None,
+        };
+        let (path, id, sock) = direct.udp_path_for(only, app.is_ipv6())?;
         let guard = direct.guard(id);
         let conn = board.open("tun", app.to_string(), String::new(), Some(flow));
         conn.set_path(direct.name(path).to_string());
+        conn.set_rule(route.label().unwrap_or_else(|| "direct".into()));
         direct.watch(id, conn.shared_counters());
         let (tx, mut rx) = mpsc::channel::<(SocketAddr, Vec<u8>)>(QUEUE);
         let task = tokio::spawn(async move {

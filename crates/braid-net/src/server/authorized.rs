@@ -32,15 +32,15 @@ pub struct AuthorizedKeys {
 }
 
 impl AuthorizedKeys {
-    /// `keys`, replaced by what `file` holds whenever its modification time changes.
+    /// `keys`, replaced by what `file` holds whenever its modification time changes. The
+    /// file is read again at the first look: `keys` were read from it earlier, and a key
+    /// added in between (an operator's `echo KEY >> agents.txt` while the server starts)
+    /// would otherwise carry a modification time taken as already seen, and never count.
     pub fn new(keys: Authorized, file: Option<PathBuf>) -> Self {
-        let modified = file
-            .as_ref()
-            .and_then(|f| std::fs::metadata(f).and_then(|m| m.modified()).ok());
         AuthorizedKeys {
             keys,
             file,
-            modified,
+            modified: None,
             checked: None,
         }
     }
@@ -129,6 +129,24 @@ mod tests {
             .set_modified(later + Duration::from_secs(5))
             .unwrap();
         assert_eq!(k.get(t0 + RECHECK * 3), vec![b], "kept");
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+
+    /// Issue 24: the package test appended the agent's key while the server started; the
+    /// server had read the file before the append and took its modification time after
+    /// it, so it never saw the key ("not in the authorized keys" until a restart).
+    #[test]
+    fn a_key_added_while_the_server_starts_is_seen() {
+        let dir = std::env::temp_dir().join(format!("braid-auth-start-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let f = dir.join("agents.txt");
+        std::fs::write(&f, "# none yet\n").unwrap();
+        let read_at_start = braid_crypto::read_authorized(&f).unwrap();
+        let a = StaticKeypair::generate().unwrap().public();
+        std::fs::write(&f, format!("# none yet\n{}\n", a.to_base64())).unwrap();
+        let shared: Authorized = std::sync::Arc::new(std::sync::RwLock::new(read_at_start));
+        let mut k = AuthorizedKeys::new(shared, Some(f));
+        assert_eq!(k.get(Instant::now()), vec![a]);
         let _ = std::fs::remove_dir_all(&dir);
     }
 }

@@ -17,6 +17,9 @@
 //! - `shared`: what all workers' endpoints share (replay guard, authorized keys, session count),
 //! - [`logs`]: rate-limited logging of drops, with counts,
 //! - [`relay`]: streams to TCP targets and UDP flows (bounded return traffic),
+//! - `budget`: the bound on a session's UDP traffic waiting for the wire,
+//! - [`inbound`]: public ports agents asked for and the configuration allows, carried to
+//!   the agent (inbound port forwarding),
 //! - [`report`]: the registry of live sessions behind `braid status` (all workers),
 //! - [`control`]: reloading the authorized keys (SIGHUP) and shutting down (SIGTERM).
 //!
@@ -41,9 +44,11 @@
 //! session ends and expiries, one message per session.
 
 mod authorized;
+mod budget;
 mod control;
 pub mod endpoint;
 mod gate;
+pub mod inbound;
 mod logs;
 mod relay;
 mod report;
@@ -139,6 +144,9 @@ pub struct ServerConfig {
     /// first of this list is used (default: AES-256-GCM first where the CPU has AES
     /// instructions, else ChaCha20-Poly1305 first).
     pub ciphers: Ciphers,
+    /// The public ports each agent key may ask for (`[forward]` in the config file); none
+    /// by default.
+    pub forward: inbound::ForwardPolicy,
 }
 
 impl ServerConfig {
@@ -165,6 +173,7 @@ impl ServerConfig {
             unicast: None,
             threads: 1,
             ciphers: Ciphers::auto(),
+            forward: inbound::ForwardPolicy::default(),
             // Keepalive as the core's default (25 s, the agent's) and the agent's idle
             // timeout (see `agent::IDLE_TIMEOUT`).
             transport: Config {
@@ -420,6 +429,7 @@ impl Server {
                 board: self.board.clone(),
                 keys: self.keys.clone(),
                 peers: self.peers.clone(),
+                inbound: inbound::Ports::new(self.cfg.forward.clone(), self.cfg.listen.ip()),
             },
             steering: self.steering,
             handoff,

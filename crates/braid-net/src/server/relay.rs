@@ -12,6 +12,8 @@
 //! the budget is dropped (UDP semantics, counted), so a target flooding a flow cannot grow
 //! the server's memory; the core's own queue drops its oldest datagram when full.
 
+pub use super::budget::UdpBudget;
+use super::inbound::SessionPorts;
 use crate::bridge::{Cmd, StreamHandle, StreamMsg};
 use crate::udp::send_datagram;
 use braid_proxy::target::{self, ReplyCode};
@@ -19,7 +21,6 @@ use braid_proxy::{datagram, TargetAddr};
 use bytes::{Bytes, BytesMut};
 use std::collections::HashMap;
 use std::net::SocketAddr;
-use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 use tokio::net::{TcpStream, UdpSocket};
@@ -30,8 +31,14 @@ use tracing::{debug, info, warn};
 /// sockets and the wire.
 pub const UDP_RETURN_BYTES: usize = 1 << 20;
 
-/// One proxied connection: read the open request, connect, answer, relay.
-pub(crate) async fn serve_stream(h: StreamHandle, connect_timeout: Duration, idle: Duration) {
+/// One proxied connection: read the open request, connect, answer, relay. A stream that
+/// starts with a forward request goes to the session's inbound ports instead.
+pub(crate) async fn serve_stream(
+    h: StreamHandle,
+    connect_timeout: Duration,
+    idle: Duration,
+    ports: &Arc<SessionPorts>,
+) {
     let StreamHandle {
         id,
         mut reader,
@@ -39,6 +46,9 @@ pub(crate) async fn serve_stream(h: StreamHandle, connect_timeout: Duration, idl
     } = h;
     let mut head = BytesMut::new();
     let (target, used) = loop {
+        if braid_proxy::inbound::is_forward_request(&head) {
+            return ports.serve_request(reader, writer, head).await;
+        }
         match target::parse_request(&head) {
             Ok((req, used)) => break (req.target.to_target_addr(), used),
             Err(braid_proxy::ParseError::Incomplete) => {}
@@ -103,70 +113,8 @@ pub async fn connect(target: &TargetAddr, timeout: Duration) -> Result<TcpStream
     Err(last)
 }
 
-/// The share of a session's UDP return budget one datagram holds until it is dropped.
-struct Budgeted {
-    data: Vec<u8>,
-    budget: Arc<AtomicUsize>,
-}
-
-impl AsRef<[u8]> for Budgeted {
-    fn as_ref(&self) -> &[u8] {
-        &self.data
-    }
-}
-
-impl Drop for Budgeted {
-    fn drop(&mut self) {
-        self.budget.fetch_sub(self.data.len(), Ordering::Relaxed);
-    }
-}
-
-/// A session's budget for UDP return traffic.
-#[derive(Debug, Clone)]
-pub struct UdpBudget {
-    in_flight: Arc<AtomicUsize>,
-    limit: usize,
-    dropped: Arc<AtomicU64>,
-}
-
-impl UdpBudget {
-    /// At most `limit` bytes in flight.
-    pub fn new(limit: usize) -> UdpBudget {
-        UdpBudget {
-            in_flight: Arc::new(AtomicUsize::new(0)),
-            limit,
-            dropped: Arc::new(AtomicU64::new(0)),
-        }
-    }
-
-    /// `data` as bytes that hold their share of the budget until dropped; `None` (and the
-    /// datagram counted as dropped) when it does not fit.
-    pub fn admit(&self, data: Vec<u8>) -> Option<Bytes> {
-        let len = data.len();
-        let before = self.in_flight.fetch_add(len, Ordering::Relaxed);
-        if before + len > self.limit {
-            self.in_flight.fetch_sub(len, Ordering::Relaxed);
-            self.dropped.fetch_add(1, Ordering::Relaxed);
-            return None;
-        }
-        Some(Bytes::from_owner(Budgeted {
-            data,
-            budget: self.in_flight.clone(),
-        }))
-    }
-
-    /// Bytes in flight now.
-    pub fn in_flight(&self) -> usize {
-        self.in_flight.load(Ordering::Relaxed)
-    }
-
-    /// Datagrams dropped so far.
-    pub fn dropped(&self) -> u64 {
-        self.dropped.load(Ordering::Relaxed)
-    }
-}
-
-/// UDP flows of one session: each flow gets its own socket towards its destinations. Ends
+/// UDP flows of one session (and the agent's answers on its public UDP ports, which go
+/// to [`SessionPorts::send_back`]): each flow gets its own socket towards its destinations. Ends
 /// when the session task drops its datagram channel; the flows' sockets close with it.
 ///
 /// Datagrams are taken from the channel in batches; consecutive ones of one flow to one
@@ -176,7 +124,7 @@ pub async fn udp_flows(
     mut rx: mpsc::Receiver<Bytes>,
     cmd: mpsc::UnboundedSender<Cmd>,
     (max_flows, resolver): (usize, Option<SocketAddr>),
-    session: u64,
+    (session, ports): (u64, Arc<SessionPorts>),
     open_flows: Arc<std::sync::atomic::AtomicUsize>,
 ) {
     let budget = UdpBudget::new(UDP_RETURN_BYTES);
@@ -192,6 +140,14 @@ pub async fn udp_flows(
                 debug!("dropped a malformed proxied datagram");
                 continue;
             };
+            if let Some(port) = braid_proxy::inbound::inbound_port(p.flow_id) {
+                // The agent's answer on one of its public UDP ports.
+                run.flush().await;
+                ports
+                    .send_back(port, &p.addr.to_target_addr(), p.payload)
+                    .await;
+                continue;
+            }
             let (sock, v6) = match flows.get(&p.flow_id) {
                 Some(s) => s.clone(),
                 None => {
@@ -388,21 +344,5 @@ mod tests {
             Some("10.0.0.53:53".parse().unwrap())
         );
         assert_eq!(parse_resolv_conf("options ndots:1\n"), None);
-    }
-
-    #[test]
-    fn udp_return_budget_drops_when_full_and_frees_on_drop() {
-        let b = UdpBudget::new(10_000);
-        let held: Vec<Bytes> = (0..10).map(|_| b.admit(vec![7; 1000]).unwrap()).collect();
-        assert_eq!(b.in_flight(), 10_000);
-        assert!(b.admit(vec![7; 1]).is_none(), "over the budget");
-        assert_eq!(b.dropped(), 1);
-        // A slice (what a queue may keep) still holds the share.
-        let part = held[0].slice(10..20);
-        drop(held);
-        assert_eq!(b.in_flight(), 1000);
-        drop(part);
-        assert_eq!(b.in_flight(), 0);
-        assert!(b.admit(vec![7; 10_000]).is_some());
     }
 }

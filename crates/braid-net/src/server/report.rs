@@ -41,6 +41,8 @@ pub(super) struct Live {
     pub addrs: super::session::PathAddrs,
     /// Its first exchange completed (set by the session's first-exchange watch).
     pub established: Arc<AtomicBool>,
+    /// Its inbound ports.
+    pub inbound: Arc<super::inbound::SessionPorts>,
 }
 
 /// The server's status, readable while it runs (see `Server::status`).
@@ -104,8 +106,9 @@ impl ServerBoard {
                 m.iter()
                     .map(|(id, l)| {
                         let addrs = l.addrs.lock().map(|a| a.clone()).unwrap_or_default();
+                        let ports = l.inbound.ports().iter().map(|p| p.to_string()).collect();
                         (
-                            *id,
+                            (*id, ports),
                             (fingerprint(&l.key), l.key.to_base64()),
                             now.duration_since(l.started).as_secs_f64(),
                             l.open_streams.load(Ordering::Relaxed) as u64,
@@ -121,7 +124,9 @@ impl ServerBoard {
         let mut sessions = Vec::new();
         let mut totals = Totals::default();
         let (mut busiest, mut most_flows, mut most_buffered) = (0, 0, 0);
-        for (id, (fp, key), age_s, open_streams, flows, cmd, addrs, established) in asks {
+        for ((id, inbound_ports), (fp, key), age_s, open_streams, flows, cmd, addrs, established) in
+            asks
+        {
             let core =
                 tokio::time::timeout(Duration::from_secs(1), crate::status::query_core(&cmd))
                     .await
@@ -163,6 +168,7 @@ impl ServerBoard {
                 open_streams,
                 datagrams,
                 totals: st,
+                inbound_ports,
             });
         }
         let mut limits = self.limits.clone();

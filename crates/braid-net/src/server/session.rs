@@ -7,7 +7,7 @@
 //! session's protocol (braid-core's).
 
 use super::report::{self, ServerBoard};
-use super::{relay, ServerConfig};
+use super::{inbound, relay, ServerConfig};
 use crate::bridge::StreamHandle;
 use crate::driver::{AddressHook, Clock, Incoming, PathSender, SessionTask};
 use crate::protect::{Aead, KeyStats, RekeyInbox};
@@ -41,6 +41,8 @@ pub(super) struct SessionCtx {
     pub board: Arc<ServerBoard>,
     pub keys: Arc<KeyStats>,
     pub peers: TcpPeers,
+    /// The server's inbound ports.
+    pub inbound: Arc<inbound::Ports>,
 }
 
 /// Start session `id`, first seen on path `path` from `from` (and to the local address in
@@ -121,6 +123,8 @@ pub(super) fn spawn_session(
     });
     let open = Arc::new(AtomicUsize::new(0));
     let udp_flows = Arc::new(AtomicUsize::new(0));
+    let idle = cfg.stream_idle_timeout;
+    let ports = inbound::SessionPorts::new(ctx.inbound.clone(), client, id, cmd_tx.clone(), idle);
     ctx.board.insert(
         id,
         report::Live {
@@ -131,6 +135,7 @@ pub(super) fn spawn_session(
             udp_flows: udp_flows.clone(),
             addrs: addrs.clone(),
             established,
+            inbound: ports.clone(),
         },
     );
     let sender = SharedSocketSender {
@@ -151,7 +156,7 @@ pub(super) fn spawn_session(
         clock,
     };
     let connect_timeout = cfg.connect_timeout;
-    let idle = cfg.stream_idle_timeout;
+    let stream_ports = ports.clone();
     let max_streams = cfg.max_streams as usize;
     tokio::spawn(async move {
         while let Some(h) = acc_rx.recv().await {
@@ -165,21 +170,30 @@ pub(super) fn spawn_session(
                 );
             }
             let open = open.clone();
+            let ports = stream_ports.clone();
             tokio::spawn(async move {
-                relay::serve_stream(h, connect_timeout, idle).await;
+                relay::serve_stream(h, connect_timeout, idle, &ports).await;
                 open.fetch_sub(1, Ordering::Relaxed);
             });
         }
     });
     let resolver = cfg.resolver.or_else(relay::system_resolver);
     let limits = (cfg.max_udp_flows, resolver);
-    tokio::spawn(relay::udp_flows(dg_rx, cmd_tx, limits, id, udp_flows));
+    let flow_ports = ports.clone();
+    tokio::spawn(relay::udp_flows(
+        dg_rx,
+        cmd_tx,
+        limits,
+        (id, flow_ports),
+        udp_flows,
+    ));
     let board = ctx.board.clone();
     tokio::spawn(async move {
         if let Some(e) = task.run().await {
             info!(session = format_args!("{id:016x}"), "session ended: {e}");
         }
         board.remove(id);
+        ports.release();
         let _ = done.send(id);
     });
     (in_tx, addrs, inbox)

@@ -43,7 +43,9 @@ fn agent_cfg(
         redirect: None,
         rekey: Default::default(),
         direct: Default::default(),
+        rules: Default::default(),
         ciphers: Default::default(),
+        forwards: Vec::new(),
     }
 }
 

@@ -72,6 +72,28 @@ proptest! {
     }
 
     #[test]
+    fn inbound_messages_never_panic(bytes in proptest::collection::vec(any::<u8>(), 0..300)) {
+        use braid_proxy::inbound;
+        if let Ok((_, used)) = inbound::parse_forward_request(&bytes) {
+            prop_assert!(used <= bytes.len());
+        }
+        if let Ok((_, used)) = inbound::parse_forward_reply(&bytes) {
+            prop_assert!(used <= bytes.len());
+        }
+        if let Ok((_, used)) = inbound::parse_inbound_header(&bytes) {
+            prop_assert!(used <= bytes.len());
+        }
+        // With the right first bytes, so the bodies are reached.
+        for head in [[1u8, 0x10], [1, 0], [1, 0x11]] {
+            let mut b = head.to_vec();
+            b.extend_from_slice(&bytes);
+            let _ = inbound::parse_forward_request(&b);
+            let _ = inbound::parse_forward_reply(&b);
+            let _ = inbound::parse_inbound_header(&b);
+        }
+    }
+
+    #[test]
     fn socks_udp_never_panics(bytes in proptest::collection::vec(any::<u8>(), 0..300)) {
         let _ = parse_udp(&bytes);
     }

@@ -4,6 +4,8 @@
 mod soakrig;
 
 mod fd_limit;
+mod package;
+mod pkgrig;
 mod signals;
 mod soak_flap;
 mod soak_memory;

@@ -188,7 +188,9 @@ pub async fn rig() -> Rig {
         redirect: None,
         rekey: Default::default(),
         direct: Default::default(),
+        rules: Default::default(),
         ciphers: Default::default(),
+        forwards: Vec::new(),
     };
     let mut agent = Agent::start(acfg).await.unwrap();
     assert!(

@@ -1,0 +1,357 @@
+//! The rig of the per-destination rule tests (`rules`): nsrig's two namespaces and two
+//! links, with destinations in the server namespace that the client namespace reaches
+//! over either link without braid (10.0.0.0/24 on the server's loopback, routed over p0,
+//! then p1): an HTTP server and a UDP echo on every address, each recording who reached it
+//! (a link address of the client: straight from the client; a server address: through the
+//! braid server), the braid server itself (10.0.0.1), and a small DNS server on the
+//! system's first nameserver address (domain rules resolve there, through the path).
+#![allow(dead_code)]
+
+use crate::common::body;
+use crate::nsrig::{self, Net};
+use braid_crypto::StaticKeypair;
+use braid_net::server::{Server, ServerBoard, ServerConfig};
+use std::net::{IpAddr, Ipv4Addr, SocketAddr};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::{TcpListener, TcpStream, UdpSocket};
+
+/// A destination that `--bypass` or `--pin` names in the tests.
+pub const RULED: Ipv4Addr = Ipv4Addr::new(10, 0, 0, 2);
+/// A destination no rule names (it goes through the session).
+pub const OTHER: Ipv4Addr = Ipv4Addr::new(10, 0, 0, 3);
+/// What the DNS server answers for every name under [`DOMAIN`].
+pub const NAMED: Ipv4Addr = Ipv4Addr::new(10, 0, 0, 4);
+pub const DOMAIN: &str = "bank.example";
+pub const WEB_PORT: u16 = 8080;
+pub const ECHO_PORT: u16 = 7007;
+
+/// Who reached the HTTP server: (the address it was reached at, the peer), in order.
+pub type Peers = Arc<Mutex<Vec<(IpAddr, SocketAddr)>>>;
+
+/// The server namespace's services; stopped on drop.
+pub struct Dests {
+    pub data: Arc<Vec<u8>>,
+    pub peers: Peers,
+    pub server_pub: braid_crypto::PublicKey,
+    pub board: Arc<ServerBoard>,
+    /// The DNS server's address (the system's first nameserver), if the rig could use it.
+    pub resolver: Option<SocketAddr>,
+    stop: Option<tokio::sync::oneshot::Sender<()>>,
+    thread: Option<std::thread::JoinHandle<()>>,
+}
+
+impl Drop for Dests {
+    fn drop(&mut self) {
+        if let Some(s) = self.stop.take() {
+            let _ = s.send(());
+        }
+        if let Some(t) = self.thread.take() {
+            let _ = t.join();
+        }
+    }
+}
+
+/// The system's first nameserver, where direct connections resolve names; `None` when the
+/// rig cannot stand in for it (not IPv4, or loopback).
+fn nameserver() -> Option<Ipv4Addr> {
+    let text = std::fs::read_to_string("/etc/resolv.conf").ok()?;
+    let first = text.lines().find_map(|l| {
+        let mut w = l.split_whitespace();
+        (w.next() == Some("nameserver")).then(|| w.next()).flatten()
+    })?;
+    match first.parse::<IpAddr>().ok()? {
+        IpAddr::V4(a) if !a.is_loopback() && !a.is_unspecified() => Some(a),
+        _ => None,
+    }
+}
+
+/// The addresses and routes, then the services with a braid server that accepts `agent`.
+/// The client reaches the destinations by routes of their own, or with `default_routes`
+/// (TUN mode: the main table's specific routes would win over the tunnel) by a default
+/// route over each link, as a router's links have them.
+pub fn serve(
+    net: &Net,
+    size: usize,
+    agent: braid_crypto::PublicKey,
+    default_routes: bool,
+) -> Dests {
+    let ns = nameserver();
+    let mut addrs = vec![RULED, OTHER, NAMED];
+    addrs.extend(ns);
+    for a in &addrs {
+        net.ip_s(&["addr", "add", &format!("{a}/32"), "dev", "lo"]);
+    }
+    for (i, metric) in [(0, "1"), (1, "2")] {
+        let dev = format!("p{i}");
+        if default_routes {
+            let gw = format!("10.{}.0.2", i + 1);
+            net.ip_c(&[
+                "route", "add", "default", "via", &gw, "dev", &dev, "metric", metric,
+            ]);
+            continue;
+        }
+        for a in &addrs {
+            let to = format!("{a}/32");
+            net.ip_c(&["route", "add", &to, "dev", &dev, "metric", metric]);
+        }
+    }
+    let data = Arc::new(body(size));
+    let peers: Peers = Arc::default();
+    let key = StaticKeypair::generate().unwrap();
+    let server_pub = key.public();
+    let (tx, rx) = std::sync::mpsc::channel();
+    let (stop_tx, stop_rx) = tokio::sync::oneshot::channel::<()>();
+    let (s_ns, d, p) = (net.s.clone(), data.clone(), peers.clone());
+    let thread = std::thread::spawn(move || {
+        braid_testbed::netns::enter(&s_ns).unwrap();
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .unwrap();
+        rt.block_on(async move {
+            let web = TcpListener::bind(("0.0.0.0", WEB_PORT)).await.unwrap();
+            tokio::spawn(web_server(web, d, p));
+            let echo = UdpSocket::bind(("0.0.0.0", ECHO_PORT)).await.unwrap();
+            tokio::spawn(echo_server(echo));
+            let resolver = match ns {
+                Some(a) => {
+                    let s = UdpSocket::bind((a, 53)).await.unwrap();
+                    tokio::spawn(dns_server(s));
+                    Some(SocketAddr::from((a, 53)))
+                }
+                None => None,
+            };
+            let mut cfg = ServerConfig::new(nsrig::SERVER.parse().unwrap(), key, vec![agent]);
+            cfg.resolver = resolver;
+            let server = Server::bind(cfg).await.unwrap();
+            tx.send((server.status(), resolver)).unwrap();
+            tokio::select! {
+                _ = server.run() => {}
+                _ = stop_rx => {}
+            }
+        });
+    });
+    let (board, resolver) = rx.recv_timeout(Duration::from_secs(10)).unwrap();
+    if resolver.is_none() {
+        eprintln!("the system's first nameserver is not an IPv4 address the rig can stand in for: domain cases skipped");
+    }
+    Dests {
+        data,
+        peers,
+        server_pub,
+        board,
+        resolver,
+        stop: Some(stop_tx),
+        thread: Some(thread),
+    }
+}
+
+/// Serves the whole body to every GET, recording the peer.
+async fn web_server(l: TcpListener, data: Arc<Vec<u8>>, peers: Peers) {
+    while let Ok((mut s, peer)) = l.accept().await {
+        let local = s.local_addr().map(|a| a.ip()).unwrap();
+        peers.lock().unwrap().push((local, peer));
+        let data = data.clone();
+        tokio::spawn(async move {
+            let mut head = Vec::new();
+            let mut b = [0u8; 1];
+            while !head.ends_with(b"\r\n\r\n") {
+                if s.read_exact(&mut b).await.is_err() {
+                    return;
+                }
+                head.push(b[0]);
+            }
+            let h = format!(
+                "HTTP/1.1 200 OK\r\nContent-Length: {}\r\nConnection: close\r\n\r\n",
+                data.len()
+            );
+            let _ = s.write_all(h.as_bytes()).await;
+            let _ = s.write_all(&data).await;
+        });
+    }
+}
+
+/// Answers each datagram with as many bytes, starting with the sender's address and a
+/// space.
+async fn echo_server(s: UdpSocket) {
+    let mut buf = vec![0u8; 65536];
+    while let Ok((n, from)) = s.recv_from(&mut buf).await {
+        let mut out = format!("{from} ").into_bytes();
+        out.resize(n.max(out.len()), b'.');
+        let _ = s.send_to(&out, from).await;
+    }
+}
+
+/// A for every name under [`DOMAIN`] ([`NAMED`]), NXDOMAIN for any other.
+async fn dns_server(s: UdpSocket) {
+    use simple_dns::{rdata::RData, Packet, ResourceRecord, CLASS, RCODE};
+    let mut buf = vec![0u8; 1500];
+    while let Ok((n, from)) = s.recv_from(&mut buf).await {
+        let Ok(q) = Packet::parse(&buf[..n]) else {
+            continue;
+        };
+        let mut a = q.clone().into_reply();
+        let want = q.questions.first().map(|x| x.qname.clone());
+        let is_a = q
+            .questions
+            .first()
+            .is_some_and(|x| x.qtype == simple_dns::QTYPE::TYPE(simple_dns::TYPE::A));
+        match want {
+            Some(name) if name.to_string().ends_with(DOMAIN) => {
+                if is_a {
+                    a.answers.push(ResourceRecord::new(
+                        name,
+                        CLASS::IN,
+                        60,
+                        RData::A(simple_dns::rdata::A {
+                            address: u32::from(NAMED),
+                        }),
+                    ));
+                }
+            }
+            _ => *a.rcode_mut() = RCODE::NameError,
+        }
+        if let Ok(out) = a.build_bytes_vec() {
+            let _ = s.send_to(&out, from).await;
+        }
+    }
+}
+
+/// A SOCKS5 target: an IPv4 address or a name.
+pub enum Target<'a> {
+    Ip(Ipv4Addr, u16),
+    Name(&'a str, u16),
+}
+
+/// SOCKS5 CONNECT through `socks`; `Err(code)` when the agent refuses.
+pub async fn socks_connect(socks: SocketAddr, t: Target<'_>) -> Result<TcpStream, u8> {
+    let mut s = TcpStream::connect(socks).await.unwrap();
+    s.write_all(&[5, 1, 0]).await.unwrap();
+    let mut r = [0u8; 2];
+    s.read_exact(&mut r).await.unwrap();
+    let mut req = vec![5, 1, 0];
+    match t {
+        Target::Ip(ip, port) => {
+            req.push(1);
+            req.extend_from_slice(&ip.octets());
+            req.extend_from_slice(&port.to_be_bytes());
+        }
+        Target::Name(n, port) => {
+            req.extend_from_slice(&[3, n.len() as u8]);
+            req.extend_from_slice(n.as_bytes());
+            req.extend_from_slice(&port.to_be_bytes());
+        }
+    }
+    s.write_all(&req).await.unwrap();
+    let mut rep = [0u8; 10];
+    s.read_exact(&mut rep).await.unwrap();
+    if rep[1] != 0 {
+        return Err(rep[1]);
+    }
+    Ok(s)
+}
+
+/// GET / on `s` (any byte stream to a [`web_server`]): the body.
+pub async fn get<S: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin>(mut s: S) -> Vec<u8> {
+    s.write_all(b"GET / HTTP/1.1\r\nHost: x\r\n\r\n")
+        .await
+        .unwrap();
+    let mut all = Vec::new();
+    tokio::time::timeout(Duration::from_secs(30), s.read_to_end(&mut all))
+        .await
+        .expect("the download stalled")
+        .unwrap();
+    let head = all
+        .windows(4)
+        .position(|w| w == b"\r\n\r\n")
+        .expect("an HTTP answer")
+        + 4;
+    all.split_off(head)
+}
+
+/// A SOCKS5 UDP association through `socks`: its control connection and a client socket,
+/// and the relay's address.
+pub async fn associate(socks: SocketAddr) -> (TcpStream, UdpSocket, SocketAddr) {
+    let mut ctl = TcpStream::connect(socks).await.unwrap();
+    ctl.write_all(&[5, 1, 0]).await.unwrap();
+    let mut r = [0u8; 2];
+    ctl.read_exact(&mut r).await.unwrap();
+    ctl.write_all(&[5, 3, 0, 1, 0, 0, 0, 0, 0, 0])
+        .await
+        .unwrap();
+    let mut rep = [0u8; 10];
+    ctl.read_exact(&mut rep).await.unwrap();
+    assert_eq!(rep[1], 0, "UDP ASSOCIATE refused");
+    let relay = SocketAddr::from((
+        [rep[4], rep[5], rep[6], rep[7]],
+        u16::from_be_bytes([rep[8], rep[9]]),
+    ));
+    let client = UdpSocket::bind("127.0.0.1:0").await.unwrap();
+    (ctl, client, relay)
+}
+
+/// Send `count` datagrams of `len` bytes to `to` over an association, return the answers'
+/// payloads (each waited for up to 1 s).
+pub async fn udp_rounds(
+    client: &UdpSocket,
+    relay: SocketAddr,
+    to: SocketAddr,
+    count: usize,
+    len: usize,
+) -> Vec<Vec<u8>> {
+    let SocketAddr::V4(v4) = to else {
+        panic!("IPv4 only")
+    };
+    let mut pkt = vec![0, 0, 0, 1];
+    pkt.extend_from_slice(&v4.ip().octets());
+    pkt.extend_from_slice(&v4.port().to_be_bytes());
+    pkt.resize(10 + len, b'x');
+    let mut got = Vec::new();
+    let mut buf = vec![0u8; 65536];
+    for _ in 0..count {
+        client.send_to(&pkt, relay).await.unwrap();
+        if let Ok(Ok((n, _))) =
+            tokio::time::timeout(Duration::from_secs(1), client.recv_from(&mut buf)).await
+        {
+            got.push(buf[10..n].to_vec());
+        }
+    }
+    got
+}
+
+/// The client's link addresses (p0, p1): a peer with one of them came straight from the
+/// client.
+pub fn from_client_link(peer: IpAddr) -> bool {
+    ["10.1.0.1", "10.2.0.1"]
+        .iter()
+        .any(|a| peer == a.parse::<IpAddr>().unwrap())
+}
+
+/// The sender address an echo answer names.
+pub fn echo_sender(answer: &[u8]) -> IpAddr {
+    let text = String::from_utf8_lossy(answer);
+    let addr: SocketAddr = text.split(' ').next().unwrap().parse().unwrap();
+    addr.ip()
+}
+
+/// The peers that reached the HTTP server at `at`.
+pub fn peers_at(peers: &Peers, at: Ipv4Addr) -> Vec<IpAddr> {
+    peers
+        .lock()
+        .unwrap()
+        .iter()
+        .filter(|(l, _)| *l == IpAddr::V4(at))
+        .map(|(_, p)| p.ip())
+        .collect()
+}
+
+/// Bytes the braid server's sessions carried, both ways, all together.
+pub async fn session_bytes(board: &ServerBoard) -> u64 {
+    let s = board.snapshot().await;
+    s.sessions
+        .iter()
+        .map(|x| x.totals.bytes_sent + x.totals.bytes_received)
+        .sum()
+}
