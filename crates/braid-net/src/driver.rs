@@ -236,7 +236,10 @@ impl<P: PacketProtection, S: PathSender> SessionTask<P, S> {
                         }
                     }
                     Event::Closed(e) => {
-                        info!(session = self.session.id(), "session closed: {e}");
+                        info!(
+                            session = format_args!("{:016x}", self.session.id()),
+                            "session closed: {e}"
+                        );
                         closed = true;
                     }
                     Event::PathValidated(p) => debug!(path = p, "path validated"),

@@ -413,10 +413,20 @@ pub struct AgentStatus {
 pub struct ServerSession {
     /// Session id, 16 hex digits.
     pub id: String,
-    /// The agent's key: `SHA256:` and the unpadded base64 of its SHA-256.
+    /// The agent's key: `SHA256:` and the unpadded base64 of its SHA-256 (the server's
+    /// logs name agents so: `agent=SHA256:...`).
     pub agent_key_fingerprint: String,
+    /// The agent's public key in base64, as in the authorized file (and the `key=` of the
+    /// server's "agent authenticated" log line).
+    #[serde(default)]
+    pub agent_key: String,
     /// Seconds since the handshake.
     pub age_s: f64,
+    /// The agent answered the handshake with an authenticated packet (its first exchange
+    /// completed). `false`: a half-open session, e.g. from the message 1 that lost the
+    /// race on another path or server; it ends after the first-exchange timeout (10 s).
+    #[serde(default)]
+    pub established: bool,
     /// Its paths (name = the path id).
     pub paths: Vec<PathReport>,
     /// Streams open.

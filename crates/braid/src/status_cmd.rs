@@ -304,9 +304,11 @@ fn render_server(s: &ServerStatus) -> String {
     for sess in &s.sessions {
         let _ = writeln!(
             out,
-            "\nsession {} agent {} for {:.0} s, {} streams, sent {}, received {}",
+            "\nsession {} agent {} (key {}){} for {:.0} s, {} streams, sent {}, received {}",
             sess.id,
             sess.agent_key_fingerprint,
+            sess.agent_key,
+            if sess.established { "" } else { " half-open" },
             sess.age_s,
             sess.open_streams,
             bytes(sess.totals.bytes_sent),
@@ -374,6 +376,37 @@ mod tests {
             "{t}"
         );
         assert!(t.contains("no session"), "{t}");
+    }
+
+    /// Issue 24: the server's sessions in the formats of its logs (`session=` 16 hex
+    /// digits, `agent=SHA256:...`, `key=` base64), and a half-open session marked so.
+    #[test]
+    fn server_sessions_show_id_fingerprint_and_key_as_the_logs_and_half_open_ones() {
+        let sess = |id: &str, established| braid_net::status::ServerSession {
+            id: id.into(),
+            agent_key_fingerprint: "SHA256:abc".into(),
+            agent_key: "a2V5".into(),
+            established,
+            ..Default::default()
+        };
+        let s = braid_net::status::ServerStatus {
+            sessions: vec![
+                sess("00000000000000ff", true),
+                sess("0000000000000100", false),
+            ],
+            ..Default::default()
+        };
+        let t = render(&Status::Server(s));
+        let line = |id: &str| {
+            t.lines()
+                .find(|l| l.starts_with(&format!("session {id} ")))
+                .unwrap_or_else(|| panic!("no session {id} in {t}"))
+                .to_string()
+        };
+        let up = line("00000000000000ff");
+        assert!(up.contains("agent SHA256:abc (key a2V5) for"), "{t}");
+        assert!(line("0000000000000100").contains("half-open"), "{t}");
+        assert!(!up.contains("half-open"), "{t}");
     }
 
     /// Issue 24: `braid status` shows which rule each connection and flow took, and how

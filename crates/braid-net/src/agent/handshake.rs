@@ -6,10 +6,14 @@
 //! answers on one path only; servers that lose the race keep a half-open session until
 //! their idle timeout. A server that names its own unicast address in its answer (it sits
 //! behind a shared name, anycast address or load balancer) gets the whole session there.
+//! One that does not is checked: the agent listens a little longer for the other paths'
+//! answers, and a second server's answer (a balancer that split the paths) fails the
+//! handshake with what to do (`affinity`).
 //!
 //! Owns: binding the paths' sockets for a new session, retransmitting message 1 with
 //! backoff, and choosing the winner. Must not touch: the session itself (`run` builds it).
 
+use super::affinity;
 use super::AgentConfig;
 use crate::pathmgr::Attach;
 use crate::udp::{bind_path, bind_udp, PathBind};
@@ -192,6 +196,9 @@ pub(super) async fn handshake(
         })
         .collect();
     let mut won = None;
+    // The first valid answer, and the valid answers after it (see `affinity`).
+    let mut winner: Option<affinity::Answer> = None;
+    let mut later: Vec<affinity::Answer> = Vec::new();
     let mut over_tcp = Vec::new();
     // Servers that said they are at their session limit, or that they accept none of the
     // ciphers offered (unauthenticated: only reported).
@@ -226,8 +233,8 @@ pub(super) async fn handshake(
                 debug!(path = %cfg.paths[b.slot].name, %peer, "handshake not sent: {e}");
             }
         }
-        let deadline =
-            tokio::time::Instant::now() + Duration::from_millis(500) * (1 << attempt.min(3));
+        let sent = tokio::time::Instant::now();
+        let mut deadline = sent + Duration::from_millis(500) * (1 << attempt.min(3));
         while let Ok(Some((i, pkt, from, stream))) =
             tokio::time::timeout_at(deadline, rrx.recv()).await
         {
@@ -274,6 +281,18 @@ pub(super) async fn handshake(
                 }
                 continue;
             }
+            if won.is_some() {
+                // A valid answer after the first: another server behind the address.
+                if hs[k].3.finish(&pkt).is_ok() {
+                    let (asked, own) = (hs[k].1, hs[k].3.server_address());
+                    later.push(affinity::Answer {
+                        path: i,
+                        asked,
+                        own,
+                    });
+                }
+                continue;
+            }
             match hs[k].3.finish(&pkt) {
                 Ok(keys) => {
                     info!(cipher = %keys.cipher(), "packet cipher chosen by the server");
@@ -296,11 +315,32 @@ pub(super) async fn handshake(
                         warn!(path = %cfg.paths[paths[i].slot].name, server = %hs[k].1,
                             "the handshake was answered over TCP only: the network blocks UDP; the path carries braid over TCP");
                     }
+                    let (asked, own) = (hs[k].1, hs[k].3.server_address());
+                    let first = affinity::Answer {
+                        path: i,
+                        asked,
+                        own,
+                    };
+                    // Other paths that asked this address directly could be answered by
+                    // another server behind it: listen a little longer for them.
+                    let others = hs
+                        .iter()
+                        .filter(|x| {
+                            x.0 != i && x.1 == asked && cfg.paths[paths[x.0].slot].via.is_none()
+                        })
+                        .count();
                     won = Some((i, server, keys, stream));
-                    break 'attempts;
+                    winner = Some(first);
+                    match affinity::grace(&first, others, sent.elapsed()) {
+                        Some(g) => deadline = deadline.min(tokio::time::Instant::now() + g),
+                        None => break 'attempts,
+                    }
                 }
                 Err(e) => debug!("ignored a bad handshake reply: {e}"),
             }
+        }
+        if won.is_some() {
+            break;
         }
     }
     for r in readers {
@@ -334,6 +374,14 @@ pub(super) async fn handshake(
             cfg.servers
         )
     })?;
+    if let Some(w) = winner {
+        let split = affinity::split(&w, &later);
+        if !split.is_empty() {
+            let name = |i: usize| cfg.paths[paths[i].slot].name.as_str();
+            let others: Vec<&str> = split.iter().map(|i| name(*i)).collect();
+            return Err(affinity::split_error(w.asked, name(w.path), &others));
+        }
+    }
     Ok(Established {
         server,
         sid,

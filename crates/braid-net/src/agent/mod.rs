@@ -20,6 +20,7 @@
 //! Must not touch: the protocol (the session task and the core), the SOCKS/HTTP wire
 //! details (braid-proxy), or link decisions (`pathmgr`).
 
+mod affinity;
 mod direct;
 mod direct_udp;
 mod dns;

@@ -10,7 +10,7 @@
 
 mod caps;
 mod silence;
-use silence::{Silence, CONFIRM};
+use silence::{confirm_wait, Silence};
 
 use super::handshake::{self, Established};
 use super::links::{Connected, Links, PathSockets, Route, SocketTable, Task};
@@ -479,12 +479,12 @@ impl Runner {
                             // speak now, and switch only if it stays silent.
                             info!(server = %est.server, "probe answered; checking whether the old session still answers");
                             self.poke(&cmd_tx);
-                            silence.pending = Some((est, tokio::time::Instant::now() + CONFIRM.max(silence.srtt * 3)));
+                            silence.pending = Some((est, tokio::time::Instant::now() + confirm_wait(silence.srtt)));
                         }
                         Ok(Err(e)) => {
                             debug!("probe handshake: {e}");
-                            silence.probe_wait = (silence.probe_wait * 2).min(Duration::from_secs(10));
                             silence.next_probe = tokio::time::Instant::now() + silence.probe_wait;
+                            silence.probe_wait = silence::after_a_failed_probe(silence.probe_wait);
                         }
                         Err(_) => {}
                     }

@@ -15,7 +15,7 @@ use braid_core::path::PathStats;
 use braid_crypto::PublicKey;
 use std::collections::BTreeMap;
 use std::net::SocketAddr;
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 use tokio::sync::mpsc;
@@ -39,6 +39,8 @@ pub(super) struct Live {
     /// UDP flows open (the relay's count).
     pub udp_flows: Arc<AtomicUsize>,
     pub addrs: super::session::PathAddrs,
+    /// Its first exchange completed (set by the session's first-exchange watch).
+    pub established: Arc<AtomicBool>,
     /// Its inbound ports.
     pub inbound: Arc<super::inbound::SessionPorts>,
 }
@@ -107,12 +109,13 @@ impl ServerBoard {
                         let ports = l.inbound.ports().iter().map(|p| p.to_string()).collect();
                         (
                             (*id, ports),
-                            fingerprint(&l.key),
+                            (fingerprint(&l.key), l.key.to_base64()),
                             now.duration_since(l.started).as_secs_f64(),
                             l.open_streams.load(Ordering::Relaxed) as u64,
                             l.udp_flows.load(Ordering::Relaxed) as u64,
                             l.cmd.clone(),
                             addrs,
+                            l.established.load(Ordering::Relaxed),
                         )
                     })
                     .collect()
@@ -121,7 +124,9 @@ impl ServerBoard {
         let mut sessions = Vec::new();
         let mut totals = Totals::default();
         let (mut busiest, mut most_flows, mut most_buffered) = (0, 0, 0);
-        for ((id, inbound_ports), fp, age_s, open_streams, flows, cmd, addrs) in asks {
+        for ((id, inbound_ports), (fp, key), age_s, open_streams, flows, cmd, addrs, established) in
+            asks
+        {
             let core =
                 tokio::time::timeout(Duration::from_secs(1), crate::status::query_core(&cmd))
                     .await
@@ -156,7 +161,9 @@ impl ServerBoard {
             sessions.push(ServerSession {
                 id: format!("{id:016x}"),
                 agent_key_fingerprint: fp,
+                agent_key: key,
                 age_s,
+                established,
                 paths,
                 open_streams,
                 datagrams,

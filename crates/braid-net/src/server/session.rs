@@ -16,7 +16,7 @@ use braid_core::{Event, PathId, Session};
 use braid_crypto::{PublicKey, SessionKeys};
 use std::collections::HashMap;
 use std::net::{IpAddr, SocketAddr};
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use tokio::sync::mpsc;
 use tracing::{debug, info, warn};
@@ -75,10 +75,13 @@ pub(super) fn spawn_session(
     // Watch for the first exchange; then stop listening (later events are discarded).
     let (ev_tx, mut ev_rx) = mpsc::unbounded_channel::<Event>();
     let first = cfg.first_exchange_timeout;
+    let established = Arc::new(AtomicBool::new(false));
+    let done_first = established.clone();
     tokio::spawn(async move {
         let established = tokio::time::timeout(first, async {
             while let Some(ev) = ev_rx.recv().await {
                 if matches!(ev, Event::Established) {
+                    done_first.store(true, Ordering::Relaxed);
                     return true;
                 }
             }
@@ -136,6 +139,7 @@ pub(super) fn spawn_session(
             open_streams: open.clone(),
             udp_flows: udp_flows.clone(),
             addrs: addrs.clone(),
+            established,
             inbound: ports.clone(),
         },
     );

@@ -220,7 +220,7 @@ impl Worker {
                 let _ = self.out.send_to(&bytes, to, local);
             }
             Outcome::Accept { session, keys } => {
-                info!(%from, client = %session.client.to_base64(), session = format_args!("{:016x}", session.id), worker = self.index, cipher = %keys.cipher(), "agent authenticated");
+                info!(%from, agent = %super::fingerprint(&session.client), key = %session.client.to_base64(), session = format_args!("{:016x}", session.id), worker = self.index, cipher = %keys.cipher(), "agent authenticated");
                 stats.sessions.fetch_add(1, Ordering::Relaxed);
                 self.persist_guard();
                 let _ = self.out.send_to(&session.reply, from, local);

@@ -11,6 +11,7 @@ mod nsrig;
 mod blocked;
 mod direct;
 mod faults_paths;
+mod inbound;
 mod rules;
 mod rules_rig;
 mod inbound;

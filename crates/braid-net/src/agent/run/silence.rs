@@ -9,15 +9,46 @@
 
 use super::*;
 
-/// How long packets may go unanswered before the agent probes the servers.
+/// The pause between probes that "unknown session" hints start.
 pub(super) const SUSPECT_AFTER: Duration = Duration::from_secs(2);
+
+/// The pause after the first probe that got no answer, doubling after each further one up
+/// to [`PROBE_WAIT_MAX`]. Each probe binds new sockets, so behind a load balancer that
+/// still sends some source ports to a dead server (before its health check) the next probe
+/// is balanced afresh: 0.5 s, not 4 s, lets it find a live server within about 3 s.
+pub(super) const PROBE_WAIT_FIRST: Duration = Duration::from_millis(500);
+pub(super) const PROBE_WAIT_MAX: Duration = Duration::from_secs(10);
+
+/// The pause after the next unanswered probe, given this one's.
+pub(super) fn after_a_failed_probe(wait: Duration) -> Duration {
+    (wait * 2).min(PROBE_WAIT_MAX)
+}
+
+/// How long packets may go unanswered before the agent probes the servers: eight smoothed
+/// round trips of the slowest path, within these bounds. A probe costs a handshake and
+/// nothing else (the session is replaced only if the probe is answered and the old session
+/// then stays silent for [`confirm_wait`]), so a dead server is suspected early: 2 s made
+/// its agents wait more than 3 s for another server (issue 24).
+pub(super) const SUSPECT_MIN: Duration = Duration::from_millis(600);
+pub(super) const SUSPECT_MAX: Duration = Duration::from_secs(2);
 
 /// How long a busy session may receive nothing before the agent pings the server once.
 pub(super) const STALL: Duration = Duration::from_millis(600);
 
 /// How long the old session gets to answer once a probe handshake was answered (at least;
-/// three times the largest smoothed RTT if that is longer).
-pub(super) const CONFIRM: Duration = Duration::from_millis(600);
+/// three times the largest smoothed RTT if that is longer). It was pinged when the probe
+/// was answered and has been silent for [`suspect_after`] already.
+pub(super) const CONFIRM: Duration = Duration::from_millis(300);
+
+/// Unanswered for this long (the slowest path's smoothed RTT `srtt`): probe.
+pub(super) fn suspect_after(srtt: Duration) -> Duration {
+    (srtt * 8).clamp(SUSPECT_MIN, SUSPECT_MAX)
+}
+
+/// A probe was answered: the old session must answer within this, or it is replaced.
+pub(super) fn confirm_wait(srtt: Duration) -> Duration {
+    CONFIRM.max(srtt * 3)
+}
 
 /// The silence watch of one session.
 pub(super) struct Silence {
@@ -54,7 +85,7 @@ impl Silence {
             unanswered_since: None,
             probe: None,
             next_probe: now,
-            probe_wait: SUSPECT_AFTER,
+            probe_wait: PROBE_WAIT_FIRST,
             srtt: Duration::ZERO,
             busy: false,
             poked: false,
@@ -73,7 +104,7 @@ impl Runner {
     }
 
     /// Watch for a server that stopped answering: packets sent, none received for
-    /// [`SUSPECT_AFTER`]. Then probe with a new handshake on every path to every server
+    /// [`suspect_after`]. Then probe with a new handshake on every path to every server
     /// while the session goes on: an answer means the server restarted (or another one is
     /// reachable) and the agent switches to that new session; no answer means the network
     /// is out (a blackout) and the session is kept, probing again with backoff.
@@ -93,7 +124,7 @@ impl Runner {
             w.poked = false;
             w.last_rx = now;
             w.unanswered_since = None;
-            w.probe_wait = SUSPECT_AFTER;
+            w.probe_wait = PROBE_WAIT_FIRST;
             if w.pending.take().is_some() {
                 info!("the old session answered again (the network was out): keeping it");
             }
@@ -123,21 +154,68 @@ impl Runner {
         }
         let suspect = w
             .unanswered_since
-            .is_some_and(|t| now.duration_since(t) >= SUSPECT_AFTER);
+            .is_some_and(|t| now.duration_since(t) >= suspect_after(w.srtt));
         if suspect && w.probe.is_none() && w.pending.is_none() && now >= w.next_probe {
             info!(server = %self.server, "no answer from the server for {:?}: probing with a new handshake", now.duration_since(w.last_rx));
             self.start_probe(w, now);
         }
     }
 
-    /// A new handshake on every available path to every server, while the session goes on.
+    /// A new handshake on every available path to every server, while the session goes on:
+    /// one round (0.5 s), then, unanswered, a second handshake of two rounds (the second
+    /// with TCP too), each from new sockets. Behind a balancer that still sends some source
+    /// ports to a dead server (before its health check), new ports are balanced afresh: an
+    /// agent whose first round met the dead server on every path found a live one 2 s later
+    /// when both tries used the same sockets (issue 24).
     pub(super) fn start_probe(&mut self, w: &mut Silence, now: tokio::time::Instant) {
         let avail = self.avail();
         if avail.is_empty() {
             return;
         }
         let cfg = self.cfg.clone();
-        let probe = tokio::spawn(async move { handshake::handshake(&cfg, &avail, 2).await });
+        let probe = tokio::spawn(async move {
+            match handshake::handshake(&cfg, &avail, 1).await {
+                Ok(est) => Ok(est),
+                Err(_) => handshake::handshake(&cfg, &avail, 2).await,
+            }
+        });
         w.probe = Some((probe, now));
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn ms(n: u64) -> Duration {
+        Duration::from_millis(n)
+    }
+
+    #[test]
+    fn a_dead_server_is_suspected_after_eight_round_trips_within_600_ms_and_2_s() {
+        // A LAN or a near server: 600 ms (was 2 s: issue 24's failover bar is 3 s).
+        assert_eq!(suspect_after(ms(1)), ms(600));
+        assert_eq!(suspect_after(Duration::ZERO), ms(600));
+        // A 150 ms path: 1.2 s, no probe while its packets are merely slow.
+        assert_eq!(suspect_after(ms(150)), ms(1200));
+        // A bloated or satellite path: never more than the old 2 s.
+        assert_eq!(suspect_after(ms(900)), ms(2000));
+    }
+
+    #[test]
+    fn unanswered_probes_are_repeated_after_half_a_second_then_doubling_to_10_s() {
+        let mut w = Silence::new().probe_wait;
+        let mut waits = Vec::new();
+        for _ in 0..7 {
+            waits.push(w.as_millis());
+            w = after_a_failed_probe(w);
+        }
+        assert_eq!(waits, [500, 1000, 2000, 4000, 8000, 10_000, 10_000]);
+    }
+
+    #[test]
+    fn the_old_session_gets_three_round_trips_and_at_least_300_ms_to_answer() {
+        assert_eq!(confirm_wait(ms(1)), ms(300));
+        assert_eq!(confirm_wait(ms(200)), ms(600));
     }
 }
