@@ -14,6 +14,5 @@ mod faults_paths;
 mod inbound;
 mod rules;
 mod rules_rig;
-mod inbound;
 mod ipv6;
 mod wildcard;
