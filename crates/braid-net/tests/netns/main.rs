@@ -12,7 +12,7 @@ mod blocked;
 mod direct;
 mod faults_paths;
 mod inbound;
+mod ipv6;
 mod rules;
 mod rules_rig;
-mod ipv6;
 mod wildcard;
