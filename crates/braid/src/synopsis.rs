@@ -3,7 +3,7 @@
 //!
 //! Owns: the synopsis text (every command, its arguments and flags, each with the first
 //! sentence of its help) and the check. Must not touch: the flags themselves (`main.rs`,
-//! `net.rs` and the other command modules define them).
+//! `net/` and the other command modules define them).
 //!
 //! After changing a flag, `BRAID_BLESS=1 cargo test -p braid synopsis` rewrites the block
 //! between the markers in docs/architecture.md; review the diff like any other change.
