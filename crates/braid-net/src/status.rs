@@ -9,8 +9,10 @@
 //! views), how snapshots are published or served (`agent`, `server`, braid-ops).
 
 mod datagrams;
+mod rate;
 
 pub use datagrams::DatagramReport;
+pub use rate::RateMeter;
 
 use crate::bridge::{Cmd, SessionFn};
 use braid_core::path::PathStats;
@@ -230,8 +232,17 @@ pub struct PathReport {
     pub bytes_in_flight: u64,
     /// Pacing rate, bits per second.
     pub pacing_rate_bps: u64,
-    /// Latest delivery-rate sample, bits per second (`null` before one).
+    /// Latest delivery-rate sample, bits per second (`null` before one): what the path
+    /// carried of this side's own data (on an agent that downloads: acknowledgements).
     pub delivery_rate_bps: Option<u64>,
+    /// Bytes sent on the path over about the last second, bits per second (`null` until
+    /// two snapshots a tenth of a second apart were taken).
+    #[serde(default)]
+    pub send_rate_bps: Option<u64>,
+    /// Bytes received on the path over about the last second, bits per second (`null` as
+    /// for `send_rate_bps`).
+    #[serde(default)]
+    pub receive_rate_bps: Option<u64>,
     /// Packets declared lost / packets sent, in the current session.
     pub loss_rate: f64,
     /// UDP payload bytes sent on the path: since the agent started (agent), in the
@@ -264,6 +275,13 @@ pub struct PathReport {
 }
 
 impl PathReport {
+    /// Show the rates `meter` measured.
+    pub fn set_rates(&mut self, meter: &RateMeter) {
+        let r = meter.rates_bps();
+        self.send_rate_bps = r.map(|r| r.0);
+        self.receive_rate_bps = r.map(|r| r.1);
+    }
+
     /// Fill the session-derived fields from the live incarnation `c` and the counters
     /// `sum` (all incarnations of the path together; the agent passes its counts over
     /// its life, then sets `loss_rate` from the session's).

@@ -124,7 +124,7 @@ fn state(p: &PathReport) -> String {
 fn path_table(paths: &[PathReport], agent: bool) -> String {
     let mut rows = vec![vec![
         "PATH", "STATE", "IFACE", "LOCAL", "REMOTE", "SRTT ms", "MIN ms", "CWND", "PACING",
-        "DELIVERY", "LOSS", "SENT", "RECEIVED",
+        "DELIVERY", "RATE IN", "RATE OUT", "LOSS", "SENT", "RECEIVED",
     ]
     .into_iter()
     .map(String::from)
@@ -144,6 +144,8 @@ fn path_table(paths: &[PathReport], agent: bool) -> String {
             bytes(p.cwnd_bytes),
             rate(p.pacing_rate_bps),
             p.delivery_rate_bps.map_or("-".into(), rate),
+            p.receive_rate_bps.map_or("-".into(), rate),
+            p.send_rate_bps.map_or("-".into(), rate),
             format!("{:.2} %", p.loss_rate * 100.0),
             bytes(p.bytes_sent),
             bytes(p.bytes_received),

@@ -17,8 +17,8 @@
 use super::AgentConfig;
 use crate::status::{
     add_counters, display_state, loss_rate, AgentStatus, CorePath, DatagramReport, FlowReport,
-    PathMeter, PathReport, PowerModel, SessionReport, ShownState, StreamReport, Totals, DOWN_AFTER,
-    STATUS_VERSION,
+    PathMeter, PathReport, PowerModel, RateMeter, SessionReport, ShownState, StreamReport, Totals,
+    DOWN_AFTER, STATUS_VERSION,
 };
 use crate::udp::PathBind;
 use braid_core::path::PathStats;
@@ -135,7 +135,8 @@ pub struct StatusBoard {
     /// Per path shown `frozen`: when it turns `down` if nothing arrives (the silence is
     /// judged when a snapshot is read, not only at the publishing tick).
     down_at: Mutex<Vec<Option<Instant>>>,
-    meters: Mutex<Vec<PathMeter>>,
+    /// Per configured path: its energy meter and its rate meter (both ways).
+    meters: Mutex<Vec<(PathMeter, RateMeter)>>,
     conns: Mutex<BTreeMap<u64, Arc<Conn>>>,
     next: AtomicU64,
     /// `session` or `direct` (direct mode on), see [`StatusBoard::set_mode`].
@@ -183,7 +184,12 @@ impl StatusBoard {
                 .map(|p| PowerModel::new(p.policy.power_w, p.policy.nj_per_byte))
                 .collect(),
             counts: Mutex::new(vec![Default::default(); cfg.paths.len()]),
-            meters: Mutex::new(cfg.paths.iter().map(|_| PathMeter::new()).collect()),
+            meters: Mutex::new(
+                cfg.paths
+                    .iter()
+                    .map(|_| (PathMeter::new(), RateMeter::new()))
+                    .collect(),
+            ),
             base,
             latest: Mutex::new(latest),
             down_at: Mutex::new(vec![None; cfg.paths.len()]),
@@ -327,7 +333,7 @@ impl StatusBoard {
         let mut paths = self.base.clone();
         if let Ok(m) = self.meters.lock() {
             for (p, m) in paths.iter_mut().zip(m.iter()) {
-                p.energy_j = p.energy_j.map(|_| m.energy_j());
+                p.energy_j = p.energy_j.map(|_| m.0.energy_j());
             }
         }
         if let Ok(c) = self.counts.lock() {
@@ -389,8 +395,11 @@ impl StatusBoard {
             let mut life = counts[slot].0;
             add_counters(&mut life, &sum);
             counts[slot].1 = sum;
-            meters[slot].update(now, life.bytes_sent + life.bytes_received, self.power[slot]);
+            let (energy, rates) = &mut meters[slot];
+            energy.update(now, life.bytes_sent + life.bytes_received, self.power[slot]);
+            rates.update(now, life.bytes_sent, life.bytes_received);
             set_counters(p, &life);
+            p.set_rates(rates);
             if let Some(c) = live {
                 p.fill_core(c, &life);
                 p.loss_rate = loss_rate(&sum);
@@ -405,7 +414,7 @@ impl StatusBoard {
                 down_at[slot] = Some(now - c.silent + DOWN_AFTER);
             }
             p.cap_used_bytes = policy.cap_used.get(slot).copied().flatten();
-            p.energy_j = p.energy_j.map(|_| meters[slot].energy_j());
+            p.energy_j = p.energy_j.map(|_| meters[slot].0.energy_j());
             totals.bytes_sent += p.bytes_sent;
             totals.bytes_received += p.bytes_received;
             if let Some(e) = p.energy_j {
@@ -515,5 +524,27 @@ mod tests {
         // 1000 nJ per byte: 1 mJ per kB over 150 kB, charged as the counters moved.
         let e = s.paths[0].energy_j.unwrap();
         assert!((e - 0.14).abs() < 1e-9, "{e}");
+    }
+
+    /// Issue 24: `braid status` showed no current rate per path. Two snapshots 200 ms
+    /// apart (the session loop's tick) with 100 kB sent between them: a send rate of about
+    /// 4 Mbit/s, none received.
+    #[test]
+    fn a_path_shows_its_current_send_and_receive_rates() {
+        let (cfg, b) = board();
+        b.session_started();
+        publish(&cfg, &b, 10, 0);
+        assert_eq!(
+            b.snapshot().paths[0].send_rate_bps,
+            None,
+            "one sample: no rate yet"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(200));
+        publish(&cfg, &b, 110, 0);
+        let p = &b.snapshot().paths[0];
+        let tx = p.send_rate_bps.expect("a rate from two samples");
+        // 800 kbit over the time between the two publishes (200 ms and a little more).
+        assert!((2_000_000..=4_000_000).contains(&tx), "{tx}");
+        assert_eq!(p.receive_rate_bps, Some(0));
     }
 }

@@ -8,8 +8,8 @@
 use super::{HandshakeCounters, ServerConfig};
 use crate::bridge::Cmd;
 use crate::status::{
-    add_counters, display_state, Limit, PathReport, ServerLimits, ServerSession, ServerStatus,
-    Totals, STATUS_VERSION,
+    add_counters, display_state, Limit, PathReport, RateMeter, ServerLimits, ServerSession,
+    ServerStatus, Totals, STATUS_VERSION,
 };
 use braid_core::path::PathStats;
 use braid_crypto::PublicKey;
@@ -52,6 +52,9 @@ pub struct ServerBoard {
     limits: ServerLimits,
     counters: Arc<HandshakeCounters>,
     pub(super) live: Mutex<BTreeMap<u64, Live>>,
+    /// Each session path's rate meter, fed by every snapshot (a path's rate is known from
+    /// the second snapshot on: `braid status --watch`, the dashboard, metrics scrapes).
+    rates: Mutex<BTreeMap<(u64, braid_core::PathId), RateMeter>>,
 }
 
 impl ServerBoard {
@@ -72,6 +75,7 @@ impl ServerBoard {
             },
             counters,
             live: Mutex::new(BTreeMap::new()),
+            rates: Mutex::new(BTreeMap::new()),
         }
     }
 
@@ -122,6 +126,7 @@ impl ServerBoard {
             })
             .unwrap_or_default();
         let mut sessions = Vec::new();
+        let mut seen = std::collections::BTreeSet::new();
         let mut totals = Totals::default();
         let (mut busiest, mut most_flows, mut most_buffered) = (0, 0, 0);
         for ((id, inbound_ports), (fp, key), age_s, open_streams, flows, cmd, addrs, established) in
@@ -149,6 +154,11 @@ impl ServerBoard {
                     add_counters(&mut sum, &c.stats);
                     p.fill_core(c, &sum);
                     p.state = Some(display_state(Some(c), false));
+                    if let Ok(mut rates) = self.rates.lock() {
+                        let meter = rates.entry((id, c.id)).or_default();
+                        meter.update(now, p.bytes_sent, p.bytes_received);
+                        p.set_rates(meter);
+                    }
                     st.bytes_sent += p.bytes_sent;
                     st.bytes_received += p.bytes_received;
                     p
@@ -158,6 +168,7 @@ impl ServerBoard {
             totals.bytes_received += st.bytes_received;
             busiest = busiest.max(open_streams);
             most_flows = most_flows.max(flows);
+            seen.insert(id);
             sessions.push(ServerSession {
                 id: format!("{id:016x}"),
                 agent_key_fingerprint: fp,
@@ -170,6 +181,9 @@ impl ServerBoard {
                 totals: st,
                 inbound_ports,
             });
+        }
+        if let Ok(mut rates) = self.rates.lock() {
+            rates.retain(|(id, _), _| seen.contains(id));
         }
         let mut limits = self.limits.clone();
         limits.sessions.used = sessions.len() as u64;
