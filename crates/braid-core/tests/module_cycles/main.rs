@@ -27,7 +27,7 @@ const KNOWN: &[(&str, &str, &[&str])] = &[
     (
         "braid-net",
         "agent",
-        &["direct", "direct_udp", "front", "redirect"],
+        &["direct", "direct_udp", "front", "redirect", "ruled_udp"],
     ),
     ("braid-net", "server", &["report", "session"]),
     ("braid-proxy", "", &["target", "wire"]),
