@@ -45,11 +45,17 @@ impl ServerProc {
         let public = braid_crypto::read_public_key(d.join("s.pub")).unwrap();
         let auth: String = agents.iter().map(|k| format!("{k}\n")).collect();
         std::fs::write(d.join("authorized"), auth).unwrap();
-        // A free port for UDP and TCP alike.
-        let port = {
-            let u = std::net::UdpSocket::bind("127.0.0.1:0").unwrap();
-            u.local_addr().unwrap().port()
-        };
+        // A port free for UDP and TCP alike: the server listens on both. A port free for
+        // UDP may be another connection's TCP port (a CI run failed so: "cannot listen on
+        // TCP ... Address already in use"), so both are tried before the port is taken.
+        let port = (0..100)
+            .find_map(|_| {
+                let u = std::net::UdpSocket::bind("127.0.0.1:0").ok()?;
+                let port = u.local_addr().ok()?.port();
+                std::net::TcpListener::bind(("127.0.0.1", port)).ok()?;
+                Some(port)
+            })
+            .expect("a port free for UDP and TCP");
         let addr: SocketAddr = format!("127.0.0.1:{port}").parse().unwrap();
         let p = |f: &str| d.join(f).to_str().unwrap().to_string();
         let child = Command::new(BRAID)
