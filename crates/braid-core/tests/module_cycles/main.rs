@@ -30,7 +30,6 @@ const KNOWN: &[(&str, &str, &[&str])] = &[
         &["direct", "direct_udp", "front", "redirect", "ruled_udp"],
     ),
     ("braid-net", "server", &["report", "session"]),
-    ("braid-proxy", "", &["target", "wire"]),
 ];
 
 /// Every cycle in the crate at `src`, as (parent, sorted modules, description).
