@@ -50,6 +50,7 @@ pub mod endpoint;
 mod gate;
 pub mod inbound;
 mod logs;
+mod path_addr;
 mod relay;
 mod report;
 mod session;
