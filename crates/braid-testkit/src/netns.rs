@@ -1,9 +1,8 @@
 //! The namespace rig of the live-path tests: two namespaces joined by two veth pairs, the
 //! braid server and an HTTP server in one, the agent and a SOCKS5 download client in the
 //! other; link changes with `ip`; downloads timed read by read.
-#![allow(dead_code)]
 
-use crate::common::{body, http_server, sha};
+use crate::loopback::{body, http_server, sha};
 use braid_crypto::StaticKeypair;
 use braid_net::agent::{Agent, AgentConfig, AgentPath, PathStatus};
 use braid_net::policy::parse_path_spec;
@@ -51,6 +50,12 @@ pub fn try_ip(ns: &str, args: &[&str]) -> bool {
 pub fn sh(r: braid_testbed::Result<String>) {
     if let Err(e) = r {
         panic!("{e}");
+    }
+}
+
+impl Default for Net {
+    fn default() -> Self {
+        Self::new()
     }
 }
 
