@@ -7,9 +7,11 @@
 //! - [`netns`]: two network namespaces joined by veth pairs shaped by tbf, the braid server
 //!   and an HTTP server in one, the agent in the other; link changes with `ip`; downloads
 //!   timed read by read (root; [`netns::skip`] says why a test cannot run).
+//! - [`socks5`]: a SOCKS5 client: CONNECT, UDP ASSOCIATE, the relay's UDP header.
 //!
 //! Owns: test scaffolding only. Must not touch: product code paths (it drives the public
 //! APIs of braid-net and braid-emu as the binaries do).
 
 pub mod loopback;
 pub mod netns;
+pub mod socks5;

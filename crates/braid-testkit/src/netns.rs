@@ -14,7 +14,6 @@ use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
-use tokio::net::TcpStream;
 
 /// Download rate of each link (tbf on the server side of each veth).
 pub const RATE: &str = "40mbit";
@@ -295,20 +294,7 @@ pub struct Outcome {
 /// GET /file from `web` through the SOCKS5 port `socks` (the server resolves and connects).
 pub async fn download(socks: SocketAddr, web: SocketAddr) -> Outcome {
     let t0 = Instant::now();
-    let mut s = TcpStream::connect(socks).await.unwrap();
-    s.write_all(&[5, 1, 0]).await.unwrap();
-    let mut r = [0u8; 2];
-    s.read_exact(&mut r).await.unwrap();
-    let SocketAddr::V4(w) = web else {
-        panic!("IPv4 only")
-    };
-    let mut req = vec![5, 1, 0, 1];
-    req.extend_from_slice(&w.ip().octets());
-    req.extend_from_slice(&w.port().to_be_bytes());
-    s.write_all(&req).await.unwrap();
-    let mut rep = [0u8; 10];
-    s.read_exact(&mut rep).await.unwrap();
-    assert_eq!(rep[1], 0, "SOCKS5 CONNECT refused with code {}", rep[1]);
+    let mut s = crate::socks5::open(socks, web).await;
     s.write_all(b"GET /file HTTP/1.1\r\nHost: x\r\n\r\n")
         .await
         .unwrap();

@@ -5,7 +5,6 @@
 use crate::common;
 
 use common::{body, curl, http_server, rig, sha, socks_args};
-use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Duration;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
@@ -183,38 +182,14 @@ async fn udp_associate_echoes_every_datagram_intact() {
         }
     });
     // SOCKS5 UDP ASSOCIATE by hand.
-    let mut ctl = tokio::net::TcpStream::connect(rig.agent.socks.unwrap())
-        .await
-        .unwrap();
-    ctl.write_all(&[5, 1, 0]).await.unwrap();
-    let mut r = [0u8; 2];
-    ctl.read_exact(&mut r).await.unwrap();
-    assert_eq!(r, [5, 0]);
-    ctl.write_all(&[5, 3, 0, 1, 0, 0, 0, 0, 0, 0])
-        .await
-        .unwrap();
-    let mut rep = [0u8; 10];
-    ctl.read_exact(&mut rep).await.unwrap();
-    assert_eq!(rep[1], 0, "UDP ASSOCIATE refused");
-    let relay = SocketAddr::from((
-        [rep[4], rep[5], rep[6], rep[7]],
-        u16::from_be_bytes([rep[8], rep[9]]),
-    ));
-    let client = UdpSocket::bind("127.0.0.1:0").await.unwrap();
-    let ip = match echo_addr {
-        SocketAddr::V4(a) => a.ip().octets(),
-        _ => unreachable!(),
-    };
+    let (_ctl, client, relay) = braid_testkit::socks5::associate(rig.agent.socks.unwrap()).await;
     let mut received = 0;
     let mut buf = vec![0u8; 4096];
     for i in 0..200u32 {
         let payload: Vec<u8> = (0..(50 + i as usize * 5))
             .map(|k| (k as u32 ^ i) as u8)
             .collect();
-        let mut pkt = vec![0, 0, 0, 1];
-        pkt.extend_from_slice(&ip);
-        pkt.extend_from_slice(&echo_addr.port().to_be_bytes());
-        pkt.extend_from_slice(&payload);
+        let pkt = braid_testkit::socks5::udp_packet(echo_addr.into(), &payload);
         client.send_to(&pkt, relay).await.unwrap();
         if let Ok(Ok((n, _))) =
             tokio::time::timeout(Duration::from_millis(500), client.recv_from(&mut buf)).await
@@ -283,22 +258,7 @@ async fn a_target_that_sends_nothing_closes_the_client_connection() {
             drop(s);
         }
     });
-    let mut c = tokio::net::TcpStream::connect(rig.agent.socks.unwrap())
-        .await
-        .unwrap();
-    c.write_all(&[5, 1, 0]).await.unwrap();
-    let mut r = [0u8; 2];
-    c.read_exact(&mut r).await.unwrap();
-    let SocketAddr::V4(t) = target else {
-        unreachable!()
-    };
-    let mut req = vec![5, 1, 0, 1];
-    req.extend_from_slice(&t.ip().octets());
-    req.extend_from_slice(&t.port().to_be_bytes());
-    c.write_all(&req).await.unwrap();
-    let mut rep = [0u8; 10];
-    c.read_exact(&mut rep).await.unwrap();
-    assert_eq!(rep[1], 0);
+    let mut c = braid_testkit::socks5::open(rig.agent.socks.unwrap(), target).await;
     let mut rest = Vec::new();
     let n = tokio::time::timeout(Duration::from_secs(5), c.read_to_end(&mut rest))
         .await

@@ -94,20 +94,7 @@ async fn trickle_server() -> SocketAddr {
 
 /// A SOCKS5 CONNECT to `target` through `socks`, then a GET.
 async fn socks_get(socks: SocketAddr, target: SocketAddr) -> TcpStream {
-    let mut s = TcpStream::connect(socks).await.unwrap();
-    s.write_all(&[5, 1, 0]).await.unwrap();
-    let mut r = [0u8; 2];
-    s.read_exact(&mut r).await.unwrap();
-    let SocketAddr::V4(t) = target else {
-        unreachable!()
-    };
-    let mut req = vec![5, 1, 0, 1];
-    req.extend_from_slice(&t.ip().octets());
-    req.extend_from_slice(&t.port().to_be_bytes());
-    s.write_all(&req).await.unwrap();
-    let mut rep = [0u8; 10];
-    s.read_exact(&mut rep).await.unwrap();
-    assert_eq!(rep[1], 0, "SOCKS5 CONNECT succeeded");
+    let mut s = braid_testkit::socks5::open(socks, target).await;
     s.write_all(b"GET / HTTP/1.1\r\nHost: x\r\n\r\n")
         .await
         .unwrap();

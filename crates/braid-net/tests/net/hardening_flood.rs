@@ -33,7 +33,7 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
-use tokio::net::{TcpListener, TcpStream, UdpSocket};
+use tokio::net::{TcpListener, UdpSocket};
 
 const LINK: &str = r#"
 name = "flood"
@@ -111,18 +111,7 @@ async fn endless_source() -> SocketAddr {
 
 /// Open a SOCKS5 CONNECT to `target` through `socks` and count what arrives.
 async fn download(socks: SocketAddr, target: SocketAddr, got: Arc<AtomicU64>) {
-    let mut s = TcpStream::connect(socks).await.unwrap();
-    s.write_all(&[5, 1, 0]).await.unwrap();
-    let mut r = [0u8; 2];
-    s.read_exact(&mut r).await.unwrap();
-    let SocketAddr::V4(t) = target else { panic!() };
-    let mut req = vec![5, 1, 0, 1];
-    req.extend_from_slice(&t.ip().octets());
-    req.extend_from_slice(&t.port().to_be_bytes());
-    s.write_all(&req).await.unwrap();
-    let mut rep = [0u8; 10];
-    s.read_exact(&mut rep).await.unwrap();
-    assert_eq!(rep[1], 0, "SOCKS5 CONNECT refused: {rep:?}");
+    let mut s = braid_testkit::socks5::open(socks, target).await;
     let mut buf = vec![0u8; 64 * 1024];
     while let Ok(n) = s.read(&mut buf).await {
         if n == 0 {

@@ -8,7 +8,7 @@ use braid_net::udp::PathBind;
 use braid_proxy::ProxyLimits;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::io::AsyncReadExt;
 use tokio::net::{TcpListener, TcpStream};
 
 /// Reads until the peer closes (0 or an error), or `wait` passes (false).
@@ -92,20 +92,7 @@ async fn slowloris_clients_are_cut_by_the_connection_limit_and_the_deadlines() {
             keep.push(s);
         }
     });
-    let mut c = TcpStream::connect(socks).await.unwrap();
-    c.write_all(&[5, 1, 0]).await.unwrap();
-    let mut r = [0u8; 2];
-    c.read_exact(&mut r).await.unwrap();
-    let std::net::SocketAddr::V4(t) = taddr else {
-        unreachable!()
-    };
-    let mut req = vec![5, 1, 0, 1];
-    req.extend_from_slice(&t.ip().octets());
-    req.extend_from_slice(&t.port().to_be_bytes());
-    c.write_all(&req).await.unwrap();
-    let mut rep = [0u8; 10];
-    c.read_exact(&mut rep).await.unwrap();
-    assert_eq!(rep[1], 0, "connected through the agent");
+    let mut c = braid_testkit::socks5::open(socks, taddr).await;
     let t1 = Instant::now();
     assert!(
         closed_within(&mut c, Duration::from_secs(3)).await,

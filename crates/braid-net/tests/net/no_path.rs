@@ -32,17 +32,17 @@ async fn with_no_path_proxied_connections_wait_then_get_network_unreachable() {
         .expect("an agent starts without any path");
 
     let t = Instant::now();
-    let mut s = TcpStream::connect(agent.socks.unwrap()).await.unwrap();
-    s.write_all(&[5, 1, 0]).await.unwrap();
-    let mut r = [0u8; 2];
-    s.read_exact(&mut r).await.unwrap();
-    s.write_all(&[5, 1, 0, 1, 127, 0, 0, 1, 0, 80])
-        .await
-        .unwrap();
-    let mut rep = [0u8; 10];
-    s.read_exact(&mut rep).await.unwrap();
+    let refused = braid_testkit::socks5::connect(
+        agent.socks.unwrap(),
+        std::net::SocketAddr::from(([127, 0, 0, 1], 80)),
+    )
+    .await;
     let waited = t.elapsed();
-    assert_eq!(rep[1], 3, "SOCKS5 reply: expected 3 (network unreachable)");
+    assert_eq!(
+        refused.err(),
+        Some(3),
+        "SOCKS5 reply: expected 3 (network unreachable)"
+    );
     assert!(
         waited >= Duration::from_millis(700) && waited < Duration::from_secs(5),
         "answered after {waited:?}; expected after the 800 ms wait"

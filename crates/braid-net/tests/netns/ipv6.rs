@@ -131,41 +131,11 @@ fn serve6(
 /// SOCKS5 greeting and a request of `cmd` (1 CONNECT, 3 UDP ASSOCIATE) for `to`; returns
 /// the reply's bound address.
 async fn socks5(s: &mut TcpStream, cmd: u8, to: SocketAddr) -> SocketAddr {
-    s.write_all(&[5, 1, 0]).await.unwrap();
-    let mut r = [0u8; 2];
-    s.read_exact(&mut r).await.unwrap();
-    let mut req = vec![5, cmd, 0];
-    match to {
-        SocketAddr::V4(a) => {
-            req.push(1);
-            req.extend_from_slice(&a.ip().octets());
-        }
-        SocketAddr::V6(a) => {
-            req.push(4);
-            req.extend_from_slice(&a.ip().octets());
-        }
-    }
-    req.extend_from_slice(&to.port().to_be_bytes());
-    s.write_all(&req).await.unwrap();
-    let mut head = [0u8; 4];
-    s.read_exact(&mut head).await.unwrap();
-    assert_eq!(
-        head[1], 0,
-        "SOCKS5 request {cmd} to {to} refused: code {}",
-        head[1]
-    );
-    let ip: std::net::IpAddr = if head[3] == 4 {
-        let mut a = [0u8; 16];
-        s.read_exact(&mut a).await.unwrap();
-        a.into()
-    } else {
-        let mut a = [0u8; 4];
-        s.read_exact(&mut a).await.unwrap();
-        a.into()
-    };
-    let mut port = [0u8; 2];
-    s.read_exact(&mut port).await.unwrap();
-    SocketAddr::new(ip, u16::from_be_bytes(port))
+    let (code, bound) = braid_testkit::socks5::request(s, cmd, to.into())
+        .await
+        .unwrap();
+    assert_eq!(code, 0, "SOCKS5 request {cmd} to {to} refused: code {code}");
+    bound
 }
 
 /// Everything `s` sends until it closes (10 s at most between reads).

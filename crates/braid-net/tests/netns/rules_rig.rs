@@ -11,6 +11,7 @@ use crate::common::body;
 use crate::nsrig::{self, Net};
 use braid_crypto::StaticKeypair;
 use braid_net::server::{Server, ServerBoard, ServerConfig};
+use braid_testkit::socks5::Dest;
 use std::net::{IpAddr, Ipv4Addr, SocketAddr};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -227,30 +228,11 @@ pub enum Target<'a> {
 
 /// SOCKS5 CONNECT through `socks`; `Err(code)` when the agent refuses.
 pub async fn socks_connect(socks: SocketAddr, t: Target<'_>) -> Result<TcpStream, u8> {
-    let mut s = TcpStream::connect(socks).await.unwrap();
-    s.write_all(&[5, 1, 0]).await.unwrap();
-    let mut r = [0u8; 2];
-    s.read_exact(&mut r).await.unwrap();
-    let mut req = vec![5, 1, 0];
-    match t {
-        Target::Ip(ip, port) => {
-            req.push(1);
-            req.extend_from_slice(&ip.octets());
-            req.extend_from_slice(&port.to_be_bytes());
-        }
-        Target::Name(n, port) => {
-            req.extend_from_slice(&[3, n.len() as u8]);
-            req.extend_from_slice(n.as_bytes());
-            req.extend_from_slice(&port.to_be_bytes());
-        }
-    }
-    s.write_all(&req).await.unwrap();
-    let mut rep = [0u8; 10];
-    s.read_exact(&mut rep).await.unwrap();
-    if rep[1] != 0 {
-        return Err(rep[1]);
-    }
-    Ok(s)
+    let to = match t {
+        Target::Ip(ip, port) => Dest::Addr(SocketAddr::from((ip, port))),
+        Target::Name(n, port) => Dest::Name(n, port),
+    };
+    braid_testkit::socks5::connect(socks, to).await
 }
 
 /// GET / on `s` (any byte stream to a [`web_server`]): the body.
@@ -271,26 +253,7 @@ pub async fn get<S: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin>(mut s:
     all.split_off(head)
 }
 
-/// A SOCKS5 UDP association through `socks`: its control connection and a client socket,
-/// and the relay's address.
-pub async fn associate(socks: SocketAddr) -> (TcpStream, UdpSocket, SocketAddr) {
-    let mut ctl = TcpStream::connect(socks).await.unwrap();
-    ctl.write_all(&[5, 1, 0]).await.unwrap();
-    let mut r = [0u8; 2];
-    ctl.read_exact(&mut r).await.unwrap();
-    ctl.write_all(&[5, 3, 0, 1, 0, 0, 0, 0, 0, 0])
-        .await
-        .unwrap();
-    let mut rep = [0u8; 10];
-    ctl.read_exact(&mut rep).await.unwrap();
-    assert_eq!(rep[1], 0, "UDP ASSOCIATE refused");
-    let relay = SocketAddr::from((
-        [rep[4], rep[5], rep[6], rep[7]],
-        u16::from_be_bytes([rep[8], rep[9]]),
-    ));
-    let client = UdpSocket::bind("127.0.0.1:0").await.unwrap();
-    (ctl, client, relay)
-}
+pub use braid_testkit::socks5::associate;
 
 /// Send `count` datagrams of `len` bytes to `to` over an association, return the answers'
 /// payloads (each waited for up to 1 s).
@@ -301,13 +264,7 @@ pub async fn udp_rounds(
     count: usize,
     len: usize,
 ) -> Vec<Vec<u8>> {
-    let SocketAddr::V4(v4) = to else {
-        panic!("IPv4 only")
-    };
-    let mut pkt = vec![0, 0, 0, 1];
-    pkt.extend_from_slice(&v4.ip().octets());
-    pkt.extend_from_slice(&v4.port().to_be_bytes());
-    pkt.resize(10 + len, b'x');
+    let pkt = braid_testkit::socks5::udp_packet(to.into(), &vec![b'x'; len]);
     let mut got = Vec::new();
     let mut buf = vec![0u8; 65536];
     for _ in 0..count {

@@ -102,8 +102,6 @@ async fn status_lists_both_paths_with_bytes_and_rtts_and_a_cut_path_goes_down_wi
 /// Regression: `limits.udp_flows_per_session.used` was always 0.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn server_limits_count_the_open_udp_flows() {
-    use std::net::SocketAddr;
-    use tokio::io::{AsyncReadExt, AsyncWriteExt};
     use tokio::net::UdpSocket;
     let rig = rig().await;
     let s = status(&rig.server_sock).await;
@@ -117,30 +115,8 @@ async fn server_limits_count_the_open_udp_flows() {
         }
     });
     // SOCKS5 UDP ASSOCIATE by hand.
-    let mut ctl = tokio::net::TcpStream::connect(rig.agent.socks.unwrap())
-        .await
-        .unwrap();
-    ctl.write_all(&[5, 1, 0]).await.unwrap();
-    let mut r = [0u8; 2];
-    ctl.read_exact(&mut r).await.unwrap();
-    ctl.write_all(&[5, 3, 0, 1, 0, 0, 0, 0, 0, 0])
-        .await
-        .unwrap();
-    let mut rep = [0u8; 10];
-    ctl.read_exact(&mut rep).await.unwrap();
-    assert_eq!(rep[1], 0, "UDP ASSOCIATE refused");
-    let relay = SocketAddr::from((
-        [rep[4], rep[5], rep[6], rep[7]],
-        u16::from_be_bytes([rep[8], rep[9]]),
-    ));
-    let client = UdpSocket::bind("127.0.0.1:0").await.unwrap();
-    let SocketAddr::V4(v4) = echo_addr else {
-        unreachable!()
-    };
-    let mut pkt = vec![0, 0, 0, 1];
-    pkt.extend_from_slice(&v4.ip().octets());
-    pkt.extend_from_slice(&v4.port().to_be_bytes());
-    pkt.extend_from_slice(b"hello");
+    let (ctl, client, relay) = braid_testkit::socks5::associate(rig.agent.socks.unwrap()).await;
+    let pkt = braid_testkit::socks5::udp_packet(echo_addr.into(), b"hello");
     let mut buf = [0u8; 64];
     let mut echoed = false;
     for _ in 0..20 {

@@ -15,7 +15,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
-use tokio::net::{TcpListener, TcpStream};
+use tokio::net::TcpListener;
 
 /// One-way delays of the two emulated paths, milliseconds (RTTs are twice these).
 pub const DELAY_MS: [f64; 2] = [15.0, 30.0];
@@ -110,20 +110,7 @@ pub async fn source() -> SocketAddr {
 /// Download from `to` through the SOCKS5 port `socks` until the task is dropped, adding
 /// the bytes received to `got`.
 pub async fn download(socks: SocketAddr, to: SocketAddr, got: Arc<AtomicU64>) {
-    let mut s = TcpStream::connect(socks).await.unwrap();
-    s.write_all(&[5, 1, 0]).await.unwrap();
-    let mut r = [0u8; 2];
-    s.read_exact(&mut r).await.unwrap();
-    let SocketAddr::V4(v4) = to else {
-        panic!("IPv4 only")
-    };
-    let mut req = vec![5, 1, 0, 1];
-    req.extend_from_slice(&v4.ip().octets());
-    req.extend_from_slice(&v4.port().to_be_bytes());
-    s.write_all(&req).await.unwrap();
-    let mut r = [0u8; 10];
-    s.read_exact(&mut r).await.unwrap();
-    assert_eq!(r[1], 0, "SOCKS5 CONNECT refused");
+    let mut s = braid_testkit::socks5::open(socks, to).await;
     let mut buf = vec![0u8; 64 << 10];
     loop {
         match s.read(&mut buf).await {
