@@ -1,9 +1,10 @@
 //! Connection-level runs (`[workload] kind = "connections"`): paper 003's comparison as the
-//! paper ran it. Connections of several applications arrive as Poisson processes, each goes
+//! paper ran it. Connections of several applications arrive as Poisson processes. Most go
 //! whole on one interface (legacy servers: no braid server), chosen by round robin,
 //! weighted round robin, or braid's connection-level scheduler (`braid_core::connsched`:
 //! OPERETTA at the variant's alpha, or its throughput policy for `minrtt`, direct mode's
-//! default). A flow-level model, like `connmix`.
+//! default); a fraction `gamma` go to an OPERETTA-enabled server and are split over the
+//! interfaces (packet-based). A flow-level model, like `connmix`.
 //!
 //! Owns: the arrivals, the flow model and its results (the `[workload.connections]` table is
 //! read by `scenario/connections.rs`).
@@ -26,6 +27,15 @@
 //! `operetta` and `minrtt` ask connsched, which knows each interface's power and rate hint
 //! (if any), measures the rest, and learns each class's bytes per connection (eq. 1); it is
 //! told each open connection's bytes every 10 steps and when it ends.
+//!
+//! Packet-based connections (the paper's `S_i = 0`, a fraction `gamma` drawn per
+//! connection): split when they arrive into one flow per interface, `rr` in equal shares
+//! (packets in turn), `wrr` in shares by rate, `operetta` and `minrtt` by the paper's
+//! equation 9 at the variant's alpha (1 for `minrtt`), from the interfaces' rates as
+//! connsched knows them, the bytes their open flows still carry, and the new connection's
+//! expected size (connsched's eq. 1 estimate). The split is fixed at arrival (the paper
+//! re-weights packet-based streams at every scheduling decision), and connsched is not told
+//! about those flows when it places whole connections.
 
 use crate::report::{PathResult, Report, RunResult};
 use crate::scenario::{repetition_seed, Scenario, ScenarioError, VariantKind, VariantSpec};
@@ -78,6 +88,8 @@ struct Arrival {
     at: f64,
     class: usize,
     bytes: f64,
+    /// To an OPERETTA-enabled server (a fraction `gamma` of all): split over interfaces.
+    packet: bool,
 }
 
 fn arrivals(cw: &ConnWorkload, seed: u64) -> Vec<Arrival> {
@@ -96,10 +108,17 @@ fn arrivals(cw: &ConnWorkload, seed: u64) -> Vec<Arrival> {
                 at: t,
                 class,
                 bytes,
+                packet: false,
             });
         }
     }
     out.sort_by(|a, b| a.at.total_cmp(&b.at));
+    // Which connections are packet-based: a stream of its own, so that gamma = 0 leaves the
+    // arrivals as they were.
+    let mut g = Rng::new(splitmix64(seed ^ 0x6A77A));
+    for a in &mut out {
+        a.packet = cw.gamma > 0.0 && g.next_f64() < cw.gamma;
+    }
     out
 }
 
@@ -219,6 +238,64 @@ impl Placer {
     }
 }
 
+impl Placer {
+    /// The shares of a packet-based connection of `expected` bytes over the interfaces,
+    /// whose open flows still have `loads` bytes to carry.
+    fn split(&self, ifaces: &[Iface], loads: &[f64], expected: f64) -> Vec<f64> {
+        let n = ifaces.len() as f64;
+        let rate = |j: usize| {
+            let f = &ifaces[j];
+            let known = self.sched.as_ref().and_then(|s| s.rate(j));
+            known.or(f.hint).unwrap_or(f.rate)
+        };
+        match self.how {
+            Placement::RoundRobin => vec![1.0 / n; ifaces.len()],
+            Placement::Weighted => {
+                let w: Vec<f64> = (0..ifaces.len()).map(rate).collect();
+                let total: f64 = w.iter().sum();
+                w.iter().map(|x| x / total).collect()
+            }
+            Placement::Sched(policy) => {
+                let alpha = match policy {
+                    ConnPolicy::Operetta { alpha } => alpha,
+                    _ => 1.0,
+                };
+                let rates: Vec<f64> = (0..ifaces.len()).map(rate).collect();
+                let powers: Vec<f64> = ifaces.iter().map(|f| f.power_w).collect();
+                eq9(&rates, &powers, loads, expected, alpha)
+            }
+        }
+    }
+}
+
+/// Paper 003's equation 9: the shares `w_j` of new packet-based load `p` bytes, over
+/// interfaces of `rates` (bytes/s) and `powers` whose connections still have `loads`
+/// bytes: in ascending energy per bit, each interface takes what keeps it within the
+/// target's finishing time, `w_j = min(1 - sum_{k<j} w_k, (L r_j - T C_j) / (T p))`, with
+/// `L` all load, `C_j` the interface's, and `T` the target `r_min + alpha * (the other
+/// rates)` capped by what the fixed loads allow (Algorithm 1's `T_max`).
+fn eq9(rates: &[f64], powers: &[f64], loads: &[f64], p: f64, alpha: f64) -> Vec<f64> {
+    let n = rates.len();
+    let mut order: Vec<usize> = (0..n).collect();
+    order.sort_by(|&a, &b| (powers[a] / rates[a]).total_cmp(&(powers[b] / rates[b])));
+    let all_rates: f64 = rates.iter().sum();
+    let target = rates[order[0]] + alpha.clamp(0.0, 1.0) * (all_rates - rates[order[0]]);
+    let l = loads.iter().sum::<f64>() + p;
+    let span = (0..n).map(|j| loads[j] / rates[j]).fold(0.0, f64::max);
+    let t_max = if span > 0.0 { l / span } else { f64::INFINITY };
+    let t = target.min(t_max).min(all_rates);
+    let mut w = vec![0.0; n];
+    let mut left = 1.0;
+    for &j in &order {
+        let cap = ((l * rates[j] - t * loads[j]) / (t * p)).max(0.0);
+        w[j] = cap.min(left);
+        left -= w[j];
+    }
+    // Rounding only (sum_j cap_j >= 1 when T <= sum r_j and T <= T_max).
+    w[order[0]] += left.max(0.0);
+    w
+}
+
 /// The flow model for one variant (see the module documentation).
 fn simulate(
     ifaces: &[Iface],
@@ -240,6 +317,26 @@ fn simulate(
         while next < arr.len() && arr[next].at <= t {
             let a = arr[next];
             let dest = names.get(a.class).map_or("class", |s| s.as_str());
+            next += 1;
+            if a.packet {
+                let mut loads = vec![0.0; n];
+                for c in &open {
+                    loads[c.iface] += c.left;
+                }
+                let expected = placer.sched.as_ref().map_or(a.bytes, |s| s.expected(dest));
+                let w = placer.split(ifaces, &loads, expected);
+                for (iface, w) in w.into_iter().enumerate() {
+                    if w * a.bytes > 0.5 {
+                        open.push(Open {
+                            left: w * a.bytes,
+                            iface,
+                            id: None,
+                            done: 0.0,
+                        });
+                    }
+                }
+                continue;
+            }
             let (iface, id) = placer.place(ifaces, now, dest);
             open.push(Open {
                 left: a.bytes,
@@ -247,7 +344,6 @@ fn simulate(
                 id,
                 done: 0.0,
             });
-            next += 1;
         }
         if (open.is_empty() && next == arr.len()) || k * step >= limit {
             break;
@@ -335,6 +431,7 @@ mod tests {
         ConnWorkload {
             arrivals_for: 100_000_000_000,
             step: 10_000_000,
+            gamma: 0.0,
             classes: vec![ConnClass {
                 name: "c".into(),
                 size: 10e3,
@@ -370,6 +467,36 @@ mod tests {
                 .count();
             assert_eq!(on0, want, "{how:?}");
         }
+    }
+
+    #[test]
+    fn packet_based_connections_are_split_in_turn_by_rate_or_by_equation_9() {
+        let f = |mbit: f64, w: f64| Iface {
+            rate: mbit * 1e6 / 8.0,
+            power_w: w,
+            hint: None,
+        };
+        // Table III: IF1 1 Mbit/s 0.634 W, IF2 0.7 Mbit/s 0.095 W, IF3 2 Mbit/s 0.9 W.
+        let ifaces = [f(1.0, 0.634), f(0.7, 0.095), f(2.0, 0.9)];
+        let idle = [0.0; 3];
+        let close = |a: &[f64], b: &[f64]| a.iter().zip(b).all(|(x, y)| (x - y).abs() < 1e-9);
+        let rr = Placer::new(&ifaces, Placement::RoundRobin).split(&ifaces, &idle, 1e5);
+        assert!(close(&rr, &[1.0 / 3.0; 3]), "{rr:?}");
+        let wrr = Placer::new(&ifaces, Placement::Weighted).split(&ifaces, &idle, 1e5);
+        assert!(close(&wrr, &[1.0 / 3.7, 0.7 / 3.7, 2.0 / 3.7]), "{wrr:?}");
+        // Equation 9 with nothing else open: alpha 1 fills every interface at its rate
+        // (IF2, IF3, IF1 in energy per bit), alpha 0.5 (T = 2.2 Mbit/s) IF2 then IF3.
+        let r: Vec<f64> = ifaces.iter().map(|f| f.rate).collect();
+        let a: Vec<f64> = ifaces.iter().map(|f| f.power_w).collect();
+        assert!(close(&eq9(&r, &a, &idle, 1e5, 1.0), &wrr));
+        let mid = eq9(&r, &a, &idle, 1e5, 0.5);
+        assert!(close(&mid, &[0.0, 0.7 / 2.2, 1.5 / 2.2]), "{mid:?}");
+        // With IF3 busy for 1 s already (250 KB), 100 KB more at alpha 1: T is capped by
+        // T_max = L / 1 s = 350 KB/s; IF2 first takes what it carries in that second
+        // (87.5 KB), IF3 nothing (it is full), IF1 the rest.
+        let busy = [0.0, 0.0, 250e3];
+        let w = eq9(&r, &a, &busy, 100e3, 1.0);
+        assert!(close(&w, &[0.125, 0.875, 0.0]), "{w:?}");
     }
 
     #[test]

@@ -27,6 +27,9 @@ pub struct ConnWorkload {
     pub arrivals_for: Nanos,
     /// The flow model's time step.
     pub step: Nanos,
+    /// The fraction of connections whose server is OPERETTA-enabled (paper 003's gamma, as
+    /// a fraction): their bytes may be split over every interface (packet-based).
+    pub gamma: f64,
     pub classes: Vec<ConnClass>,
 }
 
@@ -35,6 +38,7 @@ pub struct ConnWorkload {
 pub(crate) struct RawConnections {
     arrivals_for: Option<String>,
     step: Option<String>,
+    gamma: Option<f64>,
     #[serde(default)]
     class: Vec<RawClass>,
 }
@@ -64,6 +68,13 @@ impl RawConnections {
         };
         let arrivals_for = dur("arrivals_for", &self.arrivals_for, "300s")?;
         let step = dur("step", &self.step, "10ms")?;
+        let gamma = self.gamma.unwrap_or(0.0);
+        if !(0.0..=1.0).contains(&gamma) {
+            return Err(err(
+                format!("{key}.gamma"),
+                format!("expected a fraction of connections in [0, 1] (0.25 for the paper's 25 %), got {gamma}"),
+            ));
+        }
         if self.class.is_empty() {
             return Err(err(
                 format!("{key}.class"),
@@ -105,6 +116,7 @@ impl RawConnections {
         Ok(ConnWorkload {
             arrivals_for,
             step,
+            gamma,
             classes,
         })
     }

@@ -310,17 +310,23 @@ fn sets() -> Vec<(String, Scenario)> {
 }
 
 #[test]
-fn operetta_without_rate_hints_meets_alpha_0_and_1_on_three_more_interface_sets() {
-    // Issue 25's bounds (5 % of the LP optimum's energy per bit, 0.95 of the target) on the
-    // sets beyond the paper's (which the test above covers at 0, 0.5 and 1). Alpha 0.5
-    // misses them on these sets (docs/results.md): not checked here.
+fn operetta_without_rate_hints_meets_the_bounds_on_three_more_interface_sets() {
+    // Issue 25's bounds (5 % of the LP optimum's energy per bit, 0.95 of the target) at
+    // alpha 0, 0.5 and 1 on the sets beyond the paper's (which the test above covers). At
+    // alpha 0.5 every set has a path whose first samples, taken in slow start, are far below
+    // its capacity (cheap-middle's 30 Mbit/s path: 0.7 Mbit/s); before such a path was
+    // measured to its full bandwidth, alpha 0.5 reached 0.84, 0.83 and 0.37 of the target.
     let sets = sets();
     assert_eq!(sets.len(), 4);
     let mut failures = Vec::new();
     for (label, scn) in &sets[1..] {
         assert!(scn.paths.iter().all(|p| p.rate_hint.is_none()));
         let ifs = interfaces(scn);
-        for (alpha, variant) in [(0.0, "operetta-0"), (1.0, "operetta-1")] {
+        for (alpha, variant) in [
+            (0.0, "operetta-0"),
+            (0.5, "operetta-0.5"),
+            (1.0, "operetta-1"),
+        ] {
             let (ok, msg) = check_within(scn, &ifs, variant, alpha, 0.05, 0.05);
             eprintln!("{label}: {msg}");
             if !ok {

@@ -675,6 +675,13 @@ fn connection_workloads_need_their_table_and_a_placement_they_know() {
         "workload.connections.class[0].per_s",
         &["(0, 10000]"],
     );
+    expect_err(
+        &conn(
+            "[workload.connections]\ngamma = 25.0\n[[workload.connections.class]]\nsize = \"10KB\"\nper_s = 1.0",
+        ),
+        "workload.connections.gamma",
+        &["[0, 1]", "0.25"],
+    );
     let ok = conn("[workload.connections]\narrivals_for = \"5s\"\n[[workload.connections.class]]\nsize = \"10KB\"\nper_s = 2.0");
     let s = parse(&ok).unwrap();
     let c = s.workload.connections.as_ref().unwrap();
