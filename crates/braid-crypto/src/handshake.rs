@@ -58,7 +58,7 @@ use crate::aead::{Cipher, Ciphers, Role, SessionKeys};
 use crate::cookie::{self, CookieError, Mac1Key, COOKIE_LEN, MACS_LEN, MAC_LEN};
 use crate::keys::{PublicKey, StaticKeypair};
 use crate::noise::{
-    builder, handshake_packet, keys_from, names, noise, split_handshake_packet, CIPHER_ITEM,
+    handshake_packet, keyed_builder, keys_from, names, noise, split_handshake_packet, CIPHER_ITEM,
     MAX_NOISE_MSG, MAX_OFFER, PAYLOAD_LEN,
 };
 
@@ -135,9 +135,8 @@ impl ClientHandshake {
         prologue: &[u8],
         ciphers: &Ciphers,
     ) -> Result<(ClientHandshake, Vec<u8>), HandshakeError> {
-        let mut state = builder(prologue)?
-            .local_private_key(client_key.private_bytes())
-            .and_then(|b| b.remote_public_key(&server_pub.0))
+        let mut state = keyed_builder(prologue, client_key)?
+            .remote_public_key(&server_pub.0)
             .and_then(|b| b.build_initiator())
             .map_err(noise("setup"))?;
         let mut payload = Vec::with_capacity(PAYLOAD_LEN + 1 + MAX_OFFER);

@@ -4,6 +4,7 @@
 use super::*;
 use crate::aead::TAG_LEN;
 use crate::guard::ReplayGuard;
+use crate::noise::builder;
 use braid_wire::{write_header, PacketType};
 use Cipher::{Aes256Gcm as Aes, ChaCha20Poly1305 as ChaCha};
 

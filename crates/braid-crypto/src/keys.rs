@@ -18,9 +18,12 @@ use std::fs::{self, File, OpenOptions};
 use std::io::{self, Read, Write};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
 
 use base64::engine::general_purpose::STANDARD;
 use base64::Engine as _;
+
+use crate::dh::LocalKey;
 use snow::params::DHChoice;
 use snow::resolvers::{CryptoResolver, DefaultResolver};
 
@@ -160,6 +163,9 @@ impl fmt::Debug for PublicKey {
 pub struct StaticKeypair {
     private: [u8; 32],
     public: PublicKey,
+    /// The private key made ready for the handshake's X25519 once (None only if AWS-LC
+    /// refused it; the handshake then builds the key itself).
+    prepared: Option<Arc<LocalKey>>,
 }
 
 impl fmt::Debug for StaticKeypair {
@@ -200,6 +206,7 @@ impl StaticKeypair {
         Ok(StaticKeypair {
             private,
             public: PublicKey(public),
+            prepared: LocalKey::new(&private).map(Arc::new),
         })
     }
 
@@ -215,6 +222,7 @@ impl StaticKeypair {
         Ok(StaticKeypair {
             private,
             public: PublicKey(public),
+            prepared: LocalKey::new(&private).map(Arc::new),
         })
     }
 
@@ -226,6 +234,11 @@ impl StaticKeypair {
     /// The private half, for the handshake only.
     pub(crate) fn private_bytes(&self) -> &[u8; 32] {
         &self.private
+    }
+
+    /// The private key made ready for X25519 ([`crate::dh`]).
+    pub(crate) fn prepared(&self) -> Option<Arc<LocalKey>> {
+        self.prepared.clone()
     }
 }
 

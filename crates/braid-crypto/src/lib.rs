@@ -39,6 +39,7 @@
 
 pub mod aead;
 pub mod cookie;
+mod dh;
 pub mod guard;
 pub mod handshake;
 pub mod keys;

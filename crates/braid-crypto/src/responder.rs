@@ -24,8 +24,8 @@ use crate::cookie::{Mac1Key, MACS_LEN};
 use crate::guard::ReplayGuard;
 use crate::keys::{PublicKey, StaticKeypair};
 use crate::noise::{
-    builder, handshake_packet, keys_from, names, noise, HandshakeError, CIPHER_ITEM, MAX_NOISE_MSG,
-    MAX_OFFER, PAYLOAD_LEN, PROLOGUE,
+    handshake_packet, keyed_builder, keys_from, names, noise, HandshakeError, CIPHER_ITEM,
+    MAX_NOISE_MSG, MAX_OFFER, PAYLOAD_LEN, PROLOGUE,
 };
 use braid_wire::{parse_header, Header, PacketType};
 use std::net::SocketAddr;
@@ -156,9 +156,8 @@ impl Responder<'_> {
             .checked_sub(MACS_LEN)
             .and_then(|end| packet.get(h.header_len..end))
             .ok_or(HandshakeError::Mac1)?;
-        let mut state = builder(PROLOGUE)?
-            .local_private_key(self.key.private_bytes())
-            .and_then(|b| b.build_responder())
+        let mut state = keyed_builder(PROLOGUE, self.key)?
+            .build_responder()
             .map_err(noise("setup"))?;
         let mut payload = vec![0u8; msg.len().min(MAX_NOISE_MSG)];
         let n = state

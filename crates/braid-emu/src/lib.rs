@@ -204,6 +204,11 @@ fn relay(
             }
         }
         let is_cut = cut.load(Ordering::Relaxed);
+        // Read the clock again: sending above may have taken milliseconds (a send on
+        // loopback also runs the kernel's receive work for whatever else is queued, such as
+        // a flood), and what arrived meanwhile must not enter the path back-dated, which
+        // would deliver it early and show round trips shorter than the path's delay.
+        let now = start.elapsed().as_nanos() as u64;
         while let Ok((n, from)) = agent.recv_from(&mut buf) {
             stats.up_in.fetch_add(1, Ordering::Relaxed);
             last_agent = Some(from);

@@ -21,11 +21,17 @@
 //! is the control: the same floods, from the same thread, go to a socket of the test that
 //! nobody reads instead of the server (what the flood costs the download without the
 //! server; the assertions about the server's answers are then skipped).
+//!
+//! The emulated path has 20 ms of delay each way: a round trip of 40 ms, which a few
+//! milliseconds of a busy host's scheduling do not make look like a queue. Each measurement
+//! prints what happened beside the server (`flood_watch`: kernel drops per socket, the
+//! emulated path's drops, a probe thread's wake-up delays, the server's view of the path).
 
+use crate::flood_watch::{Lateness, Watched};
 use braid_crypto::{ClientHandshake, StaticKeypair};
 use braid_emu::Emulator;
 use braid_net::agent::{Agent, AgentConfig, AgentPath};
-use braid_net::server::{HandshakeCounters, Server, ServerConfig};
+use braid_net::server::{HandshakeCounters, Server, ServerBoard, ServerConfig};
 use braid_net::udp::PathBind;
 use std::net::SocketAddr;
 use std::path::Path;
@@ -40,7 +46,7 @@ name = "flood"
 [[path]]
 name = "a"
 rate = "40Mbit"
-delay = "5ms"
+delay = "20ms"
 queue = "150KB"
 [workload]
 size = "1MB"
@@ -58,7 +64,9 @@ fn thread_cpu(tid: &str) -> f64 {
 
 /// Start the server on its own thread and current-thread runtime; returns its address, its
 /// counters and its thread id.
-fn server_thread(cfg: ServerConfig) -> (SocketAddr, Arc<HandshakeCounters>, String) {
+fn server_thread(
+    cfg: ServerConfig,
+) -> (SocketAddr, Arc<HandshakeCounters>, String, Arc<ServerBoard>) {
     let (tx, rx) = std::sync::mpsc::channel();
     std::thread::spawn(move || {
         let rt = tokio::runtime::Builder::new_current_thread()
@@ -70,7 +78,8 @@ fn server_thread(cfg: ServerConfig) -> (SocketAddr, Arc<HandshakeCounters>, Stri
             let tid = std::fs::read_link("/proc/thread-self")
                 .map(|p| p.file_name().unwrap().to_string_lossy().to_string())
                 .unwrap_or_default();
-            tx.send((server.local_addr().unwrap(), server.counters(), tid))
+            let board = server.status();
+            tx.send((server.local_addr().unwrap(), server.counters(), tid, board))
                 .unwrap();
             let _ = server.run().await;
         });
@@ -162,6 +171,7 @@ fn flood(
     ports: usize,
     stop: Arc<AtomicBool>,
 ) -> FloodReport {
+    normal_priority(19);
     raise_fd_limit(ports as u64 + 512);
     let socks: Vec<std::net::UdpSocket> = (0..ports)
         .map(|_| {
@@ -170,11 +180,6 @@ fn flood(
             s
         })
         .collect();
-    // SAFETY: setpriority(PRIO_PROCESS, 0, ..) changes only the calling thread's nice value
-    // on Linux; it takes no pointers.
-    unsafe {
-        libc::setpriority(libc::PRIO_PROCESS, 0, 19);
-    }
     let mut rep = FloodReport::default();
     let mut buf = [0u8; 2048];
     let mut i = 0usize;
@@ -256,7 +261,9 @@ async fn flooded_run(
     what: &str,
     packets: Vec<Vec<u8>>,
     ports: usize,
+    watched: &Watched<'_>,
 ) -> (FloodReport, f64) {
+    let marks = watched.mark();
     let cpu0 = thread_cpu(tid);
     let t0 = Instant::now();
     let stop = Arc::new(AtomicBool::new(false));
@@ -267,6 +274,7 @@ async fn flooded_run(
         Some(_) => unread.local_addr().unwrap(),
         None => server,
     };
+    let unread_port = unread.local_addr().unwrap().port();
     let flooder = std::thread::spawn(move || flood(target, packets, ports, st));
     tokio::time::sleep(Duration::from_millis(300)).await;
     let flooded = goodput(got, 3.0).await;
@@ -290,6 +298,11 @@ async fn flooded_run(
         quiet * 8e-6,
         flooded * 8e-6,
     );
+    eprintln!(
+        "   beside: {}\n   server's path: {}",
+        watched.since(&marks, &[("unread", unread_port)]),
+        watched.server_path().await
+    );
     assert!(
         rep.sent > 10_000,
         "the {what} flood was too weak to prove anything"
@@ -297,8 +310,45 @@ async fn flooded_run(
     (rep, ratio)
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn handshake_flood_gets_no_answers_and_spares_a_running_download() {
+/// The download path (server, emulator, agents, source and sink) runs under SCHED_RR where
+/// the test may ask for it (root), the flood at nice 19 (SCHED_OTHER): the test judges what
+/// the flood costs the server, not the other processes of a busy host. Nice values alone do
+/// not do that where the kernel groups each session's processes (autogroup: other people's
+/// builds get a share of their own whatever this test's nice) and the download's round trips
+/// would carry their scheduling delays (docs/results.md, issue 26). The flood still reaches
+/// the server in full, and every datagram the server reads costs its own thread's time, the
+/// time its transport work needs.
+#[test]
+fn handshake_flood_gets_no_answers_and_spares_a_running_download() {
+    // SAFETY: sched_setscheduler(0, ..) changes only the calling thread's policy on Linux and
+    // reads the struct passed; threads started afterwards (the runtime's, the server's, the
+    // emulator's) inherit it.
+    let rr = libc::sched_param { sched_priority: 10 };
+    if unsafe { libc::sched_setscheduler(0, libc::SCHED_RR, &rr) } != 0 {
+        eprintln!("cannot run the download path under SCHED_RR (not root?): host load counts too");
+    }
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .unwrap();
+    rt.block_on(flood_test());
+    drop(rt);
+    normal_priority(0);
+}
+
+/// Put the calling thread back under SCHED_OTHER at nice `nice`.
+fn normal_priority(nice: i32) {
+    let other = libc::sched_param { sched_priority: 0 };
+    // SAFETY: as above, the calling thread only; setpriority(PRIO_PROCESS, 0, ..) changes
+    // only the calling thread's nice value on Linux and takes no pointers.
+    unsafe {
+        libc::sched_setscheduler(0, libc::SCHED_OTHER, &other);
+        libc::setpriority(libc::PRIO_PROCESS, 0, nice);
+    }
+}
+
+async fn flood_test() {
     let server_key = StaticKeypair::generate().unwrap();
     let server_pub = server_key.public();
     let victim = Arc::new(StaticKeypair::generate().unwrap());
@@ -308,7 +358,7 @@ async fn handshake_flood_gets_no_answers_and_spares_a_running_download() {
         server_key,
         vec![victim.public(), downloader.public()],
     );
-    let (server, counters, tid) = server_thread(cfg);
+    let (server, counters, tid, board) = server_thread(cfg);
 
     // Capture the victim agent's real message 1 with a relay in front of the server.
     let relay = Arc::new(UdpSocket::bind("127.0.0.1:0").await.unwrap());
@@ -371,6 +421,16 @@ async fn handshake_flood_gets_no_answers_and_spares_a_running_download() {
     let mut agent = Agent::start(agent_cfg(server, downloader, server_pub, emu.agent_side))
         .await
         .unwrap();
+    let watched = Watched {
+        emu: &emu,
+        board: board.clone(),
+        lateness: Lateness::start(),
+        ports: vec![
+            ("server", server.port()),
+            ("emu agent side", emu.agent_side.port()),
+            ("emu server side", emu.server_side.port()),
+        ],
+    };
     assert!(agent.wait_established(Duration::from_secs(5)).await);
     let source = endless_source().await;
     let got = Arc::new(AtomicU64::new(0));
@@ -386,7 +446,14 @@ async fn handshake_flood_gets_no_answers_and_spares_a_running_download() {
     let mut quiet = 0.0;
     let mut ratios = Vec::new();
     for run in 1..=runs {
+        let marks = watched.mark();
         quiet = goodput(&got, 3.0).await;
+        eprintln!(
+            "run {run}: unflooded {:.1} Mbit/s; beside: {}\n   server's path: {}",
+            quiet * 8e-6,
+            watched.since(&marks, &[]),
+            watched.server_path().await
+        );
         assert!(
             quiet > 2e6,
             "unflooded goodput only {:.1} Mbit/s",
@@ -395,7 +462,8 @@ async fn handshake_flood_gets_no_answers_and_spares_a_running_download() {
         let at = (server, tid.as_str());
         let replays = vec![live.clone(), stale.clone()];
         let replies_before = HandshakeCounters::get(&counters.replies);
-        let (rep, replay_ratio) = flooded_run(&got, quiet, at, "replays", replays, 32).await;
+        let (rep, replay_ratio) =
+            flooded_run(&got, quiet, at, "replays", replays, 32, &watched).await;
         eprintln!(
             "   run {run}: server counters: rate-limited {}, refused {}, cookies {}",
             HandshakeCounters::get(&counters.rate_limited),
@@ -418,7 +486,7 @@ async fn handshake_flood_gets_no_answers_and_spares_a_running_download() {
         let fresh = fresh_initiations(&stranger, &server_pub, 2000);
         let t = Instant::now();
         let (rep, fresh_ratio) =
-            flooded_run(&got, quiet, at, "fresh initiations", fresh, 1000).await;
+            flooded_run(&got, quiet, at, "fresh initiations", fresh, 1000, &watched).await;
         let refused = HandshakeCounters::get(&counters.refused) - refused;
         let cookies = HandshakeCounters::get(&counters.cookies) - cookies;
         eprintln!(
@@ -458,7 +526,7 @@ async fn handshake_flood_gets_no_answers_and_spares_a_running_download() {
     }
 
     let at = (server, tid.as_str());
-    let (rep, ratio) = flooded_run(&got, quiet, at, "garbage", garbage(4096), 32).await;
+    let (rep, ratio) = flooded_run(&got, quiet, at, "garbage", garbage(4096), 32, &watched).await;
     // Garbage that parses as a transport packet of an unknown session may get the 12-byte
     // "unknown session" hint, at most 4 a second to one address; nothing else.
     assert_eq!(rep.received[..3], [0; 3], "the server answered garbage");
@@ -482,5 +550,6 @@ async fn handshake_flood_gets_no_answers_and_spares_a_running_download() {
     );
     // Both agents' sessions completed their first exchange long before (no expiry).
     assert_eq!(HandshakeCounters::get(&counters.unfinished), 0);
+    watched.lateness.stop();
     drop(victim_agent);
 }

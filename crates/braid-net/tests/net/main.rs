@@ -7,6 +7,7 @@ mod bad_input;
 mod end_to_end;
 mod faults;
 mod faults_server_restart;
+mod flood_watch;
 mod hardening;
 mod hardening_flood;
 mod hardening_proxy;

@@ -352,9 +352,10 @@ pub fn print(r: &Report) {
     }
     if let Some(h) = &r.handshakes {
         println!(
-            "handshakes: {} ({} lost) from {} ports in {:.2} s: {:.0}/s; server ({} thread(s)) {:.3} CPU s, {:.1} us each = {:.2}x five X25519 ({:.0} ops/s on one core: {:.1} us; {:.2}x five of ring's, {:.0} ops/s)",
+            "handshakes: {} ({} lost) from {} ports in {:.2} s: {:.0}/s; server ({} thread(s)) {:.3} CPU s, {:.1} us each = {:.2}x five X25519 ({:.0} ops/s on one core: {:.1} us; {:.2}x five of curve25519-dalek's, {:.0} ops/s; {:.2}x five of ring's, {:.0} ops/s)",
             h.count, h.lost, h.source_ports, h.seconds, h.per_s, h.threads, h.server_cpu_s,
             h.server_cpu_us_per_handshake, h.ratio_to_five_x25519, h.x25519_ops_per_s, h.five_x25519_us,
+            h.ratio_to_five_dalek_x25519, h.dalek_x25519_ops_per_s,
             h.ratio_to_five_ring_x25519, h.ring_x25519_ops_per_s
         );
     }
