@@ -122,7 +122,7 @@ fn wifi_runs(name: &str) -> (RunResult, RunResult, RunResult) {
 fn the_80211g_contention_model_gives_the_papers_30_percent_gap_and_offload_25_percent() {
     let (alone, base, off) = wifi_runs("super-ack-offload-80211g.toml");
     // Paper: UDP 30 % above TCP on 802.11g; within 20 % of it. ARF and the uplink's
-    // calibrated frame errors (7 %) make it 30 %; without them it is 26 %.
+    // calibrated frame errors (6 %) make it 29.5 %; without them it is 26 %.
     let g = gap(&alone);
     assert!((0.24..=0.36).contains(&g), "gap {:.1} %", g * 100.0);
     // Issue 25's bar: ACK offload at least +25 % over every ACK on Wi-Fi (paper +37 %).
@@ -139,20 +139,22 @@ fn the_80211g_contention_model_gives_the_papers_30_percent_gap_and_offload_25_pe
 fn the_80211b_model_gives_the_papers_70_percent_gap_and_offload_takes_it_back() {
     let (alone, base, off) = wifi_runs("super-ack-offload-80211b.toml");
     // Paper: UDP 70 % above TCP on 802.11b; within 20 % of it. ARF on a laptop whose frames
-    // the access point loses 28 % of the time (calibrated); 17.5 % without either.
+    // the access point loses 26 % of the time (calibrated); 18 % without either, 31 %
+    // with the losses but fixed rates.
     let g = gap(&alone);
     assert!((0.56..=0.84).contains(&g), "gap {:.1} %", g * 100.0);
-    // Measured +42 % over every ACK on Wi-Fi and +88 % over Wi-Fi alone (the paper's
-    // baseline): issue 25's +100 % is a miss, and no model whose offload at most takes
-    // back the gap can reach it (docs/results.md).
+    // Measured +52 % over every ACK on Wi-Fi (issue 25's +100 % is a miss there: offload
+    // at most takes back the gap, docs/results.md) and +100.2 % over Wi-Fi alone, the
+    // paper's baseline (default TCP). That is the model's ceiling, (UDP + 3G) / TCP, so
+    // the bar here keeps a margin below it.
     assert!(
-        off.goodput_bps >= 1.35 * base.goodput_bps,
+        off.goodput_bps >= 1.45 * base.goodput_bps,
         "ack offload {:.2} Mbit/s vs every ACK on Wi-Fi {:.2}",
         mbit(&off),
         mbit(&base)
     );
     assert!(
-        off.goodput_bps >= 1.8 * alone.goodput_bps,
+        off.goodput_bps >= 1.95 * alone.goodput_bps,
         "ack offload {:.2} Mbit/s vs Wi-Fi alone {:.2}",
         mbit(&off),
         mbit(&alone)
