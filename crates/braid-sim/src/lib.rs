@@ -12,6 +12,7 @@
 //! - [`latency`]: the sparse probe flow's shape and its idle/loaded percentiles, [`probe`]:
 //!   the probe application that measures them.
 
+pub mod arf;
 pub mod connlevel;
 pub mod connmix;
 pub mod energy;

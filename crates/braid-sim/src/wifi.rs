@@ -37,10 +37,21 @@
 //! frame plus an ACK timeout (SIFS + the ACK + one slot), nothing is delivered, both
 //! stations double CW (at most CWmax) and retry; after `dot11ShortRetryLimit` (7) retries
 //! the frame is dropped. Not modelled: RTS/CTS, EIFS after a collision (both stations were
-//! senders), capture, rate adaptation, other stations.
+//! senders), capture, other stations.
+//!
+//! Optional, per scenario (both off by default):
+//! - Rate control (`rate_control = "arf"`): each station picks its PHY rate with Auto Rate
+//!   Fallback (`crate::arf`), at most the configured one; a collision and a corrupted frame
+//!   are both failures to it, as to a real card, which cannot tell them apart.
+//! - Frame errors (`frame_error`, per station): the receiver loses a station's data frame
+//!   with this probability whatever its rate and length (link-layer ACKs always get
+//!   through), like a collision for one station: the medium is busy for the frame and an
+//!   ACK timeout, the sender doubles CW and retries. It stands for what no rate cures
+//!   (interference at the receiver); under ARF it drives the station to its lowest rate.
 //!
 //! Determinism: draws come from one `Rng` seeded by the path.
 
+use crate::arf::Arf;
 use crate::time::Nanos;
 use braid_core::Rng;
 use serde::Serialize;
@@ -193,10 +204,37 @@ impl Standard {
     }
 }
 
-/// A path's 802.11 medium as a scenario gives it.
+/// How a station picks its PHY rate.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+pub enum RateControl {
+    /// Always the configured rate.
+    #[serde(rename = "fixed")]
+    Fixed,
+    /// Auto Rate Fallback (`crate::arf`), at most the configured rate.
+    #[serde(rename = "arf")]
+    Arf,
+}
+
+/// A path's 802.11 medium as a scenario gives it.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize)]
 pub struct WifiSpec {
     pub standard: Standard,
+    pub rate_control: RateControl,
+    /// Per station (Up, Down): the probability that the other station loses one of its
+    /// data frames, whatever its rate and length (link-layer ACKs always get through): an
+    /// impairment no rate cures, such as interference at the receiver.
+    pub frame_error: [f64; 2],
+}
+
+impl WifiSpec {
+    /// `standard` at fixed rates on an error-free channel.
+    pub fn new(standard: Standard) -> WifiSpec {
+        WifiSpec {
+            standard,
+            rate_control: RateControl::Fixed,
+            frame_error: [0.0; 2],
+        }
+    }
 }
 
 /// One station's DCF state.
@@ -223,7 +261,11 @@ pub struct Collision {
 /// (Up), 1 the access point (Down).
 pub struct Dcf {
     std: Standard,
+    spec: WifiSpec,
+    /// Configured PHY rates (Up, Down): the rates with fixed rate control, the ceilings
+    /// with ARF.
     rates: [u64; 2],
+    arf: Option<[Arf; 2]>,
     sta: [Station; 2],
     /// When backoff counters start to run down (the medium's last busy end + DIFS).
     countdown: Nanos,
@@ -242,9 +284,13 @@ impl Dcf {
             retries: 0,
             ready: 0,
         };
+        let arf = (spec.rate_control == RateControl::Arf)
+            .then(|| rates.map(|r| Arf::new(spec.standard.rates(), r)));
         Dcf {
             std: spec.standard,
+            spec,
             rates,
+            arf,
             sta: [sta; 2],
             countdown: 0,
             busy_until: 0,
@@ -274,9 +320,25 @@ impl Dcf {
         (self.countdown + s.counter as Nanos * self.std.slot()).max(s.ready)
     }
 
+    /// Station `d`'s PHY rate for its next transmission.
+    pub fn rate(&self, d: usize) -> u64 {
+        self.arf.map_or(self.rates[d], |a| a[d].rate())
+    }
+
+    /// Times station `d`'s rate control has dropped its rate.
+    pub fn rate_drops(&self, d: usize) -> u64 {
+        self.arf.map_or(0, |a| a[d].drops)
+    }
+
     /// Medium time of station `d`'s successful exchange of an `ip_bytes` packet.
     pub fn exchange(&self, d: usize, ip_bytes: u64) -> Nanos {
-        self.std.exchange(ip_bytes, self.rates[d])
+        self.std.exchange(ip_bytes, self.rate(d))
+    }
+
+    /// Draws whether the channel corrupts station `d`'s frame, sent alone now.
+    pub fn corrupted(&mut self, d: usize) -> bool {
+        let p = self.spec.frame_error[d];
+        p > 0.0 && self.rng.chance(p)
     }
 
     /// Runs every counter down to the medium going busy at `at`.
@@ -301,13 +363,33 @@ impl Dcf {
         s.retries = 0;
         s.ready = end;
         self.draw(d);
+        if let Some(a) = self.arf.as_mut() {
+            a[d].on_success();
+        }
     }
 
     /// Both stations sent from `at` (head frames of `ip_bytes`).
     pub fn collide(&mut self, at: Nanos, ip_bytes: [u64; 2]) -> Collision {
+        self.failed(at, [true, true], ip_bytes)
+    }
+
+    /// Station `d` sent alone from `at` and the channel corrupted its `ip_bytes` frame:
+    /// no link-layer ACK, as after a collision.
+    pub fn corrupt(&mut self, d: usize, at: Nanos, ip_bytes: u64) -> Collision {
+        let mut who = [false; 2];
+        who[d] = true;
+        let mut bytes = [0; 2];
+        bytes[d] = ip_bytes;
+        self.failed(at, who, bytes)
+    }
+
+    /// The stations in `who` sent from `at` and got no ACK: the medium is busy for the
+    /// longest frame and an ACK timeout; each of them doubles CW and retries (or drops).
+    fn failed(&mut self, at: Nanos, who: [bool; 2], ip_bytes: [u64; 2]) -> Collision {
         self.freeze(at);
         let longest = (0..2)
-            .map(|d| self.std.data(ip_bytes[d], self.rates[d]) + self.std.ack(self.rates[d]))
+            .filter(|&d| who[d])
+            .map(|d| self.std.data(ip_bytes[d], self.rate(d)) + self.std.ack(self.rate(d)))
             .max()
             .unwrap_or(0);
         let busy_until = at + longest + self.std.sifs() + self.std.slot();
@@ -315,6 +397,12 @@ impl Dcf {
         self.countdown = busy_until + self.std.difs();
         let mut drop = [false; 2];
         for (d, dropped) in drop.iter_mut().enumerate() {
+            if !who[d] {
+                continue;
+            }
+            if let Some(a) = self.arf.as_mut() {
+                a[d].on_failure();
+            }
             let (min, max) = (self.std.cw_min(), self.std.cw_max());
             let s = &mut self.sta[d];
             s.retries += 1;
@@ -367,9 +455,7 @@ mod tests {
 
     #[test]
     fn counters_freeze_while_the_other_station_sends() {
-        let spec = WifiSpec {
-            standard: Standard::B,
-        };
+        let spec = WifiSpec::new(Standard::B);
         let mut d = Dcf::new(spec, [11_000_000; 2], 1);
         d.sta[0].counter = 10;
         d.sta[1].counter = 4;
@@ -383,10 +469,60 @@ mod tests {
     }
 
     #[test]
+    fn a_corrupted_frame_costs_its_sender_a_retry_and_leaves_the_other_counter_frozen() {
+        let mut spec = WifiSpec::new(Standard::B);
+        spec.frame_error = [0.5, 0.0];
+        let mut d = Dcf::new(spec, [11_000_000; 2], 3);
+        // Only the station with frame errors ever draws one.
+        let up = (0..1000).filter(|_| d.corrupted(0)).count();
+        assert!((400..600).contains(&up), "{up}");
+        assert!((0..1000).all(|_| !d.corrupted(1)));
+        d.sta[1].counter = 9;
+        d.countdown = 1_000_000;
+        let at = d.countdown + 3 * 20_000;
+        let c = d.corrupt(0, at, 40);
+        assert_eq!(c.drop, [false, false]);
+        assert_eq!(d.sta[0].cw, 63, "the sender doubles its window");
+        assert_eq!(d.sta[0].retries, 1);
+        assert_eq!(
+            (d.sta[1].cw, d.sta[1].counter),
+            (31, 6),
+            "the other only froze"
+        );
+        // Busy for the data frame, SIFS, the ACK it waited for and a slot.
+        let frame = Standard::B.data(40, 11_000_000) + Standard::B.ack(11_000_000);
+        assert_eq!(c.busy_until, at + frame + 10_000 + 20_000);
+    }
+
+    #[test]
+    fn arf_slows_a_station_after_two_failures_and_fixed_rates_never_do() {
+        let mut spec = WifiSpec::new(Standard::B);
+        let fixed = Dcf::new(spec, [11_000_000; 2], 1);
+        spec.rate_control = RateControl::Arf;
+        for mut d in [Dcf::new(spec, [11_000_000; 2], 1), fixed] {
+            let arf = d.arf.is_some();
+            let fast = d.exchange(0, 100);
+            d.corrupt(0, 0, 100);
+            d.corrupt(0, 10_000_000, 100);
+            assert_eq!(d.rate(1), 11_000_000, "the other station keeps its rate");
+            if arf {
+                assert_eq!((d.rate(0), d.rate_drops(0)), (5_500_000, 1));
+                assert!(d.exchange(0, 100) > fast);
+                // Ten successes climb back.
+                for i in 0..10 {
+                    d.success(0, 20_000_000 + i * 1_000_000, 20_500_000 + i * 1_000_000);
+                }
+                assert_eq!(d.rate(0), 11_000_000);
+            } else {
+                assert_eq!((d.rate(0), d.rate_drops(0)), (11_000_000, 0));
+                assert_eq!(d.exchange(0, 100), fast);
+            }
+        }
+    }
+
+    #[test]
     fn collisions_double_the_window_and_drop_after_the_retry_limit() {
-        let spec = WifiSpec {
-            standard: Standard::G,
-        };
+        let spec = WifiSpec::new(Standard::G);
         let mut d = Dcf::new(spec, [54_000_000; 2], 1);
         let mut dropped = 0;
         for i in 0..=RETRY_LIMIT {

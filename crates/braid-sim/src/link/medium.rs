@@ -67,29 +67,37 @@ impl<P: Clone> PathModel<P> {
             let who: Vec<usize> = (0..2)
                 .filter(|&d| !self.dirs[d].queue.is_empty() && dcf.access_time(d) == at)
                 .collect();
-            if who.len() == 2 {
-                let head = |d: usize| self.dirs[d].queue.front().map_or(0, |f| f.0 as u64);
-                let c = dcf.collide(at, [head(0), head(1)]);
-                if self.meter_on {
-                    self.energy.record(at, c.busy_until);
-                }
-                for d in 0..2 {
-                    let s = &mut self.dirs[d];
-                    s.stats.collisions += 1;
-                    if c.drop[d] {
-                        if let Some((w, _)) = s.queue.pop_front() {
-                            s.queued_bytes -= w as u64;
-                            s.stats.retry_drops += 1;
-                        }
-                    }
+            let head = |d: usize| self.dirs[d].queue.front().map_or(0, |f| f.0 as u64);
+            let c = if who.len() == 2 {
+                dcf.collide(at, [head(0), head(1)])
+            } else if dcf.corrupted(who[0]) {
+                dcf.corrupt(who[0], at, head(who[0]))
+            } else {
+                let d = who[0];
+                let airtime = |w: u64| dcf.exchange(d, w);
+                match self.dirs[d].start(at, Some(&airtime)) {
+                    Some((s, e)) if self.meter_on => self.energy.record(s, e),
+                    _ => {}
                 }
                 continue;
+            };
+            if self.meter_on {
+                self.energy.record(at, c.busy_until);
             }
-            let d = who[0];
-            let airtime = |w: u64| dcf.exchange(d, w);
-            match self.dirs[d].start(at, Some(&airtime)) {
-                Some((s, e)) if self.meter_on => self.energy.record(s, e),
-                _ => {}
+            for &d in &who {
+                let s = &mut self.dirs[d];
+                if who.len() == 2 {
+                    s.stats.collisions += 1;
+                } else {
+                    s.stats.frame_errors += 1;
+                }
+                s.stats.rate_drops = dcf.rate_drops(d);
+                if c.drop[d] {
+                    if let Some((w, _)) = s.queue.pop_front() {
+                        s.queued_bytes -= w as u64;
+                        s.stats.retry_drops += 1;
+                    }
+                }
             }
         }
     }

@@ -107,6 +107,10 @@ pub struct LinkStats {
     pub collisions: u64,
     /// 802.11 paths: frames dropped after the retry limit.
     pub retry_drops: u64,
+    /// 802.11 paths: transmissions of this direction's frames the channel corrupted.
+    pub frame_errors: u64,
+    /// 802.11 paths with rate control: times this direction's station dropped its rate.
+    pub rate_drops: u64,
 }
 
 /// One modelled path (see the module documentation).

@@ -9,7 +9,7 @@ use super::resolve::{Resolver, R};
 use super::{LinkSpec, PathSpec, RateSpec, MIN_BLACKOUT_EVERY, MIN_QUEUE_BYTES};
 use crate::time::Nanos;
 use crate::units::{parse_duration, parse_size};
-use crate::wifi::{Standard, WifiSpec};
+use crate::wifi::{RateControl, Standard, WifiSpec};
 
 /// Blackout intervals and the periodic schedule `(every, duration)`.
 type Blackouts = (Vec<(Nanos, Nanos)>, Option<(Nanos, Nanos)>);
@@ -58,7 +58,8 @@ impl Resolver<'_> {
             l.blackouts.clone_from(&blackouts);
             l.blackout_every = blackout_every;
         }
-        let wifi = self.wifi(&k, &rp, [&up, &down])?;
+        let own_errors = [up_raw.frame_error, down_raw.frame_error];
+        let wifi = self.wifi(&k, &rp, [&up, &down], own_errors)?;
         Ok(PathSpec {
             name,
             up,
@@ -147,8 +148,28 @@ impl Resolver<'_> {
 
     /// The `wifi` key: a standard, on a path that is not also `half_duplex`, whose
     /// directions' rates are constant PHY rates of that standard.
-    pub(super) fn wifi(&self, k: &str, rp: &RawPath, dirs: [&LinkSpec; 2]) -> R<Option<WifiSpec>> {
-        let Some(w) = &rp.wifi else { return Ok(None) };
+    pub(super) fn wifi(
+        &self,
+        k: &str,
+        rp: &RawPath,
+        dirs: [&LinkSpec; 2],
+        own_errors: [Option<f64>; 2],
+    ) -> R<Option<WifiSpec>> {
+        let Some(w) = &rp.wifi else {
+            let errors = rp.frame_error.is_some() || own_errors.iter().any(Option::is_some);
+            if rp.rate_control.is_some() || errors {
+                let key = if rp.rate_control.is_some() {
+                    "rate_control"
+                } else {
+                    "frame_error"
+                };
+                return Err(self.err(
+                    format!("{k}.{key}"),
+                    "`rate_control` and `frame_error` describe an 802.11 path: add `wifi`",
+                ));
+            }
+            return Ok(None);
+        };
         let key = format!("{k}.wifi");
         let standard = Standard::parse(w).ok_or_else(|| {
             self.err(
@@ -179,7 +200,33 @@ impl Resolver<'_> {
                 ));
             }
         }
-        Ok(Some(WifiSpec { standard }))
+        let rate_control = match rp.rate_control.as_deref() {
+            None | Some("fixed") => RateControl::Fixed,
+            Some("arf") => RateControl::Arf,
+            Some(other) => {
+                return Err(self.err(
+                    format!("{k}.rate_control"),
+                    format!(r#"expected "fixed" or "arf", got {other:?}"#),
+                ))
+            }
+        };
+        let mut frame_error = [0.0; 2];
+        for (i, (dir, own)) in ["up", "down"].into_iter().zip(own_errors).enumerate() {
+            let key = match own {
+                Some(_) => format!("{k}.{dir}.frame_error"),
+                None => format!("{k}.frame_error"),
+            };
+            let p = own.or(rp.frame_error).unwrap_or(0.0);
+            if !(0.0..1.0).contains(&p) {
+                return Err(self.err(key, format!("expected a probability in [0, 1), got {p}")));
+            }
+            frame_error[i] = p;
+        }
+        Ok(Some(WifiSpec {
+            standard,
+            rate_control,
+            frame_error,
+        }))
     }
 
     /// Resolves one direction: the direction's own keys win over the path's.

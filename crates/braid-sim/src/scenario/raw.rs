@@ -63,6 +63,8 @@ pub(super) struct RawPath {
     pub(super) half_duplex: Option<bool>,
     pub(super) frame_overhead: Option<UnitStr>,
     pub(super) wifi: Option<String>,
+    pub(super) rate_control: Option<String>,
+    pub(super) frame_error: Option<f64>,
     #[serde(default)]
     pub(super) blackouts: Vec<RawBlackout>,
     pub(super) blackout_every: Option<UnitStr>,
@@ -77,6 +79,7 @@ pub(super) struct RawPath {
 #[derive(Deserialize, Default)]
 #[serde(deny_unknown_fields, rename = "DirectionTable")]
 pub(super) struct RawDir {
+    pub(super) frame_error: Option<f64>,
     pub(super) rate: Option<UnitStr>,
     pub(super) delay: Option<UnitStr>,
     pub(super) jitter: Option<UnitStr>,

@@ -651,6 +651,45 @@ fn wifi_paths_need_a_known_standard_and_its_phy_rates() {
 }
 
 #[test]
+fn wifi_rate_control_and_frame_errors_are_checked() {
+    use braid_sim::wifi::RateControl;
+    let with = |extra: &str| base_with("rate = \"10Mbit\"", extra);
+    let b = "rate = \"11Mbit\"\nwifi = \"802.11b\"";
+    let s = parse(&with(&format!(
+        "{b}\nrate_control = \"arf\"\nframe_error = 0.1\n[path.up]\nframe_error = 0.28"
+    )))
+    .unwrap();
+    let w = s.paths[1].wifi.unwrap();
+    assert_eq!(w.rate_control, RateControl::Arf);
+    assert_eq!(w.frame_error, [0.28, 0.1], "a direction's own value wins");
+    let w = parse(&with(b)).unwrap().paths[1].wifi.unwrap();
+    assert_eq!(
+        (w.rate_control, w.frame_error),
+        (RateControl::Fixed, [0.0; 2])
+    );
+    expect_err(
+        &with(&format!("{b}\nrate_control = \"minstrel\"")),
+        "path[1].rate_control",
+        &["\"fixed\" or \"arf\"", "minstrel"],
+    );
+    expect_err(
+        &with(&format!("{b}\n[path.down]\nframe_error = 1.5")),
+        "path[1].down.frame_error",
+        &["probability in [0, 1)", "1.5"],
+    );
+    expect_err(
+        &with("rate = \"10Mbit\"\nrate_control = \"arf\""),
+        "path[1].rate_control",
+        &["802.11 path", "add `wifi`"],
+    );
+    expect_err(
+        &with("rate = \"10Mbit\"\n[path.up]\nframe_error = 0.1"),
+        "path[1].frame_error",
+        &["add `wifi`"],
+    );
+}
+
+#[test]
 fn connection_workloads_need_their_table_and_a_placement_they_know() {
     let conn = |extra: &str| {
         base_with(

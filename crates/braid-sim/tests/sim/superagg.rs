@@ -111,43 +111,54 @@ fn gap(r: &RunResult) -> f64 {
     r.capacity_bps / 1e6 / wifi_ip_mbit(r) - 1.0
 }
 
+/// The 802.11 runs of a scenario: Wi-Fi alone, aggregated, ACK offload.
+fn wifi_runs(name: &str) -> (RunResult, RunResult, RunResult) {
+    let r = run(name, &["wifi-only", "aggregated", "ack-offload"]);
+    let g = |v: &str| get(&r, v).clone();
+    (g("wifi-only"), g("aggregated"), g("ack-offload"))
+}
+
 #[test]
-fn the_80211g_contention_model_gives_the_papers_30_percent_self_contention_gap() {
-    let r = run(
-        "super-ack-offload-80211g.toml",
-        &["wifi-only", "aggregated", "ack-offload"],
-    );
-    // Paper: UDP 30 % above TCP on 802.11g; within 20 % of it.
-    let g = gap(get(&r, "wifi-only"));
+fn the_80211g_contention_model_gives_the_papers_30_percent_gap_and_offload_25_percent() {
+    let (alone, base, off) = wifi_runs("super-ack-offload-80211g.toml");
+    // Paper: UDP 30 % above TCP on 802.11g; within 20 % of it. ARF and the uplink's
+    // calibrated frame errors (6 %) make it 29.5 %; without them it is 26 %.
+    let g = gap(&alone);
     assert!((0.24..=0.36).contains(&g), "gap {:.1} %", g * 100.0);
-    let (base, off) = (get(&r, "aggregated"), get(&r, "ack-offload"));
-    // ACK offload takes back most of what the ACKs cost: +23 % measured (the paper's
-    // +37 % and the bar's +25 % are more than this gap allows once 3G's own share is in).
+    // Issue 25's bar: ACK offload at least +25 % over every ACK on Wi-Fi (paper +37 %).
     assert!(
-        off.goodput_bps >= 1.2 * base.goodput_bps,
+        off.goodput_bps >= 1.25 * base.goodput_bps,
         "ack offload {:.2} Mbit/s vs every ACK on Wi-Fi {:.2}",
-        mbit(off),
-        mbit(base)
+        mbit(&off),
+        mbit(&base)
     );
     assert!(off.efficiency >= 0.85, "{}", off.efficiency);
 }
 
 #[test]
-fn ack_offload_on_80211b_takes_back_what_the_acks_cost_and_no_more() {
-    let r = run(
-        "super-ack-offload-80211b.toml",
-        &["wifi-only", "aggregated", "ack-offload"],
-    );
-    // 802.11b's standard timing gives a gap near 802.11g's (27 %), not the paper's 70 %.
-    let g = gap(get(&r, "wifi-only"));
-    assert!((0.2..=0.35).contains(&g), "gap {:.1} %", g * 100.0);
-    let (base, off) = (get(&r, "aggregated"), get(&r, "ack-offload"));
+fn the_80211b_model_gives_the_papers_70_percent_gap_and_offload_takes_it_back() {
+    let (alone, base, off) = wifi_runs("super-ack-offload-80211b.toml");
+    // Paper: UDP 70 % above TCP on 802.11b; within 20 % of it. ARF on a laptop whose frames
+    // the access point loses 26 % of the time (calibrated); 18 % without either, 29 %
+    // with the losses but fixed rates.
+    let g = gap(&alone);
+    assert!((0.56..=0.84).contains(&g), "gap {:.1} %", g * 100.0);
+    // Measured +52 % over every ACK on Wi-Fi (issue 25's +100 % is a miss there: offload
+    // at most takes back the gap, docs/results.md) and +100.2 % over Wi-Fi alone, the
+    // paper's baseline (default TCP). That is the model's ceiling, (UDP + 3G) / TCP, so
+    // the bar here keeps a margin below it.
     assert!(
-        off.goodput_bps >= 1.1 * base.goodput_bps,
+        off.goodput_bps >= 1.45 * base.goodput_bps,
         "ack offload {:.2} Mbit/s vs every ACK on Wi-Fi {:.2}",
-        mbit(off),
-        mbit(base)
+        mbit(&off),
+        mbit(&base)
+    );
+    assert!(
+        off.goodput_bps >= 1.95 * alone.goodput_bps,
+        "ack offload {:.2} Mbit/s vs Wi-Fi alone {:.2}",
+        mbit(&off),
+        mbit(&alone)
     );
     // Offload can at most remove the gap: Wi-Fi at its UDP rate.
-    assert!(wifi_ip_mbit(off) <= get(&r, "wifi-only").capacity_bps / 1e6);
+    assert!(wifi_ip_mbit(&off) <= alone.capacity_bps / 1e6);
 }

@@ -11,10 +11,10 @@ const MS: Nanos = 1_000_000;
 /// IP/UDP header bytes.
 const IP_UDP: u32 = 28;
 
-fn wifi_path(standard: &str, rate: &str) -> PathModel<u32> {
+fn wifi_path(standard: &str, rate: &str, extra: &str) -> PathModel<u32> {
     let text = format!(
         "name = \"w\"\n[[path]]\nname = \"wifi\"\nrate = \"{rate}\"\nwifi = \"{standard}\"\n\
-         queue = \"10MB\"\n[workload]\nsize = \"1MB\"\n[[variant]]\nname = \"v\"\n"
+         queue = \"10MB\"\n{extra}\n[workload]\nsize = \"1MB\"\n[[variant]]\nname = \"v\"\n"
     );
     let scn = Scenario::from_toml_str(&text, Path::new("<wifi>")).unwrap();
     PathModel::new(&scn.paths[0], 7)
@@ -23,7 +23,18 @@ fn wifi_path(standard: &str, rate: &str) -> PathModel<u32> {
 /// Mbit/s of 1464-byte UDP payload down over `secs`, with `up_per_8` 32-byte datagrams up
 /// per 8 delivered down (sent as the down ones arrive, as a receiver's ACKs are).
 pub fn udp_mbit(standard: &str, rate: &str, up_per_8: u32, secs: u64) -> (f64, u64) {
-    let mut m = wifi_path(standard, rate);
+    udp_mbit_on(standard, rate, "", up_per_8, secs)
+}
+
+/// `udp_mbit` on a path with the extra path keys `extra` (TOML lines).
+pub fn udp_mbit_on(
+    standard: &str,
+    rate: &str,
+    extra: &str,
+    up_per_8: u32,
+    secs: u64,
+) -> (f64, u64) {
+    let mut m = wifi_path(standard, rate, extra);
     let end = secs * 1000 * MS;
     let mut out = Vec::new();
     let (mut now, mut got) = (0, 0u64);
@@ -99,4 +110,46 @@ fn protected_80211g_gives_the_papers_20_and_15_mbit_s() {
     // Without protection (only 802.11g stations) the same PHY rate carries 50 % more.
     let (erp, _) = udp_mbit("802.11g", "54Mbit", 0, 4);
     assert!(erp > 1.45 * none, "{erp:.2} vs {none:.2}");
+}
+
+/// Down UDP Mbit/s on 802.11b at 11 Mbit/s with `extra` path keys: one way, and with 4
+/// datagrams up per 8 down.
+fn b_one_way_and_with_acks(extra: &str) -> (f64, f64) {
+    let (none, _) = udp_mbit_on("802.11b", "11Mbit", extra, 0, 4);
+    let (four, _) = udp_mbit_on("802.11b", "11Mbit", extra, 4, 4);
+    (none, four)
+}
+
+#[test]
+fn arf_turns_uplink_frame_errors_into_self_contention() {
+    let gap = |(none, four): (f64, f64)| none / four - 1.0;
+    let fixed = b_one_way_and_with_acks("rate_control = \"fixed\"");
+    let arf = b_one_way_and_with_acks("rate_control = \"arf\"");
+    // Collisions alone seldom fail twice in a row: ARF changes next to nothing.
+    assert!((gap(arf) - gap(fixed)).abs() < 0.02, "{arf:?} vs {fixed:?}");
+    let lossy = "[path.up]\nframe_error = 0.2";
+    let fixed_lossy = b_one_way_and_with_acks(&format!("rate_control = \"fixed\"\n{lossy}"));
+    let arf_lossy = b_one_way_and_with_acks(&format!("rate_control = \"arf\"\n{lossy}"));
+    println!(
+        "802.11b gap at 4 up per 8: fixed {:.1} %, arf {:.1} %; up frame_error 0.2: fixed {:.1} %, arf {:.1} %",
+        gap(fixed) * 100.0,
+        gap(arf) * 100.0,
+        gap(fixed_lossy) * 100.0,
+        gap(arf_lossy) * 100.0
+    );
+    // The client's losses cost its retries; under ARF they also drive it to 1 Mbit/s,
+    // where each of its frames holds the medium three times as long.
+    assert!(
+        gap(arf_lossy) > gap(fixed_lossy) + 0.1,
+        "{arf_lossy:?} vs {fixed_lossy:?}"
+    );
+    assert!(
+        gap(fixed_lossy) > gap(fixed),
+        "{fixed_lossy:?} vs {fixed:?}"
+    );
+    // One way, only the access point sends data frames: the uplink's losses cost nothing.
+    assert!(
+        (arf_lossy.0 - fixed.0).abs() < 0.01 * fixed.0,
+        "{arf_lossy:?}"
+    );
 }
