@@ -146,7 +146,7 @@ impl ServerBoard {
                 .iter()
                 .map(|c| {
                     let mut p = PathReport {
-                        name: c.id.to_string(),
+                        name: c.peer_name.clone().unwrap_or_else(|| c.id.to_string()),
                         remote_address: addrs.get(&c.id).map(|a| a.peer.to_string()),
                         ..Default::default()
                     };
