@@ -29,9 +29,10 @@ fn on_udp(p: &PathReport) -> bool {
     p.local_address.is_some() && p.state == Some(ShownState::Active)
 }
 
-/// UDP dropped on p1: path b falls back to TCP. With the rule removed during a download,
-/// b's next UDP probe (1 s, then every 2 s here; 30 s doubling to 8 min by default) is
-/// answered and b moves back to UDP; the download goes on and is exact.
+/// UDP dropped on p1: path b falls back to TCP. An unanswered UDP probe of the idle session
+/// (0.5 s, then every 1 s here; 30 s doubling to 8 min by default) does not make the agent
+/// suspect its server (no new handshake). With the rule removed during a download, b's next
+/// probe is answered and b moves back to UDP; the download goes on and is exact.
 #[test]
 fn a_path_that_fell_back_to_tcp_returns_to_udp_once_udp_is_unblocked() {
     if skip() || no_nft() {
@@ -42,8 +43,8 @@ fn a_path_that_fell_back_to_tcp_returns_to_udp_once_udp_is_unblocked() {
     let rule = nft_drop(&net.c, "output", "oifname \"p1\" meta l4proto udp");
     let mut cfg = agent_cfg(&["a=p0", "b=p1"], s.key.clone(), s.server_pub);
     cfg.paths[1].policy.udp_recheck = Some(Recheck {
-        first: Duration::from_secs(1),
-        max: Duration::from_secs(2),
+        first: Duration::from_millis(500),
+        max: Duration::from_secs(1),
     });
     let (web, n2, board) = (s.web, net.clone(), s.board.clone());
     let (o, tcp_at, probes, back, after, names) = net.client(move || async move {
@@ -77,6 +78,10 @@ fn a_path_that_fell_back_to_tcp_returns_to_udp_once_udp_is_unblocked() {
         let b0 = n2.rx_bytes(1);
         let o = dl.await.unwrap();
         let st = board.snapshot().await;
+        assert_eq!(
+            st.handshakes_accepted, 1,
+            "the agent shook hands again: an unanswered UDP probe made it suspect the server"
+        );
         let names: Vec<(String, Option<u8>)> = st.sessions[0]
             .paths
             .iter()
