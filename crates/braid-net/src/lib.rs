@@ -20,6 +20,7 @@
 pub mod agent;
 pub mod batch;
 pub mod bridge;
+pub mod common;
 pub mod driver;
 pub mod netwatch;
 pub mod pathmgr;

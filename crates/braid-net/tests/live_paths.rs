@@ -7,10 +7,7 @@
 //! the bytes by SHA-256 and measures the longest stall (gap between received bytes).
 //! Without root or namespaces each test prints why it skips.
 
-#[path = "net/common/mod.rs"]
-mod common;
-#[path = "netns/nsrig/mod.rs"]
-mod nsrig;
+use braid_testkit::{loopback as common, netns as nsrig};
 
 use braid_net::agent::{Agent, PathStatus};
 use braid_testbed::cmd::ip_ns;

@@ -10,7 +10,7 @@ use std::io;
 use tokio::io::{AsyncWrite, AsyncWriteExt};
 
 use crate::http_error::HttpError;
-use crate::target::ReplyCode;
+use crate::reply::ReplyCode;
 
 /// Sends `HTTP/1.1 200 Connection established` and an empty line; the tunnel starts after.
 pub async fn respond_ok<S: AsyncWrite + Unpin>(stream: &mut S) -> io::Result<()> {

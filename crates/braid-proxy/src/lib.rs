@@ -7,7 +7,7 @@
 //!
 //! - [`addr`]: [`TargetAddr`] and [`TargetRef`], domain validation,
 //! - [`wire`]: the shared `atyp | addr | port` encoding and [`ParseError`],
-//! - [`target`]: the stream-open header and its reply, [`ReplyCode`],
+//! - [`target`]: the stream-open header and its reply ([`ReplyCode`], from `reply`),
 //! - [`datagram`]: the DATAGRAM-frame payload carrying proxied UDP,
 //! - [`inbound`]: inbound ports (the agent's forward request, the server's answer, the
 //!   header of a stream the server opens for a connection to a public port),
@@ -34,6 +34,7 @@ mod http_error;
 mod http_reply;
 pub mod inbound;
 pub mod limits;
+mod reply;
 pub mod socks5;
 pub mod target;
 pub mod wire;
@@ -42,6 +43,6 @@ pub use addr::{AddrError, TargetAddr, TargetRef};
 pub use auth::Credentials;
 pub use http::{HttpError, HttpLimits};
 pub use limits::{AcceptBackoff, ProxyLimits};
+pub use reply::ReplyCode;
 pub use socks5::{AuthPolicy, SocksError, SocksRequest};
-pub use target::ReplyCode;
 pub use wire::{Invalid, ParseError};

@@ -24,7 +24,7 @@ use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 
 use crate::addr::{AddrError, TargetAddr, TargetRef};
 use crate::auth::{ct_eq, CredentialsError};
-use crate::target::ReplyCode;
+use crate::reply::ReplyCode;
 use crate::wire::{self, byte, emit_addr, Invalid, ParseError, ATYP_DOMAIN, ATYP_IPV4, ATYP_IPV6};
 
 /// The SOCKS protocol version byte.

@@ -1,7 +1,7 @@
 //! The stream-open header the agent writes first on each new session stream, the server's
 //! one-byte-status reply, and [`ReplyCode`].
 //!
-//! Owns: the byte layout of both messages and the mapping from I/O errors to reply codes.
+//! Owns: the byte layout of both messages (the codes themselves live in `reply`).
 //! Must not touch: sockets, session streams, timers (the caller buffers bytes and calls the
 //! parsers; `Incomplete` means "read more").
 //!
@@ -16,10 +16,8 @@
 //! with more bytes) and `Err(ParseError::Invalid(_))` when no continuation could make it valid.
 //! Trailing bytes after the message are left alone (the consumed length is returned).
 
-use std::fmt;
-use std::io;
-
 use crate::addr::{AddrError, TargetAddr, TargetRef};
+pub use crate::reply::ReplyCode;
 use crate::wire::{byte, emit_addr, parse_addr, Invalid, ParseError};
 
 /// The header version this build speaks.
@@ -105,103 +103,9 @@ pub fn emit_reply(code: ReplyCode, out: &mut Vec<u8>) {
     out.push(code.as_u8());
 }
 
-/// The outcome of opening a target, with the SOCKS5 reply code numbering (RFC 1928 §6).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-#[repr(u8)]
-pub enum ReplyCode {
-    /// 0: the connection is open.
-    Succeeded = 0,
-    /// 1: general failure.
-    GeneralFailure = 1,
-    /// 2: connection not allowed by ruleset.
-    NotAllowed = 2,
-    /// 3: network unreachable.
-    NetworkUnreachable = 3,
-    /// 4: host unreachable (also: the name did not resolve).
-    HostUnreachable = 4,
-    /// 5: connection refused.
-    ConnectionRefused = 5,
-    /// 6: TTL expired; also used for "timed out".
-    TtlExpired = 6,
-    /// 7: command not supported.
-    CommandNotSupported = 7,
-    /// 8: address type not supported.
-    AddressTypeNotSupported = 8,
-}
-
-impl ReplyCode {
-    /// The code for byte `b`, or `None` when it is not 0..=8.
-    pub fn from_u8(b: u8) -> Option<Self> {
-        Some(match b {
-            0 => ReplyCode::Succeeded,
-            1 => ReplyCode::GeneralFailure,
-            2 => ReplyCode::NotAllowed,
-            3 => ReplyCode::NetworkUnreachable,
-            4 => ReplyCode::HostUnreachable,
-            5 => ReplyCode::ConnectionRefused,
-            6 => ReplyCode::TtlExpired,
-            7 => ReplyCode::CommandNotSupported,
-            8 => ReplyCode::AddressTypeNotSupported,
-            _ => return None,
-        })
-    }
-
-    /// The byte on the wire.
-    pub fn as_u8(self) -> u8 {
-        self as u8
-    }
-
-    /// True for [`ReplyCode::Succeeded`].
-    pub fn is_success(self) -> bool {
-        self == ReplyCode::Succeeded
-    }
-
-    /// The code that describes a failed connect or resolve: refused -> 5, host unreachable
-    /// -> 4, network unreachable -> 3, timed out -> 6, permission denied -> 2, anything else
-    /// -> 1.
-    pub fn from_io_error(err: &io::Error) -> ReplyCode {
-        match err.kind() {
-            io::ErrorKind::ConnectionRefused => ReplyCode::ConnectionRefused,
-            io::ErrorKind::HostUnreachable => ReplyCode::HostUnreachable,
-            io::ErrorKind::NetworkUnreachable => ReplyCode::NetworkUnreachable,
-            io::ErrorKind::TimedOut => ReplyCode::TtlExpired,
-            io::ErrorKind::PermissionDenied => ReplyCode::NotAllowed,
-            _ => ReplyCode::GeneralFailure,
-        }
-    }
-}
-
-impl fmt::Display for ReplyCode {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(match self {
-            ReplyCode::Succeeded => "succeeded",
-            ReplyCode::GeneralFailure => "general failure",
-            ReplyCode::NotAllowed => "connection not allowed by ruleset",
-            ReplyCode::NetworkUnreachable => "network unreachable",
-            ReplyCode::HostUnreachable => "host unreachable",
-            ReplyCode::ConnectionRefused => "connection refused",
-            ReplyCode::TtlExpired => "TTL expired or timed out",
-            ReplyCode::CommandNotSupported => "command not supported",
-            ReplyCode::AddressTypeNotSupported => "address type not supported",
-        })
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn io_error_mapping() {
-        let m = |k| ReplyCode::from_io_error(&io::Error::from(k)).as_u8();
-        assert_eq!(m(io::ErrorKind::ConnectionRefused), 5);
-        assert_eq!(m(io::ErrorKind::HostUnreachable), 4);
-        assert_eq!(m(io::ErrorKind::NetworkUnreachable), 3);
-        assert_eq!(m(io::ErrorKind::TimedOut), 6);
-        assert_eq!(m(io::ErrorKind::PermissionDenied), 2);
-        assert_eq!(m(io::ErrorKind::Other), 1);
-        assert_eq!(m(io::ErrorKind::BrokenPipe), 1);
-    }
 
     #[test]
     fn reply_codes_round_trip() {

@@ -13,7 +13,7 @@
 use std::net::{Ipv4Addr, Ipv6Addr, SocketAddr, SocketAddrV4, SocketAddrV6};
 
 use crate::addr::{validate_domain, AddrError, TargetAddr, TargetRef};
-use crate::target::ReplyCode;
+use crate::reply::ReplyCode;
 
 /// Address type: IPv4.
 pub const ATYP_IPV4: u8 = 1;

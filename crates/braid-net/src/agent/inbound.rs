@@ -221,7 +221,7 @@ async fn serve_stream(h: StreamHandle, forwards: Arc<[Forward]>, idle: Duration)
         return;
     };
     let early = head.split_off(used).freeze();
-    match crate::server::connect(&f.target, Duration::from_secs(10)).await {
+    match crate::common::connect(&f.target, Duration::from_secs(10)).await {
         Ok(tcp) => {
             debug!(port = %hdr.port, peer = %hdr.peer, to = %f.target, "inbound connection");
             crate::splice::splice(tcp, reader, writer, early, idle).await;

@@ -214,9 +214,7 @@ const _: () = assert!(
     "keep in step with Config::default"
 );
 
-/// Idle timeout: long enough that one lost keepalive (and its answer) does not end the
-/// session.
-pub const IDLE_TIMEOUT: Duration = Duration::from_secs(60);
+pub use crate::common::IDLE_TIMEOUT;
 
 /// One path of the agent.
 #[derive(Debug, Clone)]
@@ -583,7 +581,7 @@ impl Agent {
         let closed = match cmd {
             Some(cmd) => {
                 let _ = cmd.send(Cmd::Session(crate::bridge::SessionFn(Box::new(
-                    |s, now| s.close(now, crate::server::CLOSE_ORDERLY, "agent shutting down"),
+                    |s, now| s.close(now, crate::common::CLOSE_ORDERLY, "agent shutting down"),
                 ))));
                 tokio::time::timeout(timeout, self.established.wait_for(|s| s.is_none()))
                     .await

@@ -14,8 +14,7 @@ use std::sync::{Arc, RwLock};
 use std::time::Duration;
 use tracing::info;
 
-/// The CLOSE code of a session the server ends on purpose (NO_ERROR).
-pub const CLOSE_ORDERLY: u64 = 0;
+pub use crate::common::CLOSE_ORDERLY;
 
 /// The authorized agent keys, shared by the listening loop and the control handle.
 pub type Authorized = Arc<RwLock<Vec<PublicKey>>>;

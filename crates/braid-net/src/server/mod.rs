@@ -50,6 +50,7 @@ pub mod endpoint;
 mod gate;
 pub mod inbound;
 mod logs;
+mod path_addr;
 mod relay;
 mod report;
 mod session;
@@ -177,7 +178,7 @@ impl ServerConfig {
             // Keepalive as the core's default (25 s, the agent's) and the agent's idle
             // timeout (see `agent::IDLE_TIMEOUT`).
             transport: Config {
-                idle_timeout: crate::agent::IDLE_TIMEOUT,
+                idle_timeout: crate::common::IDLE_TIMEOUT,
                 ..Config::default()
             },
         }

@@ -15,6 +15,7 @@
 pub use super::budget::UdpBudget;
 use super::inbound::SessionPorts;
 use crate::bridge::{Cmd, StreamHandle, StreamMsg};
+pub use crate::common::connect;
 use crate::udp::send_datagram;
 use braid_proxy::target::{self, ReplyCode};
 use braid_proxy::{datagram, TargetAddr};
@@ -23,7 +24,7 @@ use std::collections::HashMap;
 use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Duration;
-use tokio::net::{TcpStream, UdpSocket};
+use tokio::net::UdpSocket;
 use tokio::sync::mpsc;
 use tracing::{debug, info, warn};
 
@@ -86,31 +87,6 @@ async fn reply(w: &crate::bridge::StreamWriter, code: ReplyCode) {
     let mut out = Vec::with_capacity(2);
     target::emit_reply(code, &mut out);
     let _ = w.write(Bytes::from(out)).await;
-}
-
-/// Resolve (names at the server, as SOCKS5 with remote resolution expects) and connect.
-pub async fn connect(target: &TargetAddr, timeout: Duration) -> Result<TcpStream, ReplyCode> {
-    let addrs: Vec<SocketAddr> = match target {
-        TargetAddr::Ip(a) => vec![*a],
-        TargetAddr::Domain(name, port) => {
-            match tokio::time::timeout(timeout, tokio::net::lookup_host((name.as_str(), *port)))
-                .await
-            {
-                Ok(Ok(a)) => a.collect(),
-                Ok(Err(_)) => return Err(ReplyCode::HostUnreachable),
-                Err(_) => return Err(ReplyCode::TtlExpired),
-            }
-        }
-    };
-    let mut last = ReplyCode::HostUnreachable;
-    for a in addrs {
-        match tokio::time::timeout(timeout, TcpStream::connect(a)).await {
-            Ok(Ok(s)) => return Ok(s),
-            Ok(Err(e)) => last = ReplyCode::from_io_error(&e),
-            Err(_) => last = ReplyCode::TtlExpired,
-        }
-    }
-    Err(last)
 }
 
 /// UDP flows of one session (and the agent's answers on its public UDP ports, which go

@@ -38,7 +38,7 @@ pub(super) struct Live {
     pub open_streams: Arc<AtomicUsize>,
     /// UDP flows open (the relay's count).
     pub udp_flows: Arc<AtomicUsize>,
-    pub addrs: super::session::PathAddrs,
+    pub addrs: super::path_addr::PathAddrs,
     /// Its first exchange completed (set by the session's first-exchange watch).
     pub established: Arc<AtomicBool>,
     /// Its inbound ports.

@@ -6,6 +6,7 @@
 //! touch: the handshake policy (the endpoint's), the receive loop (the worker's), the
 //! session's protocol (braid-core's).
 
+pub(super) use super::path_addr::{PathAddr, PathAddrs};
 use super::report::{self, ServerBoard};
 use super::{inbound, relay, ServerConfig};
 use crate::bridge::StreamHandle;
@@ -15,25 +16,10 @@ use crate::tcp::{Outbound, TcpPeers};
 use braid_core::{Event, PathId, Session};
 use braid_crypto::{PublicKey, SessionKeys};
 use std::collections::HashMap;
-use std::net::{IpAddr, SocketAddr};
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use tokio::sync::mpsc;
 use tracing::{debug, info, warn};
-
-/// Where one path's packets go.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(super) struct PathAddr {
-    /// The agent's address.
-    pub peer: SocketAddr,
-    /// The server's address the agent sends to, where the socket says it (a wildcard
-    /// listener, see `pktinfo`): replies go from there. `None`: the kernel chooses (a
-    /// listener on one address, a TCP path).
-    pub local: Option<IpAddr>,
-}
-
-/// Each path's addresses of one session.
-pub(super) type PathAddrs = Arc<Mutex<HashMap<PathId, PathAddr>>>;
 
 /// What every session of a server needs.
 pub(super) struct SessionCtx {

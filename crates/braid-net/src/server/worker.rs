@@ -64,7 +64,7 @@ pub(super) const HANDOFF_QUEUE: usize = 4096;
 pub(super) struct Handle {
     pub tx: mpsc::Sender<Incoming>,
     pub inbox: Arc<RekeyInbox>,
-    pub addrs: super::session::PathAddrs,
+    pub addrs: super::path_addr::PathAddrs,
 }
 
 impl SessionHandle for Handle {

@@ -3,10 +3,8 @@
 //! which would disturb the throughput and stall bars of `netns`'s tests running beside
 //! them. Root only (network namespaces, nftables); each test says why it skips.
 
-#[path = "../net/common/mod.rs"]
-mod common;
-#[path = "../netns/nsrig/mod.rs"]
-mod nsrig;
+use braid_testkit::loopback as common;
+use braid_testkit::netns as nsrig;
 
 mod lbrig;
 mod tests;

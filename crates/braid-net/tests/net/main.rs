@@ -1,7 +1,7 @@
 //! braid-net's integration tests, in one binary (one build and link instead of one per file):
 //! real sockets on loopback. The namespace tests are in `netns` and `live_paths`.
 
-mod common;
+use braid_testkit::loopback as common;
 
 mod bad_input;
 mod end_to_end;

@@ -11,7 +11,7 @@ use braid_crypto::StaticKeypair;
 use braid_net::agent::{Agent, AgentConfig, Forward};
 use braid_net::server::{Server, ServerBoard, ServerConfig};
 use braid_proxy::inbound::Proto;
-use nsrig::{agent_cfg, skip, Net, SERVER};
+use nsrig::{agent_cfg, skip, spawn_in, Net, Stop, SERVER};
 use std::net::SocketAddr;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -77,51 +77,20 @@ fn server(
 ) -> (braid_crypto::PublicKey, Arc<ServerBoard>, Stop) {
     let key = StaticKeypair::generate().unwrap();
     let public = key.public();
-    let (tx, rx) = std::sync::mpsc::channel();
-    let (stop_tx, stop_rx) = tokio::sync::oneshot::channel::<()>();
-    let ns = net.s.clone();
-    let t = std::thread::spawn(move || {
-        braid_testbed::netns::enter(&ns).unwrap();
+    let (board, stop) = spawn_in(&net.s, move |ready| async move {
         let _log = log.capture();
-        let rt = tokio::runtime::Builder::new_current_thread()
-            .enable_all()
-            .build()
-            .unwrap();
-        rt.block_on(async move {
-            let mut cfg = ServerConfig::new(SERVER.parse().unwrap(), key, vec![agent]);
-            let specs = [
-                format!("tcp:{TCP_PORT}"),
-                format!("udp:{UDP_PORT}"),
-                format!("tcp:{SINK_PORT}"),
-            ];
-            cfg.forward.allow_specs(&agent.to_base64(), &specs).unwrap();
-            let server = Server::bind(cfg).await.unwrap();
-            tx.send(server.status()).unwrap();
-            tokio::select! {
-                _ = server.run() => {}
-                _ = stop_rx => {}
-            }
-        });
+        let mut cfg = ServerConfig::new(SERVER.parse().unwrap(), key, vec![agent]);
+        let specs = [
+            format!("tcp:{TCP_PORT}"),
+            format!("udp:{UDP_PORT}"),
+            format!("tcp:{SINK_PORT}"),
+        ];
+        cfg.forward.allow_specs(&agent.to_base64(), &specs).unwrap();
+        let server = Server::bind(cfg).await.unwrap();
+        ready.send(server.status()).unwrap();
+        let _ = server.run().await;
     });
-    let board = rx.recv_timeout(Duration::from_secs(10)).unwrap();
-    (public, board, Stop(Some(stop_tx), Some(t)))
-}
-
-/// Stops the server thread when dropped.
-struct Stop(
-    Option<tokio::sync::oneshot::Sender<()>>,
-    Option<std::thread::JoinHandle<()>>,
-);
-
-impl Drop for Stop {
-    fn drop(&mut self) {
-        if let Some(s) = self.0.take() {
-            let _ = s.send(());
-        }
-        if let Some(t) = self.1.take() {
-            let _ = t.join();
-        }
-    }
+    (public, board, stop)
 }
 
 /// A TCP service that reads to the end and answers with the SHA-256 (hex) of what it read.

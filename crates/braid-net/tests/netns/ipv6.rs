@@ -5,7 +5,7 @@
 //! braid server. Root and namespaces are needed; each test prints why it skips.
 
 use crate::common::{body, sha};
-use crate::nsrig::{self, skip, wait, Net};
+use crate::nsrig::{self, skip, spawn_in, wait, Net, Stop};
 
 use braid_crypto::StaticKeypair;
 use braid_net::agent::{Agent, AgentConfig, DirectMode, PathStatus};
@@ -86,78 +86,46 @@ fn serve6(
     net: &Net,
     blob: Arc<Vec<u8>>,
     agent: Option<braid_crypto::PublicKey>,
-) -> (braid_crypto::PublicKey, Guard) {
+) -> (braid_crypto::PublicKey, Stop) {
     let key = StaticKeypair::generate().unwrap();
     let public = key.public();
-    let (tx, rx) = std::sync::mpsc::channel();
-    let (stop_tx, stop_rx) = tokio::sync::oneshot::channel::<()>();
-    let ns = net.s.clone();
-    let t = std::thread::spawn(move || {
-        braid_testbed::netns::enter(&ns).unwrap();
-        let rt = tokio::runtime::Builder::new_current_thread()
-            .enable_all()
-            .build()
-            .unwrap();
-        rt.block_on(async move {
-            let tcp = TcpListener::bind((DEST6, BLOB_PORT)).await.unwrap();
-            tokio::spawn(async move {
-                while let Ok((mut s, _)) = tcp.accept().await {
-                    let blob = blob.clone();
-                    tokio::spawn(async move {
-                        let _ = s.write_all(&blob).await;
-                        let _ = s.shutdown().await;
-                    });
-                }
-            });
-            let udp = UdpSocket::bind((DEST6, ECHO_PORT)).await.unwrap();
-            tokio::spawn(async move {
-                let mut b = [0u8; 2048];
-                while let Ok((n, from)) = udp.recv_from(&mut b).await {
-                    let mut answer = b"echo:".to_vec();
-                    answer.extend_from_slice(&b[..n]);
-                    let _ = udp.send_to(&answer, from).await;
-                }
-            });
-            let server = match agent {
-                Some(a) => {
-                    let listen: SocketAddr = (Ipv6Addr::UNSPECIFIED, BRAID_PORT).into();
-                    let cfg = ServerConfig::new(listen, key, vec![a]);
-                    Some(Server::bind(cfg).await.unwrap())
-                }
-                None => None,
-            };
-            tx.send(()).unwrap();
-            match server {
-                Some(s) => {
-                    tokio::select! {
-                        _ = s.run() => {}
-                        _ = stop_rx => {}
-                    }
-                }
-                None => {
-                    let _ = stop_rx.await;
-                }
+    let ((), stop) = spawn_in(&net.s, move |ready| async move {
+        let tcp = TcpListener::bind((DEST6, BLOB_PORT)).await.unwrap();
+        tokio::spawn(async move {
+            while let Ok((mut s, _)) = tcp.accept().await {
+                let blob = blob.clone();
+                tokio::spawn(async move {
+                    let _ = s.write_all(&blob).await;
+                    let _ = s.shutdown().await;
+                });
             }
         });
+        let udp = UdpSocket::bind((DEST6, ECHO_PORT)).await.unwrap();
+        tokio::spawn(async move {
+            let mut b = [0u8; 2048];
+            while let Ok((n, from)) = udp.recv_from(&mut b).await {
+                let mut answer = b"echo:".to_vec();
+                answer.extend_from_slice(&b[..n]);
+                let _ = udp.send_to(&answer, from).await;
+            }
+        });
+        let server = match agent {
+            Some(a) => {
+                let listen: SocketAddr = (Ipv6Addr::UNSPECIFIED, BRAID_PORT).into();
+                let cfg = ServerConfig::new(listen, key, vec![a]);
+                Some(Server::bind(cfg).await.unwrap())
+            }
+            None => None,
+        };
+        ready.send(()).unwrap();
+        match server {
+            Some(s) => {
+                let _ = s.run().await;
+            }
+            None => std::future::pending::<()>().await,
+        }
     });
-    rx.recv_timeout(Duration::from_secs(10)).unwrap();
-    (public, Guard(Some(stop_tx), Some(t)))
-}
-
-struct Guard(
-    Option<tokio::sync::oneshot::Sender<()>>,
-    Option<std::thread::JoinHandle<()>>,
-);
-
-impl Drop for Guard {
-    fn drop(&mut self) {
-        if let Some(s) = self.0.take() {
-            let _ = s.send(());
-        }
-        if let Some(t) = self.1.take() {
-            let _ = t.join();
-        }
-    }
+    (public, stop)
 }
 
 /// SOCKS5 greeting and a request of `cmd` (1 CONNECT, 3 UDP ASSOCIATE) for `to`; returns

@@ -4,9 +4,8 @@
 //! `live_paths` shares the rig but stays a binary of its own: it measures its process's
 //! descriptors and memory.
 
-#[path = "../net/common/mod.rs"]
-mod common;
-mod nsrig;
+use braid_testkit::loopback as common;
+use braid_testkit::netns as nsrig;
 
 mod blocked;
 mod direct;

@@ -3,13 +3,12 @@
 //! directory; a TCP source that sends until the client goes; a SOCKS5 download client.
 #![allow(dead_code)]
 
-use braid_crypto::StaticKeypair;
 use braid_emu::Emulator;
-use braid_net::agent::{Agent, AgentConfig, AgentPath};
-use braid_net::server::{Server, ServerBoard, ServerConfig};
-use braid_net::udp::PathBind;
+use braid_net::agent::Agent;
+use braid_net::server::ServerBoard;
 use braid_ops::control::ControlServer;
 use braid_ops::Source;
+use braid_testkit::loopback;
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -56,59 +55,36 @@ impl Drop for Rig {
     }
 }
 
+/// The kit's loopback rig on this file's two links, SOCKS5 only, with a control socket for
+/// the server and one for the agent.
 pub async fn rig() -> Rig {
-    let server_key = StaticKeypair::generate().unwrap();
-    let agent_key = StaticKeypair::generate().unwrap();
-    let agent_pub = agent_key.public();
-    let server_pub = server_key.public();
-    let scfg = ServerConfig::new("127.0.0.1:0".parse().unwrap(), server_key, vec![agent_pub]);
-    let server = Server::bind(scfg).await.unwrap();
-    let server_addr = server.local_addr().unwrap();
-    let server_board = server.status();
+    let loopback::Rig {
+        agent,
+        emus,
+        server_board,
+        agent_key,
+        _server,
+        ..
+    } = loopback::RigBuilder::new()
+        .links(LINKS)
+        .agent(|c| c.http = None)
+        .start()
+        .await;
     let dir = tempfile::tempdir().unwrap();
     let server_sock = dir.path().join("server.sock");
     let agent_sock = dir.path().join("agent.sock");
-    let mut tasks = vec![tokio::spawn(async move {
-        let _ = server.run().await;
-    })];
+    let mut tasks = vec![_server];
     let ctl = ControlServer::bind(&server_sock).unwrap();
     tasks.push(tokio::spawn(
         ctl.serve(Source::Server(server_board.clone())),
     ));
-    let scn = braid_sim::Scenario::from_toml_str(LINKS, Path::new("<ops>")).unwrap();
-    let mut emus = Vec::new();
-    let mut paths = Vec::new();
-    for (i, spec) in scn.paths.iter().enumerate() {
-        let emu = Emulator::start(
-            spec,
-            i as u64 + 1,
-            "127.0.0.1:0".parse().unwrap(),
-            "127.0.0.1:0".parse().unwrap(),
-            server_addr,
-        )
-        .unwrap();
-        let mut p = AgentPath::new(
-            spec.name.clone(),
-            PathBind::Address(format!("127.0.0.{}", i + 2).parse().unwrap()),
-        );
-        p.via = Some(emu.agent_side);
-        paths.push(p);
-        emus.push(emu);
-    }
-    let mut acfg = AgentConfig::new(server_addr, server_pub, Arc::new(agent_key), paths);
-    acfg.socks = Some("127.0.0.1:0".parse().unwrap());
-    let mut agent = Agent::start(acfg).await.unwrap();
-    assert!(
-        agent.wait_established(Duration::from_secs(10)).await,
-        "no session"
-    );
     let ctl = ControlServer::bind(&agent_sock).unwrap();
     tasks.push(tokio::spawn(ctl.serve(Source::Agent(agent.status()))));
     Rig {
         agent,
         emus,
         server_board,
-        agent_key: agent_pub,
+        agent_key: agent_key.public(),
         dir,
         agent_sock,
         server_sock,

@@ -1,9 +1,8 @@
 //! The namespace rig of the live-path tests: two namespaces joined by two veth pairs, the
 //! braid server and an HTTP server in one, the agent and a SOCKS5 download client in the
 //! other; link changes with `ip`; downloads timed read by read.
-#![allow(dead_code)]
 
-use crate::common::{body, http_server, sha};
+use crate::loopback::{body, http_server, sha};
 use braid_crypto::StaticKeypair;
 use braid_net::agent::{Agent, AgentConfig, AgentPath, PathStatus};
 use braid_net::policy::parse_path_spec;
@@ -51,6 +50,12 @@ pub fn try_ip(ns: &str, args: &[&str]) -> bool {
 pub fn sh(r: braid_testbed::Result<String>) {
     if let Err(e) = r {
         panic!("{e}");
+    }
+}
+
+impl Default for Net {
+    fn default() -> Self {
+        Self::new()
     }
 }
 
@@ -179,28 +184,14 @@ impl Net {
     ) -> (SocketAddr, braid_crypto::PublicKey, Stop, Arc<ServerBoard>) {
         let key = StaticKeypair::generate().unwrap();
         let public = key.public();
-        let (tx, rx) = std::sync::mpsc::channel();
-        let (stop_tx, stop_rx) = tokio::sync::oneshot::channel::<()>();
-        let ns = self.s.clone();
-        let t = std::thread::spawn(move || {
-            braid_testbed::netns::enter(&ns).unwrap();
-            let rt = tokio::runtime::Builder::new_current_thread()
-                .enable_all()
-                .build()
-                .unwrap();
-            rt.block_on(async move {
-                let web = http_server(data).await;
-                let cfg = ServerConfig::new(listen, key, vec![agent]);
-                let server = Server::bind(cfg).await.unwrap();
-                tx.send((web, server.status())).unwrap();
-                tokio::select! {
-                    _ = server.run() => {}
-                    _ = stop_rx => {}
-                }
-            });
+        let ((web, board), stop) = spawn_in(&self.s, move |ready| async move {
+            let web = http_server(data).await;
+            let cfg = ServerConfig::new(listen, key, vec![agent]);
+            let server = Server::bind(cfg).await.unwrap();
+            ready.send((web, server.status())).unwrap();
+            let _ = server.run().await;
         });
-        let (web, board) = rx.recv_timeout(Duration::from_secs(10)).unwrap();
-        (web, public, Stop(Some(stop_tx), Some(t)), board)
+        (web, public, stop, board)
     }
 
     /// Run `body` in the client namespace on a fresh runtime.
@@ -224,6 +215,38 @@ impl Net {
     }
 }
 
+/// Runs `f` in namespace `ns`, on a thread with a current-thread runtime of its own, until
+/// `f` ends or the returned [`Stop`] drops. `f` hands back a value through its sender once it
+/// is ready (an address it bound, a status board): this waits up to 10 s for it.
+pub fn spawn_in<T, F, Fut>(ns: &str, f: F) -> (T, Stop)
+where
+    T: Send + 'static,
+    F: FnOnce(std::sync::mpsc::Sender<T>) -> Fut + Send + 'static,
+    Fut: Future<Output = ()>,
+{
+    let (tx, rx) = std::sync::mpsc::channel();
+    let (stop_tx, stop_rx) = tokio::sync::oneshot::channel::<()>();
+    let ns = ns.to_string();
+    let t = std::thread::spawn(move || {
+        braid_testbed::netns::enter(&ns).unwrap();
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .unwrap();
+        rt.block_on(async move {
+            tokio::select! {
+                _ = f(tx) => {}
+                _ = stop_rx => {}
+            }
+        });
+    });
+    let v = rx
+        .recv_timeout(Duration::from_secs(10))
+        .expect("the task in the namespace did not get ready within 10 s");
+    (v, Stop(Some(stop_tx), Some(t)))
+}
+
+/// Stops a task started by [`spawn_in`] (and waits for its thread) when dropped.
 pub struct Stop(
     Option<tokio::sync::oneshot::Sender<()>>,
     Option<std::thread::JoinHandle<()>>,

@@ -1,13 +1,11 @@
-//! Shared rig for the network tests: a server, link emulators and an agent on this
-//! machine, a small HTTP server, and helpers to hash and fetch.
-#![allow(dead_code)]
+//! The loopback rig: a server, link emulators and an agent on this machine, a small HTTP
+//! server, and helpers to hash and fetch.
 
 use braid_crypto::StaticKeypair;
 use braid_emu::Emulator;
 use braid_net::agent::{Agent, AgentConfig, AgentPath};
-use braid_net::server::{Server, ServerConfig};
+use braid_net::server::{Server, ServerBoard, ServerConfig};
 use braid_net::udp::PathBind;
-use braid_proxy::{AuthPolicy, HttpLimits};
 use sha2::{Digest, Sha256};
 use std::net::SocketAddr;
 use std::path::Path;
@@ -115,96 +113,127 @@ pub async fn http_server(body: Arc<Vec<u8>>) -> SocketAddr {
     addr
 }
 
+/// A server, one link emulator per path of the links' scenario and an agent whose paths go
+/// through them, all on loopback; the session is up when [`RigBuilder::start`] returns.
 pub struct Rig {
     pub agent: Agent,
     pub emus: Vec<Emulator>,
     pub server: SocketAddr,
     pub server_pub: braid_crypto::PublicKey,
+    pub server_board: Arc<ServerBoard>,
     pub agent_key: Arc<StaticKeypair>,
     pub _server: tokio::task::JoinHandle<()>,
 }
 
+/// The loopback rig with the default links (three paths, 200/100/50 Mbit/s with a little
+/// loss) and an agent with SOCKS5 and HTTP ports.
 pub async fn rig() -> Rig {
-    let _ = tracing_subscriber::fmt()
-        .with_env_filter(tracing_subscriber::EnvFilter::from_env("BRAID_TEST_LOG"))
-        .with_test_writer()
-        .try_init();
-    let server_key = StaticKeypair::generate().unwrap();
-    let agent_key = StaticKeypair::generate().unwrap();
-    let server_pub = server_key.public();
-    let scfg = ServerConfig::new(
-        "127.0.0.1:0".parse().unwrap(),
-        server_key,
-        vec![agent_key.public()],
-    );
-    let server = Server::bind(scfg).await.unwrap();
-    let server_addr = server.local_addr().unwrap();
-    let server_task = tokio::spawn(async move {
-        let _ = server.run().await;
-    });
-    let scn = braid_sim::Scenario::from_toml_str(LINKS, Path::new("<e2e>")).unwrap();
-    let mut emus = Vec::new();
-    let mut paths = Vec::new();
-    for (i, spec) in scn.paths.iter().enumerate() {
-        let emu = Emulator::start(
-            spec,
-            i as u64 + 1,
-            "127.0.0.1:0".parse().unwrap(),
-            "127.0.0.1:0".parse().unwrap(),
-            server_addr,
-        )
-        .unwrap();
-        paths.push(AgentPath {
-            name: spec.name.clone(),
-            bind: PathBind::Address(format!("127.0.0.{}", i + 2).parse().unwrap()),
-            via: Some(emu.agent_side),
-            policy: Default::default(),
-        });
-        emus.push(emu);
+    RigBuilder::new().start().await
+}
+
+/// What a [`Rig`] is made of: the links (a scenario's `[[path]]` tables, emulated one
+/// emulator each, seeded 1, 2, ...) and a change to the agent's configuration.
+pub struct RigBuilder {
+    links: String,
+    agent: Option<AgentChange>,
+}
+
+/// A change to an agent's configuration.
+type AgentChange = Box<dyn FnOnce(&mut AgentConfig)>;
+
+impl Default for RigBuilder {
+    fn default() -> Self {
+        Self::new()
     }
-    let agent_key = Arc::new(agent_key);
-    let acfg = AgentConfig {
-        servers: vec![server_addr],
-        server_pub,
-        key: agent_key.clone(),
-        paths,
-        socks: Some("127.0.0.1:0".parse().unwrap()),
-        http: Some("127.0.0.1:0".parse().unwrap()),
-        socks_auth: AuthPolicy::NoAuth,
-        http_limits: HttpLimits::default(),
-        proxy_limits: Default::default(),
-        open_timeout: Duration::from_secs(15),
-        session_wait: Duration::from_secs(10),
-        state_file: None,
-        transport: braid_core::Config {
-            // Measurements for docs/results.md choose the controller; tests use the default.
-            cc: std::env::var("BRAID_TEST_CC")
-                .ok()
-                .and_then(|c| c.parse().ok())
-                .unwrap_or_default_cc(),
-            ..braid_core::Config::default()
-        },
-        tun: None,
-        redirect: None,
-        rekey: Default::default(),
-        direct: Default::default(),
-        rules: Default::default(),
-        ciphers: Default::default(),
-        forwards: Vec::new(),
-        server_other_family: Vec::new(),
-    };
-    let mut agent = Agent::start(acfg).await.unwrap();
-    assert!(
-        agent.wait_established(Duration::from_secs(10)).await,
-        "no session"
-    );
-    Rig {
-        agent,
-        emus,
-        server: server_addr,
-        server_pub,
-        agent_key,
-        _server: server_task,
+}
+
+impl RigBuilder {
+    pub fn new() -> Self {
+        RigBuilder {
+            links: LINKS.to_string(),
+            agent: None,
+        }
+    }
+
+    /// The links: a scenario in TOML whose paths the emulators reproduce.
+    pub fn links(mut self, toml: &str) -> Self {
+        self.links = toml.to_string();
+        self
+    }
+
+    /// A change to the agent's configuration before it starts.
+    pub fn agent(mut self, f: impl FnOnce(&mut AgentConfig) + 'static) -> Self {
+        self.agent = Some(Box::new(f));
+        self
+    }
+
+    pub async fn start(self) -> Rig {
+        let _ = tracing_subscriber::fmt()
+            .with_env_filter(tracing_subscriber::EnvFilter::from_env("BRAID_TEST_LOG"))
+            .with_test_writer()
+            .try_init();
+        let server_key = StaticKeypair::generate().unwrap();
+        let agent_key = StaticKeypair::generate().unwrap();
+        let server_pub = server_key.public();
+        let scfg = ServerConfig::new(
+            "127.0.0.1:0".parse().unwrap(),
+            server_key,
+            vec![agent_key.public()],
+        );
+        let server = Server::bind(scfg).await.unwrap();
+        let server_addr = server.local_addr().unwrap();
+        let server_board = server.status();
+        let server_task = tokio::spawn(async move {
+            let _ = server.run().await;
+        });
+        let scn = braid_sim::Scenario::from_toml_str(&self.links, Path::new("<rig>")).unwrap();
+        let mut emus = Vec::new();
+        let mut paths = Vec::new();
+        for (i, spec) in scn.paths.iter().enumerate() {
+            let emu = Emulator::start(
+                spec,
+                i as u64 + 1,
+                "127.0.0.1:0".parse().unwrap(),
+                "127.0.0.1:0".parse().unwrap(),
+                server_addr,
+            )
+            .unwrap();
+            let mut p = AgentPath::new(
+                spec.name.clone(),
+                PathBind::Address(format!("127.0.0.{}", i + 2).parse().unwrap()),
+            );
+            p.via = Some(emu.agent_side);
+            paths.push(p);
+            emus.push(emu);
+        }
+        let agent_key = Arc::new(agent_key);
+        let mut acfg = AgentConfig::new(server_addr, server_pub, agent_key.clone(), paths);
+        acfg.socks = Some("127.0.0.1:0".parse().unwrap());
+        acfg.http = Some("127.0.0.1:0".parse().unwrap());
+        // Measurements for docs/results.md choose the controller; tests use the default.
+        if let Some(cc) = std::env::var("BRAID_TEST_CC")
+            .ok()
+            .and_then(|c| c.parse().ok())
+        {
+            acfg.transport.cc = cc;
+        }
+        if let Some(f) = self.agent {
+            f(&mut acfg);
+        }
+        let mut agent = Agent::start(acfg).await.unwrap();
+        assert!(
+            agent.wait_established(Duration::from_secs(10)).await,
+            "no session"
+        );
+        Rig {
+            agent,
+            emus,
+            server: server_addr,
+            server_pub,
+            server_board,
+            agent_key,
+            _server: server_task,
+        }
     }
 }
 
@@ -219,16 +248,6 @@ pub async fn curl(args: Vec<String>) -> Vec<u8> {
         String::from_utf8_lossy(&out.stderr)
     );
     out.stdout
-}
-
-trait DefaultCc {
-    fn unwrap_or_default_cc(self) -> braid_core::CcAlgorithm;
-}
-
-impl DefaultCc for Option<braid_core::CcAlgorithm> {
-    fn unwrap_or_default_cc(self) -> braid_core::CcAlgorithm {
-        self.unwrap_or(braid_core::Config::default().cc)
-    }
 }
 
 /// curl arguments for a request through the agent's SOCKS5 port (names resolved by the
