@@ -109,6 +109,7 @@ enum F {
         power_mw: u64,
         rate_kbps: u64,
     },
+    PathName(u8, String),
     Datagram(Vec<u8>),
     DatagramSeq(u64, Vec<u8>),
 }
@@ -208,6 +209,7 @@ fn frame() -> impl Strategy<Value = F> {
                 rate_kbps,
             }
         }),
+        (any::<u8>(), "\\PC{1,12}").prop_map(|(p, n)| F::PathName(p, n)),
         bytes().prop_map(F::Datagram),
         (any::<u64>().prop_map(|s| s >> 2), bytes()).prop_map(|(s, d)| F::DatagramSeq(s, d)),
     ]
@@ -266,6 +268,7 @@ fn emit_frame(w: &mut Writer<'_>, f: &F) -> Option<()> {
             power_mw,
             rate_kbps,
         } => emit::path_cost(w, *path, *seq, *power_mw, *rate_kbps),
+        F::PathName(p, n) => emit::path_name(w, *p, n),
         F::Datagram(d) => emit::datagram(w, d),
         F::DatagramSeq(s, d) => emit::datagram_seq(w, *s, d),
     }
@@ -347,6 +350,10 @@ fn expected(f: &F) -> Vec<Frame<'_>> {
             seq: *seq,
             power_mw: *power_mw,
             rate_kbps: *rate_kbps,
+        }],
+        F::PathName(p, n) => vec![Frame::PathName {
+            path: *p,
+            name: emit::clip_name(n),
         }],
         F::Datagram(d) => vec![Frame::Datagram(d)],
         F::DatagramSeq(s, d) => vec![Frame::DatagramSeq { seq: *s, data: d }],

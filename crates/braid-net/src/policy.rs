@@ -45,6 +45,9 @@ pub struct PathPolicy {
     pub power_w: Option<f64>,
     /// Energy per byte carried (both ways), nanojoules (the energy estimate only).
     pub nj_per_byte: Option<f64>,
+    /// When the path, if it fell back to TCP, tries UDP again (`None`: the default of
+    /// [`crate::pathmgr::Recheck`], 30 s doubling to 8 minutes).
+    pub udp_recheck: Option<crate::pathmgr::Recheck>,
 }
 
 /// Parse a size like `500MB`, `10GB`, `1.5GB`, `2GiB` or `1000` (bytes; SI and binary units).

@@ -60,6 +60,8 @@ pub struct CorePath {
     pub cond: PathCondition,
     /// How long nothing arrived on it, at the time of reading.
     pub silent: Duration,
+    /// The peer's name for it (PATH_NAME: the agent's configured name, on the server).
+    pub peer_name: Option<String>,
 }
 
 /// Every path the session knows (abandoned ones included), at `now`.
@@ -76,6 +78,7 @@ pub fn core_paths(s: &Session, now: braid_core::Instant) -> Vec<CorePath> {
                     now.as_nanos().saturating_sub(cond.last_received.as_nanos()),
                 ),
                 cond,
+                peer_name: s.peer_path_name(id).map(String::from),
             })
         })
         .collect()
@@ -210,7 +213,8 @@ impl PathMeter {
 /// One path of a status snapshot.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 pub struct PathReport {
-    /// The configured name (agent) or the path id (server).
+    /// The configured name (agent); on the server, the agent's name for the path (PATH_NAME)
+    /// or, from an agent that sends none, the path id.
     pub name: String,
     /// The path id in the session (`null` while not in one).
     pub id: Option<PathId>,

@@ -6,7 +6,7 @@ use crate::loopback::{body, http_server, sha};
 use braid_crypto::StaticKeypair;
 use braid_net::agent::{Agent, AgentConfig, AgentPath, PathStatus};
 use braid_net::policy::parse_path_spec;
-use braid_net::server::{Server, ServerConfig};
+use braid_net::server::{Server, ServerBoard, ServerConfig};
 use braid_testbed::cmd::{exec_ns, ip_ns, run};
 use std::future::Future;
 use std::net::SocketAddr;
@@ -170,16 +170,27 @@ impl Net {
         data: Arc<Vec<u8>>,
         agent: braid_crypto::PublicKey,
     ) -> (SocketAddr, braid_crypto::PublicKey, Stop) {
+        let (web, public, stop, _) = self.serve_with_status(listen, data, agent);
+        (web, public, stop)
+    }
+
+    /// [`Net::serve_on`], also returning the server's status board.
+    pub fn serve_with_status(
+        &self,
+        listen: SocketAddr,
+        data: Arc<Vec<u8>>,
+        agent: braid_crypto::PublicKey,
+    ) -> (SocketAddr, braid_crypto::PublicKey, Stop, Arc<ServerBoard>) {
         let key = StaticKeypair::generate().unwrap();
         let public = key.public();
-        let (web, stop) = spawn_in(&self.s, move |ready| async move {
+        let ((web, board), stop) = spawn_in(&self.s, move |ready| async move {
             let web = http_server(data).await;
             let cfg = ServerConfig::new(listen, key, vec![agent]);
             let server = Server::bind(cfg).await.unwrap();
-            ready.send(web).unwrap();
+            ready.send((web, server.status())).unwrap();
             let _ = server.run().await;
         });
-        (web, public, stop)
+        (web, public, stop, board)
     }
 
     /// Run `body` in the client namespace on a fresh runtime.
@@ -382,24 +393,33 @@ pub struct Setup {
     pub web: SocketAddr,
     pub server_pub: braid_crypto::PublicKey,
     pub key: Arc<StaticKeypair>,
+    /// The braid server's status.
+    pub board: Arc<ServerBoard>,
     _stop: Stop,
 }
 
 pub fn setup(size: usize) -> Setup {
+    setup_in(Net::new(), size)
+}
+
+/// [`setup`] on `net` (e.g. [`Net::with_prefix`]).
+pub fn setup_in(net: Net, size: usize) -> Setup {
     let _ = tracing_subscriber::fmt()
         .with_env_filter(tracing_subscriber::EnvFilter::from_env("BRAID_TEST_LOG"))
         .with_test_writer()
         .try_init();
-    let net = Arc::new(Net::new());
+    let net = Arc::new(net);
     let data = Arc::new(body(size));
     let key = Arc::new(StaticKeypair::generate().unwrap());
-    let (web, server_pub, stop) = net.serve(data.clone(), key.public());
+    let (web, server_pub, stop, board) =
+        net.serve_with_status(SERVER.parse().unwrap(), data.clone(), key.public());
     Setup {
         net,
         data,
         web,
         server_pub,
         key,
+        board,
         _stop: stop,
     }
 }

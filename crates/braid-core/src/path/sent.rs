@@ -31,6 +31,7 @@ pub(crate) enum SentFrame {
     PathAbandon(PathId),
     PathBlackout(PathId),
     PathCost(PathId),
+    PathName(PathId),
     Hello,
     PathChallenge(PathId),
 }

@@ -11,6 +11,7 @@
 //! [`Session::poll_timeout`], [`Session::poll_event`].
 
 mod dgram;
+mod names;
 mod paths;
 mod recv;
 mod send;
@@ -183,6 +184,7 @@ struct Pending {
     /// Paths whose confirmed blackout the peer must hear about.
     path_blackout: BTreeSet<PathId>,
     path_cost: BTreeSet<PathId>,
+    path_name: BTreeSet<PathId>,
 }
 
 impl Pending {
@@ -197,6 +199,7 @@ impl Pending {
             || !self.path_abandon.is_empty()
             || !self.path_blackout.is_empty()
             || !self.path_cost.is_empty()
+            || !self.path_name.is_empty()
     }
 }
 
@@ -265,6 +268,8 @@ pub struct Session {
     stash: send::Stash,
     /// The pacers' burst in packets (`set_max_burst`; 10 unless a driver asks for more).
     max_burst: u64,
+    /// Path names, both ends' (`names`).
+    names: names::PathNames,
 }
 
 impl Session {
@@ -316,6 +321,7 @@ impl Session {
             max_datagrams: BTreeMap::new(),
             stash: send::Stash::default(),
             max_burst: 10,
+            names: names::PathNames::default(),
             cfg,
         }
     }
@@ -503,6 +509,7 @@ impl Session {
                 SentFrame::PathStatus(p) => {
                     self.pending.path_status.insert(p);
                 }
+                SentFrame::PathName(p) => self.name_lost(p),
                 SentFrame::PathCost(p) => {
                     if self.paths.get(&p).is_some_and(|p| !p.abandoned) {
                         self.pending.path_cost.insert(p);

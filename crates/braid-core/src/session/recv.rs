@@ -207,6 +207,7 @@ impl Session {
                             }
                         }
                     }
+                    self.names_on_hello();
                     self.events.push_back(Event::Established);
                 } else if self.side == Side::Server {
                     // The client sends HELLO again: it did not get ours.
@@ -285,6 +286,7 @@ impl Session {
                     self.stats.datagram_copies += 1;
                 }
             }
+            Frame::PathName { path, name } => self.on_path_name(path, name),
             Frame::Datagram(d) => self.on_datagram(packet, d),
         }
     }

@@ -329,7 +329,8 @@ impl Session {
     pub(super) fn feature_bits(&self) -> u64 {
         use crate::wire::features as f;
         // Every build reads ACK_TS; announcing it lets the peer timestamp its ACKs.
-        let mut bits = f::ACK_TIMESTAMPS;
+        // Every build reads PATH_NAME too.
+        let mut bits = f::ACK_TIMESTAMPS | f::PATH_NAMES;
         if self.cfg.ack_offload {
             bits |= f::ACK_OFFLOAD;
         }

@@ -18,7 +18,7 @@ pub mod varint;
 pub use braid_wire::{
     parse_header, Header, HeaderError, PacketType, MAX_HEADER_LEN, MIN_HEADER_LEN, VERSION,
 };
-pub use frame::{features, AckFrame, Frame, FrameIter, HelloParams, PathState};
+pub use frame::{features, AckFrame, Frame, FrameIter, HelloParams, PathState, MAX_PATH_NAME};
 
 /// What is wrong with a received packet.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]

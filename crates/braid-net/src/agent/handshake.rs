@@ -104,19 +104,26 @@ pub(super) fn bind(
 type Reply = (usize, Vec<u8>, SocketAddr, Option<TcpStream>);
 
 /// Message 1 over a TCP connection from `bind` to `server`; the first packet back (message
-/// 2, or a cookie reply, which is not followed up over TCP) and the connection.
+/// 2, or a cookie reply: see [`again_over_tcp`]) and the connection.
 async fn hello_over_tcp(
     bind: &PathBind,
     server: SocketAddr,
     msg1: &[u8],
 ) -> Option<(Vec<u8>, TcpStream)> {
-    let mut s = match crate::tcp::connect(bind, server).await {
+    let s = match crate::tcp::connect(bind, server).await {
         Ok(s) => s,
         Err(e) => {
             debug!(%server, "handshake over TCP: {e}");
             return None;
         }
     };
+    again_over_tcp(s, msg1).await
+}
+
+/// Message 1 down a connected TCP stream (first, or again with mac2 after a cookie reply
+/// that came down it: the cookie is bound to the connection's address, so the retry goes
+/// on the same connection); the first packet back and the stream.
+async fn again_over_tcp(mut s: TcpStream, msg1: &[u8]) -> Option<(Vec<u8>, TcpStream)> {
     s.write_all(&crate::tcp::frame(msg1)).await.ok()?;
     let mut buf = bytes::BytesMut::new();
     let pkt = tokio::time::timeout(
@@ -272,8 +279,16 @@ pub(super) async fn handshake(
                     Ok(()) => {
                         hs[k].4 = hs[k].3.message1();
                         let (b, peer) = (&paths[i], hs[k].2);
-                        debug!(path = %cfg.paths[b.slot].name, %peer, "cookie reply: message 1 again with mac2");
-                        if let Err(e) = b.socket.send_to(&hs[k].4, peer).await {
+                        debug!(path = %cfg.paths[b.slot].name, %peer, tcp = stream.is_some(), "cookie reply: message 1 again with mac2");
+                        if let Some(stream) = stream {
+                            // It came over TCP: the retry goes down the same connection.
+                            let (rtx, msg1) = (rtx.clone(), hs[k].4.clone());
+                            over_tcp.push(crate::tcp::AbortOnDrop(tokio::spawn(async move {
+                                if let Some((pkt, stream)) = again_over_tcp(stream, &msg1).await {
+                                    let _ = rtx.send((i, pkt, from, Some(stream))).await;
+                                }
+                            })));
+                        } else if let Err(e) = b.socket.send_to(&hs[k].4, peer).await {
                             debug!(path = %cfg.paths[b.slot].name, %peer, "handshake not sent: {e}");
                         }
                     }
@@ -391,6 +406,10 @@ pub(super) async fn handshake(
         paths: paths.iter().map(|b| b.towards(cfg, server)).collect(),
     })
 }
+
+#[cfg(test)]
+#[path = "handshake_tests.rs"]
+mod tests;
 
 /// Cipher names for a message: `aes-256-gcm, chacha20-poly1305`.
 fn names(list: &[Cipher]) -> String {

@@ -382,12 +382,13 @@ impl StatusBoard {
             return;
         };
         for (slot, p) in paths.iter_mut().enumerate() {
-            // A path's incarnations: ids `slot` and `slot + 8` (make-before-break).
+            // A path's incarnations: ids `slot` and `slot + 8` (make-before-break, or a UDP
+            // probe of a TCP path): the validated one first, then the newest.
             let mine: Vec<&CorePath> = core.iter().filter(|c| c.id as usize % 8 == slot).collect();
-            let live = mine
-                .iter()
-                .rev()
-                .find(|c| !c.cond.abandoned)
+            let open = || mine.iter().rev().filter(|c| !c.cond.abandoned);
+            let live = open()
+                .find(|c| c.cond.validated)
+                .or_else(|| open().next())
                 .or(mine.last())
                 .copied();
             let mut sum = PathStats::default();

@@ -90,6 +90,11 @@ pub(super) async fn keep_session(
     for (slot, _) in cfg.paths.iter().enumerate().filter(|p| p.1.via.is_some()) {
         mgr.set_udp_only(slot);
     }
+    for (slot, p) in cfg.paths.iter().enumerate() {
+        if let Some(r) = p.policy.udp_recheck {
+            mgr.set_recheck(slot, r);
+        }
+    }
     let server = cfg.servers[0];
     let (net, task) = match watcher {
         Ok((rx, t)) => (Some(rx), Some(Task(t))),
@@ -339,6 +344,7 @@ impl Runner {
                 }
             }
             (self.policy_fn(b.slot, id))(&mut session, now);
+            session.set_path_name(now, id, &self.cfg.paths[b.slot].name);
             started.push((b.slot, id, b.attach));
             self.set_status(b.slot, PathStatus::Validating);
             match first_tcp.take_if(|_| id == est.first) {
@@ -439,7 +445,9 @@ impl Runner {
                 Some(ev) = ev_rx.recv() => {
                     if let Event::PathValidated(id) = ev {
                         if let Some(slot) = self.mgr.slot_of(id) {
-                            if self.mgr.is_tcp(id) && self.mgr.udp_failed(id) {
+                            if self.mgr.is_probe(id) {
+                                info!(path = %self.name(slot), id, "UDP answers again: the path moves back from TCP to UDP");
+                            } else if self.mgr.is_tcp(id) && self.mgr.udp_failed(id) {
                                 warn!(path = %self.name(slot), id, "path validated over TCP (UDP went unanswered on it: its network may block UDP): carrying data");
                             } else if self.mgr.is_tcp(id) {
                                 info!(path = %self.name(slot), id, "path validated over TCP: carrying data");
@@ -538,14 +546,51 @@ impl Runner {
             return;
         }
         let policy = self.policy_fn(slot, id);
+        let name = self.name(slot).to_string();
         let _ = cmd.send(Cmd::Session(SessionFn(Box::new(move |s, now| {
             s.set_path_reliable(now, id, true);
             s.set_path_max_datagram(now, id, 0);
             if let Err(e) = s.add_path(now, id) {
                 debug!(id, "add_path: {e}");
             }
+            s.set_path_name(now, id, &name);
             policy(s, now);
         }))));
+    }
+
+    /// Bind a UDP socket for configured path `slot` at `attach` and add it to the session
+    /// as `id`. False when the socket cannot be bound (the manager retries).
+    fn add_udp(
+        &mut self,
+        cmd: &mpsc::UnboundedSender<Cmd>,
+        links: &mut Links,
+        (slot, id, attach): (usize, PathId, crate::pathmgr::Attach),
+    ) -> bool {
+        let Some(bind) = self.mgr.bind_of(slot) else {
+            return false;
+        };
+        let server = self.cfg.server_for(self.server, attach.addr);
+        let b = match handshake::bind(&self.cfg, &(slot, attach, bind), server) {
+            Ok(b) => b,
+            Err(e) => {
+                // The manager re-binds it when validation does not come.
+                warn!(path = %self.name(slot), "cannot bind the path's socket: {e}; retrying");
+                return false;
+            }
+        };
+        links.add_udp(id, &b);
+        let policy = self.policy_fn(slot, id);
+        let (limit, name) = (b.max_datagram, self.name(slot).to_string());
+        let _ = cmd.send(Cmd::Session(SessionFn(Box::new(move |s, now| {
+            s.set_path_reliable(now, id, false);
+            s.set_path_max_datagram(now, id, limit);
+            if let Err(e) = s.add_path(now, id) {
+                debug!(id, "add_path: {e}");
+            }
+            s.set_path_name(now, id, &name);
+            policy(s, now);
+        }))));
+        true
     }
 
     /// Apply everything the path manager decided.
@@ -578,30 +623,21 @@ impl Runner {
                     attach,
                     tcp: false,
                 } => {
-                    let Some(bind) = self.mgr.bind_of(slot) else {
-                        continue;
-                    };
-                    let server = self.cfg.server_for(self.server, attach.addr);
-                    let b = match handshake::bind(&self.cfg, &(slot, attach, bind), server) {
-                        Ok(b) => b,
-                        Err(e) => {
-                            // The manager re-binds it when validation does not come.
-                            warn!(path = %self.name(slot), "cannot bind the path's socket: {e}; retrying");
-                            continue;
-                        }
-                    };
-                    info!(path = %self.name(slot), id, ifindex = attach.index, addr = %attach.addr, "path up: adding it to the session");
-                    self.set_status(slot, PathStatus::Validating);
-                    links.add_udp(id, &b);
-                    let policy = self.policy_fn(slot, id);
-                    let limit = b.max_datagram;
+                    if self.add_udp(cmd, links, (slot, id, attach)) {
+                        info!(path = %self.name(slot), id, ifindex = attach.index, addr = %attach.addr, "path up: adding it to the session");
+                        self.set_status(slot, PathStatus::Validating);
+                    }
+                }
+                Action::Probe { slot, id, attach } => {
+                    if self.add_udp(cmd, links, (slot, id, attach)) {
+                        info!(path = %self.name(slot), id, addr = %attach.addr, "the path runs over TCP: trying UDP again");
+                    }
+                }
+                Action::DropProbe { slot, id, next } => {
+                    info!(path = %self.name(slot), id, "UDP still unanswered: the path stays on TCP; next try in {next:?}");
+                    links.remove(id);
                     let _ = cmd.send(Cmd::Session(SessionFn(Box::new(move |s, now| {
-                        s.set_path_reliable(now, id, false);
-                        s.set_path_max_datagram(now, id, limit);
-                        if let Err(e) = s.add_path(now, id) {
-                            debug!(id, "add_path: {e}");
-                        }
-                        policy(s, now);
+                        let _ = s.remove_path(now, id);
                     }))));
                 }
                 Action::Remove { slot, id, reason } => {

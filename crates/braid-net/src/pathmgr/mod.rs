@@ -26,6 +26,13 @@
 //!   gets the path over TCP after [`VALIDATE_FIRST`]; one that blocks both keeps
 //!   alternating with backoff. A validated path keeps its transport; a TCP connection that
 //!   ends re-adds the path over TCP at once; a re-created interface starts over on UDP.
+//! - a validated TCP path tries UDP again ([`Action::Probe`]): [`Recheck::first`] after it
+//!   validated, a UDP socket joins the session under the slot's other id (as a
+//!   make-before-break replacement would); if that validates within [`PROBE_WINDOW`] it
+//!   becomes the path and the TCP one is removed (its data in flight goes on the other
+//!   paths, as for any removed path); if not, it is dropped and the next try waits twice
+//!   as long, up to [`Recheck::max`]. A network that blocked UDP for a while (a captive
+//!   portal, a firewall rule) gets its path back on UDP.
 //!
 //! `--path auto` ([`PathBind::Auto`] slots): each such slot takes, for good, the first
 //! interface that is up, has a default route of the main table in the server's family and
@@ -35,6 +42,10 @@
 //!
 //! Path ids: slot `i` uses id `i`, or `i + 8` while a make-before-break replacement runs, so
 //! a session never uses more than 16 ids (what the server keeps addresses for).
+
+mod probe;
+pub use probe::Recheck;
+use probe::{probe_allowed, probe_timers};
 
 use crate::udp::PathBind;
 use braid_core::PathId;
@@ -48,6 +59,8 @@ pub const VALIDATE_FIRST: Duration = Duration::from_secs(2);
 pub const VALIDATE_MAX: Duration = Duration::from_secs(30);
 /// How long the old path of a make-before-break may outlive its replacement's start.
 pub const MBB_DEADLINE: Duration = Duration::from_secs(3);
+/// How long a UDP probe of a TCP path may take to validate before it is dropped.
+pub const PROBE_WINDOW: Duration = VALIDATE_FIRST;
 
 /// What the kernel said (a link or address appeared, changed or went away).
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -129,6 +142,26 @@ pub enum Action {
         /// Over a TCP connection instead of a UDP socket.
         tcp: bool,
     },
+    /// Bind a UDP socket for configured path `slot`, which runs over TCP, and add it to
+    /// the session as `id` (a probe: it replaces the TCP path if it validates).
+    Probe {
+        /// Index of the configured path.
+        slot: usize,
+        /// The session's path id of the probe.
+        id: PathId,
+        /// Where the kernel offers it.
+        attach: Attach,
+    },
+    /// A probe went unanswered: take it out of the session and close its socket (the TCP
+    /// path goes on); the next try comes after `next`.
+    DropProbe {
+        /// Index of the configured path.
+        slot: usize,
+        /// The probe's path id.
+        id: PathId,
+        /// The wait before the next try.
+        next: Duration,
+    },
     /// Take path `id` out of the session now (its data in flight goes on other paths) and
     /// close its socket.
     Remove {
@@ -158,6 +191,11 @@ struct Live {
     /// for a path that went over TCP without such a test (the handshake's answer came
     /// over TCP first).
     udp_failed: bool,
+    /// A UDP probe of this TCP path: its id and when it started.
+    probe: Option<(PathId, Duration)>,
+    /// When the next UDP probe starts (a validated TCP path), and the wait after it.
+    next_probe: Option<Duration>,
+    probe_wait: Duration,
 }
 
 impl Live {
@@ -172,6 +210,9 @@ impl Live {
             old: None,
             tcp: false,
             udp_failed: false,
+            probe: None,
+            next_probe: None,
+            probe_wait: Duration::ZERO,
         }
     }
 }
@@ -185,6 +226,8 @@ struct Slot {
     /// Never fall back to TCP (a path through a UDP relay or link emulator: TCP to the
     /// server would go around it).
     udp_only: bool,
+    /// When it tries UDP again while over TCP.
+    recheck: Recheck,
 }
 
 /// The decisions of the path manager (see the module docs).
@@ -217,6 +260,7 @@ impl PathManager {
                     live: None,
                     auto: None,
                     udp_only: false,
+                    recheck: Recheck::default(),
                 })
                 .collect(),
             links: HashMap::new(),
@@ -227,6 +271,13 @@ impl PathManager {
             in_session: false,
             assume: false,
             actions: VecDeque::new(),
+        }
+    }
+
+    /// When path `slot`, over TCP, tries UDP again (default: [`Recheck::default`]).
+    pub fn set_recheck(&mut self, slot: usize, r: Recheck) {
+        if let Some(s) = self.slots.get_mut(slot) {
+            s.recheck = r;
         }
     }
 
@@ -465,10 +516,31 @@ impl PathManager {
     }
 
     /// The session validated path `id`.
-    pub fn handle_validated(&mut self, _now: Duration, id: PathId) {
+    pub fn handle_validated(&mut self, now: Duration, id: PathId) {
         for (slot, s) in self.slots.iter_mut().enumerate() {
+            let recheck = s.recheck;
             let Some(l) = s.live.as_mut() else { continue };
+            if l.probe.is_some_and(|p| p.0 == id) {
+                // UDP answers again: the probe becomes the path, the TCP one goes.
+                self.actions.push_back(Action::Remove {
+                    slot,
+                    id: l.id,
+                    reason: "UDP answers again: the path is back on UDP",
+                });
+                l.id = id;
+                l.probe = None;
+                l.next_probe = None;
+                l.tcp = false;
+                l.udp_failed = false;
+                l.validated = true;
+                l.retry = VALIDATE_FIRST;
+                continue;
+            }
             if l.id == id {
+                if l.tcp && !s.udp_only && l.next_probe.is_none() {
+                    l.probe_wait = recheck.first;
+                    l.next_probe = Some(now + recheck.first);
+                }
                 l.validated = true;
                 l.retry = VALIDATE_FIRST;
                 if let Some(old) = l.old.take() {
@@ -523,6 +595,14 @@ impl PathManager {
         }
     }
 
+    /// True when path `id` is a UDP probe of a path that runs over TCP.
+    pub fn is_probe(&self, id: PathId) -> bool {
+        self.slots
+            .iter()
+            .filter_map(|s| s.live.as_ref())
+            .any(|l| l.probe.is_some_and(|p| p.0 == id))
+    }
+
     /// True when path `id` is (being) carried over TCP.
     pub fn is_tcp(&self, id: PathId) -> bool {
         self.slots
@@ -554,7 +634,9 @@ impl PathManager {
             return;
         }
         for (slot, s) in self.slots.iter_mut().enumerate() {
+            let recheck = s.recheck;
             let Some(l) = s.live.as_mut() else { continue };
+            probe_timers(slot, l, now, recheck, &mut self.actions);
             if !l.validated && now >= l.since + l.retry {
                 if let Some(old) = l.old.take() {
                     self.actions.push_back(Action::Remove {
@@ -602,7 +684,11 @@ impl PathManager {
             .flat_map(|l| {
                 let v = (!l.validated).then_some(l.since + l.retry);
                 let m = l.old.map(|_| l.since + MBB_DEADLINE);
-                [v, m]
+                let p = match l.probe {
+                    Some((_, since)) => Some(since + PROBE_WINDOW),
+                    None => l.next_probe.filter(|_| probe_allowed(l)),
+                };
+                [v, m, p]
             })
             .flatten()
             .min()
@@ -621,9 +707,9 @@ impl PathManager {
     /// The slot that path `id` belongs to.
     pub fn slot_of(&self, id: PathId) -> Option<usize> {
         self.slots.iter().position(|s| {
-            s.live
-                .as_ref()
-                .is_some_and(|l| l.id == id || l.old == Some(id))
+            s.live.as_ref().is_some_and(|l| {
+                l.id == id || l.old == Some(id) || l.probe.is_some_and(|p| p.0 == id)
+            })
         })
     }
 
@@ -636,6 +722,7 @@ impl PathManager {
             let s = &mut self.slots[slot];
             match (want, s.live.as_mut()) {
                 (None, Some(l)) => {
+                    l.cancel_probe(slot, &mut self.actions);
                     let reason = "its link or address went away";
                     if let Some(old) = l.old {
                         self.actions.push_back(Action::Remove {
@@ -662,6 +749,7 @@ impl PathManager {
                     s.live = Some(Live::new(id, attach, now));
                 }
                 (Some(attach), Some(l)) if attach != l.attach => {
+                    l.cancel_probe(slot, &mut self.actions);
                     if attach.index != l.attach.index || l.old.is_some() {
                         // Re-created interface (the old socket is bound to a dead index),
                         // or a second change while a replacement runs: start over.
@@ -681,11 +769,7 @@ impl PathManager {
                         l.retry = VALIDATE_FIRST;
                     } else {
                         // New address, same link: make-before-break.
-                        let new = if (l.id as usize) < 8 {
-                            l.id + 8
-                        } else {
-                            l.id - 8
-                        };
+                        let new = l.other_id();
                         self.actions.push_back(Action::Add {
                             slot,
                             id: new,

@@ -438,3 +438,108 @@ fn only_a_path_whose_udp_went_unanswered_counts_as_blocking_udp() {
     drain(&mut m);
     assert!(m.is_tcp(0) && m.udp_failed(0));
 }
+
+/// Issue 24, item 7: a path that fell back to TCP never returned to UDP. Now a validated
+/// TCP path probes UDP under its other id after `Recheck::first`, again with a doubled wait
+/// after each unanswered probe (up to `max`), and moves back to UDP when a probe validates:
+/// the probe becomes the path and the TCP path is removed.
+#[test]
+fn a_path_that_fell_back_to_tcp_returns_to_udp_when_a_probe_validates() {
+    let mut m = mgr();
+    m.set_recheck(
+        0,
+        Recheck {
+            first: Duration::from_secs(5),
+            max: Duration::from_secs(12),
+        },
+    );
+    m.handle_event(T0, link(3, "wlan0", true));
+    m.handle_event(T0, addr(3, "192.168.1.5"));
+    started(&mut m);
+    // UDP unanswered: over TCP after 2 s, validated there at 3 s.
+    let now = m.poll_timeout().unwrap();
+    m.handle_timeout(now);
+    drain(&mut m);
+    assert!(m.is_tcp(0));
+    let mut now = now + Duration::from_secs(1);
+    m.handle_validated(now, 0);
+    // Probes: 5 s after validation, then 10 and 12 (capped) after each unanswered one.
+    let mut starts = Vec::new();
+    for _ in 0..3 {
+        let start = m.poll_timeout().unwrap();
+        m.handle_timeout(start);
+        let a = drain(&mut m);
+        assert!(
+            matches!(a[..], [Action::Probe { slot: 0, id: 8, .. }]),
+            "{a:?}"
+        );
+        assert!(m.is_probe(8) && m.is_tcp(0) && m.slot_of(8) == Some(0));
+        starts.push(start - now);
+        now = m.poll_timeout().unwrap();
+        assert_eq!(now, start + PROBE_WINDOW);
+        m.handle_timeout(now);
+        let a = drain(&mut m);
+        assert!(
+            matches!(a[..], [Action::DropProbe { slot: 0, id: 8, .. }]),
+            "{a:?}"
+        );
+        assert!(!m.is_probe(8) && m.is_tcp(0));
+    }
+    let s = Duration::from_secs;
+    assert_eq!(starts, [s(5), s(10), s(12)]);
+    // The next probe validates: path 8 is the path, over UDP; path 0 (TCP) goes.
+    let start = m.poll_timeout().unwrap();
+    m.handle_timeout(start);
+    drain(&mut m);
+    m.handle_validated(start + Duration::from_millis(30), 8);
+    let a = drain(&mut m);
+    assert!(
+        matches!(a[..], [Action::Remove { slot: 0, id: 0, .. }]),
+        "{a:?}"
+    );
+    assert!(!m.is_tcp(8) && !m.udp_failed(8) && !m.is_probe(8));
+    assert_eq!(m.slot_of(8), Some(0));
+    assert_eq!(m.poll_timeout(), None, "a UDP path probes nothing");
+}
+
+/// A probe runs only on a validated TCP path, and a link change takes it out.
+#[test]
+fn a_udp_path_never_probes_and_a_link_change_drops_the_probe() {
+    let mut m = mgr();
+    m.set_recheck(
+        0,
+        Recheck {
+            first: Duration::from_secs(1),
+            max: Duration::from_secs(1),
+        },
+    );
+    m.handle_event(T0, link(3, "wlan0", true));
+    m.handle_event(T0, addr(3, "192.168.1.5"));
+    started(&mut m);
+    m.handle_validated(T0, 0);
+    assert_eq!(m.poll_timeout(), None);
+    // Over TCP (the handshake's answer came there), validated: a probe after 1 s.
+    m.mark_tcp(0);
+    m.handle_validated(T0, 0);
+    let t = m.poll_timeout().unwrap();
+    m.handle_timeout(t);
+    assert!(matches!(drain(&mut m)[..], [Action::Probe { id: 8, .. }]));
+    m.handle_event(
+        t,
+        NetEvent::AddrGone {
+            index: 3,
+            addr: ip("192.168.1.5"),
+        },
+    );
+    let a = drain(&mut m);
+    assert!(
+        matches!(
+            a[..],
+            [
+                Action::DropProbe { id: 8, .. },
+                Action::Remove { id: 0, .. }
+            ]
+        ),
+        "{a:?}"
+    );
+}

@@ -142,11 +142,11 @@ impl ServerBoard {
             let datagrams = core.datagrams;
             let core = core.paths;
             let mut st = Totals::default();
-            let paths: Vec<PathReport> = core
+            let mut paths: Vec<PathReport> = core
                 .iter()
                 .map(|c| {
                     let mut p = PathReport {
-                        name: c.id.to_string(),
+                        name: c.peer_name.clone().unwrap_or_else(|| c.id.to_string()),
                         remote_address: addrs.get(&c.id).map(|a| a.peer.to_string()),
                         ..Default::default()
                     };
@@ -164,6 +164,7 @@ impl ServerBoard {
                     p
                 })
                 .collect();
+            unique_names(&mut paths, &core);
             totals.bytes_sent += st.bytes_sent;
             totals.bytes_received += st.bytes_received;
             busiest = busiest.max(open_streams);
@@ -203,9 +204,65 @@ impl ServerBoard {
     }
 }
 
+/// Keep a session's path names unique (they label metrics): the agent names a path and its
+/// replacement or UDP probe alike (ids `i` and `i + 8`). Among paths of one name, the
+/// validated one in use keeps it (else one in use, else the last); the others become
+/// `NAME/ID`. `core[i]` is the path of `paths[i]`.
+fn unique_names(paths: &mut [PathReport], core: &[crate::status::CorePath]) {
+    let rank = |c: &crate::status::CorePath| match (c.cond.abandoned, c.cond.validated) {
+        (false, true) => 2,
+        (false, false) => 1,
+        (true, _) => 0,
+    };
+    for i in 0..paths.len() {
+        let same: Vec<usize> = (0..paths.len())
+            .filter(|&j| paths[j].name == paths[i].name)
+            .collect();
+        if same.len() < 2 {
+            continue;
+        }
+        let keep = same.iter().copied().max_by_key(|&j| (rank(&core[j]), j));
+        for j in same.into_iter().filter(|&j| Some(j) != keep) {
+            paths[j].name = format!("{}/{}", paths[j].name, core[j].id);
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A path and its UDP probe (or replacement) share the agent's name: the one in use
+    /// keeps it, the other is told apart by its id.
+    #[test]
+    fn a_name_shared_by_two_paths_stays_on_the_one_in_use() {
+        use braid_core::{Config, Instant, Session};
+        let mut s = Session::connect(Config::default(), Instant(0), 1, 1);
+        s.add_path(Instant(0), 9).unwrap();
+        let mut core = crate::status::core_paths(&s, Instant(0));
+        let mut paths: Vec<PathReport> = core
+            .iter()
+            .map(|_| PathReport {
+                name: "b".into(),
+                ..Default::default()
+            })
+            .collect();
+        let show = |core: &mut Vec<crate::status::CorePath>, v: [(bool, bool); 2]| {
+            for (c, (validated, abandoned)) in core.iter_mut().zip(v) {
+                c.cond.validated = validated;
+                c.cond.abandoned = abandoned;
+            }
+        };
+        // Path 1 over TCP in use, 9 (a UDP probe) validating.
+        show(&mut core, [(true, false), (false, false)]);
+        unique_names(&mut paths, &core);
+        assert_eq!([&paths[0].name, &paths[1].name], ["b", "b/9"]);
+        // The probe validated, path 1 abandoned.
+        paths.iter_mut().for_each(|p| p.name = "b".into());
+        show(&mut core, [(true, true), (true, false)]);
+        unique_names(&mut paths, &core);
+        assert_eq!([&paths[0].name, &paths[1].name], ["b/1", "b"]);
+    }
 
     #[test]
     fn fingerprints_are_sha256_base64_like_ssh() {

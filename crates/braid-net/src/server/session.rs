@@ -95,7 +95,8 @@ pub(super) fn spawn_session(
                 m.insert(path, addr);
             }
             Some(a) => {
-                info!(path, old = %a.peer, new = %from, "path moved; validating the new address");
+                let name = s.peer_path_name(path).unwrap_or("").to_string();
+                info!(path, %name, old = %a.peer, new = %from, "path moved; validating the new address");
                 m.insert(path, addr);
                 s.path_address_changed(now, path);
                 s.set_path_max_datagram(now, path, limit(from));

@@ -9,6 +9,7 @@ use braid_testkit::netns as nsrig;
 
 mod blocked;
 mod direct;
+mod fallback;
 mod faults_paths;
 mod inbound;
 mod ipv6;

@@ -36,7 +36,7 @@ pub struct SeriesPoint {
 
 /// One tick: the time (seconds of the agent's or server's uptime) and every path's point,
 /// keyed by the path's name (agent) or `SESSION/PATH` (server: the session id's first 8
-/// hex digits and the path id).
+/// hex digits and the path's name in the server's status: the agent's, or the path id).
 #[derive(Debug, Clone, Default, PartialEq, Serialize)]
 pub struct Sample {
     /// Uptime, seconds.

@@ -166,8 +166,8 @@ async fn the_dashboard_draws_a_live_series_per_path_in_a_headless_browser() {
     let series = chart_series(&server, "rx");
     let names: Vec<&str> = series.iter().filter_map(|t| attr(t, "data-path")).collect();
     assert!(
-        names.len() == 2 && names.iter().all(|n| n.ends_with("/0") || n.ends_with("/1")),
-        "the server's series are SESSION/PATH: {names:?}"
+        names.len() == 2 && names.iter().all(|n| n.ends_with("/a") || n.ends_with("/b")),
+        "the server's series are SESSION/PATH, named as the agent names its paths: {names:?}"
     );
     assert!(
         server.contains(&braid_net::server::fingerprint(&rig.agent_key)),

@@ -92,7 +92,8 @@ async fn metrics_parse_and_their_counters_move_during_a_download() {
         .find(|x| x.metric == "braid_sessions")
         .unwrap();
     assert!(matches!(sessions.value, prometheus_parse::Value::Gauge(v) if v == 1.0));
-    for p in ["0", "1"] {
+    // The server labels a session's paths with the agent's names (PATH_NAME).
+    for p in ["a", "b"] {
         let (x, y) = (
             value(&s1, "braid_path_bytes_total", p, Some("sent")),
             value(&s2, "braid_path_bytes_total", p, Some("sent")),

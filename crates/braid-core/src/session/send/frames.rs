@@ -115,6 +115,9 @@ impl Session {
             self.pending.path_cost.remove(&pid);
             wrote.push(SentFrame::PathCost(pid));
         }
+        let mut named = Vec::new();
+        self.write_path_names(w, &mut named);
+        wrote.extend(named.into_iter().map(SentFrame::PathName));
         while let Some(&pid) = self.pending.path_abandon.first() {
             if emit::path_abandon(w, pid).is_none() {
                 break;

@@ -253,6 +253,30 @@ pub fn path_cost(
     })
 }
 
+/// PATH_NAME. `name` is cut to [`MAX_PATH_NAME`] bytes at a character boundary; `None`
+/// (nothing written) for an empty name, as for a full buffer.
+pub fn path_name(w: &mut Writer<'_>, path: u8, name: &str) -> Option<()> {
+    let name = clip_name(name);
+    if name.is_empty() {
+        return None;
+    }
+    atomic(w, |w| {
+        w.varint(ty::PATH_NAME)?;
+        w.u8(path)?;
+        w.varint(name.len() as u64)?;
+        w.bytes(name.as_bytes())
+    })
+}
+
+/// `name` cut to at most [`MAX_PATH_NAME`] bytes, at a character boundary.
+pub fn clip_name(name: &str) -> &str {
+    let mut end = name.len().min(MAX_PATH_NAME);
+    while !name.is_char_boundary(end) {
+        end -= 1;
+    }
+    &name[..end]
+}
+
 /// DATAGRAM.
 pub fn datagram(w: &mut Writer<'_>, data: &[u8]) -> Option<()> {
     atomic(w, |w| {

@@ -30,6 +30,9 @@ pub mod ty {
     pub const PATH_ABANDON: u64 = 0x1e;
     pub const PATH_BLACKOUT: u64 = 0x20;
     pub const PATH_COST: u64 = 0x1f;
+    /// The sender's name for one of its paths (sent only to a peer whose HELLO carries
+    /// [`super::features::PATH_NAMES`]).
+    pub const PATH_NAME: u64 = 0x21;
     pub const DATAGRAM: u64 = 0x30;
     /// DATAGRAM with a sequence number (redundant datagrams: the receiver drops copies).
     pub const DATAGRAM_SEQ: u64 = 0x31;
@@ -105,7 +108,13 @@ pub mod features {
     /// A capability, not a choice: the sender of HELLO reads ACK_TS frames, so its peer
     /// may acknowledge with them (each side announces it; neither adopts it).
     pub const ACK_TIMESTAMPS: u64 = 32;
+    /// A capability, like `ACK_TIMESTAMPS`: the sender of HELLO reads PATH_NAME frames, so
+    /// its peer may name its paths (an older peer never sets it and is never sent one).
+    pub const PATH_NAMES: u64 = 64;
 }
+
+/// Longest path name PATH_NAME carries, in bytes (UTF-8).
+pub const MAX_PATH_NAME: usize = 32;
 
 /// An ACK frame: the packets received on `path`, as descending ranges.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -223,6 +232,9 @@ pub enum Frame<'a> {
         power_mw: u64,
         rate_kbps: u64,
     },
+    /// The sender's name for its path `path` (UTF-8, 1 to [`MAX_PATH_NAME`] bytes, checked
+    /// when parsed), for the peer's status and logs.
+    PathName { path: u8, name: &'a str },
     /// An unreliable datagram.
     Datagram(&'a [u8]),
     /// An unreliable datagram with its sequence number: a second copy is dropped.
@@ -269,6 +281,16 @@ impl<'a> Iterator for FrameIter<'a> {
 
 fn path_id(r: &mut Reader<'_>) -> Result<u8, WireError> {
     r.u8()
+}
+
+/// A PATH_NAME's name: length-prefixed, 1 to [`MAX_PATH_NAME`] bytes of UTF-8.
+fn path_name<'a>(r: &mut Reader<'a>) -> Result<&'a str, WireError> {
+    let n = r.varint()?;
+    if n == 0 || n > MAX_PATH_NAME as u64 {
+        return Err(WireError::Invalid("path name length"));
+    }
+    let b = r.bytes(n as usize)?;
+    std::str::from_utf8(b).map_err(|_| WireError::Invalid("path name is not UTF-8"))
 }
 
 fn parse_ack<'a>(r: &mut Reader<'a>, timestamped: bool) -> Result<AckFrame<'a>, WireError> {
@@ -383,6 +405,10 @@ fn parse_one<'a>(r: &mut Reader<'a>) -> Result<Frame<'a>, WireError> {
             seq: r.varint()?,
             power_mw: r.varint()?,
             rate_kbps: r.varint()?,
+        },
+        ty::PATH_NAME => Frame::PathName {
+            path: path_id(r)?,
+            name: path_name(r)?,
         },
         ty::DATAGRAM => Frame::Datagram(r.len_prefixed()?),
         ty::DATAGRAM_SEQ => Frame::DatagramSeq {

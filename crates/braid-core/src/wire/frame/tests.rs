@@ -169,3 +169,46 @@ fn unknown_frame_type_is_an_error() {
         Some(Err(WireError::UnknownFrame(0x3f)))
     );
 }
+
+#[test]
+fn path_name_round_trips_and_bad_names_are_refused() {
+    let mut buf = [0u8; 64];
+    let mut w = Writer::new(&mut buf);
+    emit::path_name(&mut w, 9, "lte").unwrap();
+    let n = w.pos();
+    assert_eq!(
+        one(&buf[..n]),
+        Frame::PathName {
+            path: 9,
+            name: "lte"
+        }
+    );
+    for cut in 1..n {
+        assert!(FrameIter::new(&buf[..cut]).any(|f| f.is_err()));
+    }
+    // Too long: cut to MAX_PATH_NAME bytes at a character boundary (31 here: "é" is 2).
+    let long = format!("a{}", "é".repeat(20));
+    let mut w = Writer::new(&mut buf);
+    emit::path_name(&mut w, 1, &long).unwrap();
+    let n = w.pos();
+    assert_eq!(
+        one(&buf[..n]),
+        Frame::PathName {
+            path: 1,
+            name: &long[..31]
+        }
+    );
+    // Empty: nothing written.
+    let mut w = Writer::new(&mut buf);
+    assert!(emit::path_name(&mut w, 1, "").is_none());
+    assert_eq!(w.pos(), 0);
+    // Received: empty, longer than MAX_PATH_NAME, not UTF-8.
+    let mut over = vec![0x21, 1, 33];
+    over.extend_from_slice(&[b'a'; 33]);
+    for bad in [&[0x21, 1, 0][..], &over[..], &[0x21, 1, 2, 0xc3, 0x28][..]] {
+        assert!(
+            matches!(FrameIter::new(bad).next(), Some(Err(WireError::Invalid(_)))),
+            "{bad:?}"
+        );
+    }
+}

@@ -1,0 +1,102 @@
+//! PATH_NAME between two sessions: names reach the peer (set before the handshake or for a
+//! path added later), and a peer that does not announce `PATH_NAMES` is never sent one.
+
+use crate::wire::{features, FrameIter, Writer};
+use crate::{Config, Instant, Session};
+use std::time::Duration;
+
+const SID: u64 = 0x1d6_0002;
+
+/// Run both sessions, delivering every datagram after 5 ms, until `done` or 10 s.
+fn pump(client: &mut Session, server: &mut Session, mut done: impl FnMut(&Session) -> bool) {
+    let mut now = Instant(0);
+    let mut buf = vec![0u8; 2048];
+    let mut wire: Vec<(Instant, bool, Vec<u8>)> = Vec::new();
+    while now < Instant(0) + Duration::from_secs(10) {
+        if client.is_established() && !client.path_ids().contains(&9) {
+            client.add_path(now, 9).unwrap();
+            client.set_path_name(now, 9, "wifi");
+        }
+        if done(server) {
+            return;
+        }
+        for (s, to_server) in [(&mut *client, true), (&mut *server, false)] {
+            while let Some(t) = s.poll_transmit(now, &mut buf) {
+                wire.push((
+                    now + Duration::from_millis(5),
+                    to_server,
+                    buf[..t.len].to_vec(),
+                ));
+            }
+        }
+        let next = wire
+            .iter()
+            .map(|w| w.0)
+            .chain(client.poll_timeout())
+            .chain(server.poll_timeout())
+            .min()
+            .expect("something is due");
+        now = now.max(next);
+        for (_, to_server, pkt) in wire.iter().filter(|w| w.0 <= now) {
+            let s = if *to_server {
+                &mut *server
+            } else {
+                &mut *client
+            };
+            s.handle_datagram(now, pkt.clone().into());
+        }
+        wire.retain(|w| w.0 > now);
+        for s in [&mut *client, &mut *server] {
+            if s.poll_timeout().is_some_and(|t| t <= now) {
+                s.handle_timeout(now);
+            }
+        }
+    }
+}
+
+#[test]
+fn path_names_reach_the_server() {
+    let cfg = Config::default();
+    let mut client = Session::connect(cfg.clone(), Instant(0), SID, 0);
+    let mut server = Session::accept(cfg, Instant(0), SID);
+    client.set_path_name(Instant(0), 0, "lte");
+    pump(&mut client, &mut server, |s| {
+        s.peer_path_name(0).is_some() && s.peer_path_name(9).is_some()
+    });
+    assert_eq!(server.peer_path_name(0), Some("lte"));
+    assert_eq!(server.peer_path_name(9), Some("wifi"));
+    assert_eq!(server.peer_path_name(1), None);
+}
+
+#[test]
+fn no_path_name_to_a_peer_that_does_not_read_them() {
+    let cfg = Config::default();
+    let mut client = Session::connect(cfg, Instant(0), SID, 0);
+    let mut hello = client.hello_params();
+    // What an older server announces: every capability but PATH_NAMES.
+    hello.features &= !features::PATH_NAMES;
+    client.peer_params = Some(hello);
+    client.set_path_name(Instant(0), 0, "lte");
+    client.names_on_hello();
+    assert!(client.pending.path_name.is_empty());
+    let mut buf = [0u8; 64];
+    let mut w = Writer::new(&mut buf);
+    let mut wrote = Vec::new();
+    client.write_path_names(&mut w, &mut wrote);
+    assert!(wrote.is_empty() && w.pos() == 0);
+    // The same session once the peer says it reads them: the name goes out.
+    hello.features |= features::PATH_NAMES;
+    client.peer_params = Some(hello);
+    client.names_on_hello();
+    let mut w = Writer::new(&mut buf);
+    client.write_path_names(&mut w, &mut wrote);
+    let n = w.pos();
+    assert_eq!(wrote, vec![0]);
+    assert_eq!(
+        FrameIter::new(&buf[..n]).next().unwrap().unwrap(),
+        crate::wire::Frame::PathName {
+            path: 0,
+            name: "lte"
+        }
+    );
+}
