@@ -2,7 +2,11 @@
 //! datagrams built from the input: raw bytes, a valid header for the session followed by
 //! arbitrary frame bytes and a tag, or a genuine datagram of the session with bytes XORed
 //! in, cut short or replayed. After each input the sessions keep running (sending, timers)
-//! for a while. Nothing may panic.
+//! for a while: at most 50 steps and [`AFTER`] of simulated time, past the idle timeout
+//! (30 s, then the close and its draining) and two keepalive rounds (15 s); later an idle
+//! pair only repeats keepalives (before this bound, that repetition was most of the 50
+//! steps and half of each execution's time).
+//! Nothing may panic.
 //!
 //! Input layout: one mode byte, then records `flags, len, body[len]`:
 //! - mode bit 0: establish the session first; bit 1: the client has a stream transfer
@@ -25,6 +29,14 @@ use std::time::Duration;
 const SID: u64 = 0x0123_4567_89ab_cdef;
 const TAG: usize = 16;
 const ONE_WAY: Duration = Duration::from_millis(10);
+/// How long the sessions keep running after the input (simulated time).
+const AFTER: Duration = Duration::from_secs(40);
+
+/// The client's stream payload (mode bit 1), made once per process.
+fn payload() -> &'static [u8] {
+    static P: std::sync::OnceLock<Vec<u8>> = std::sync::OnceLock::new();
+    P.get_or_init(|| (0..20_000u32).map(|i| (i * 7) as u8).collect())
+}
 
 struct Pair {
     now: Instant,
@@ -105,8 +117,13 @@ impl Pair {
     }
 
     fn run(&mut self, steps: usize) {
+        self.run_until(steps, Instant(u64::MAX));
+    }
+
+    /// At most `steps` steps, none starting at or after `until`.
+    fn run_until(&mut self, steps: usize, until: Instant) {
         for _ in 0..steps {
-            if !self.step() {
+            if self.now >= until || !self.step() {
                 break;
             }
         }
@@ -138,8 +155,7 @@ fuzz_target!(|data: &[u8]| {
     let mut stream = None;
     if mode & 2 != 0 {
         if let Ok(id) = pair.client.open_stream() {
-            let payload: Vec<u8> = (0..20_000u32).map(|i| (i * 7) as u8).collect();
-            let _ = pair.client.stream_write(id, &payload);
+            let _ = pair.client.stream_write(id, payload());
             let _ = pair.client.stream_finish(id);
             pair.run(4);
             stream = Some(id);
@@ -210,7 +226,8 @@ fuzz_target!(|data: &[u8]| {
         }
     }
 
-    pair.run(50);
+    let until = pair.now + AFTER;
+    pair.run_until(50, until);
     for s in [&mut pair.client, &mut pair.server] {
         while s.poll_event().is_some() {}
         let _ = s.stats();

@@ -286,10 +286,11 @@ fn encode(frames: &[F]) -> Vec<u8> {
     buf
 }
 
-/// The frames `f` parses back as.
+/// The frames `f` parses back as (a run of PADDING bytes is one frame; a run right after
+/// another is part of it, see `frames_round_trip`).
 fn expected(f: &F) -> Vec<Frame<'_>> {
     match f {
-        F::Padding(n) => vec![Frame::Padding; *n],
+        F::Padding(_) => vec![Frame::Padding],
         F::Ping => vec![Frame::Ping],
         F::Ack { .. } => unreachable!("compared field by field"),
         F::Reset {
@@ -830,7 +831,10 @@ proptest! {
         let (parsed, failed) = parse_all(&buf);
         prop_assert!(!failed, "emitted frames do not parse: {:02x?}", buf);
         let mut at = 0usize;
-        for f in &frames {
+        for (i, f) in frames.iter().enumerate() {
+            if matches!(f, F::Padding(_)) && i > 0 && matches!(frames[i - 1], F::Padding(_)) {
+                continue;
+            }
             if let F::Ack {
                 path,
                 ranges,

@@ -206,11 +206,18 @@ struct BenchArgs {
     /// Internal: run the --idle-sessions server for the agent keys in FILE.
     #[arg(long, hide = true, value_name = "FILE")]
     idle_server_child: Option<PathBuf>,
+    /// Internal: run a share of the --idle-sessions agents (ADDR,KEY,SEED,START,COUNT).
+    #[arg(long, hide = true, value_name = "SPEC")]
+    idle_agents_child: Option<String>,
 }
 
 fn bench_cmd(a: BenchArgs) -> Result<bool> {
     if let Some(file) = a.idle_server_child {
         bench::idle::serve_child(&file)?;
+        return Ok(true);
+    }
+    if let Some(spec) = a.idle_agents_child {
+        bench::idle_agents::serve_child(&spec)?;
         return Ok(true);
     }
     let size = braid_sim::units::parse_size(&a.size).map_err(|e| anyhow::anyhow!("--size: {e}"))?;

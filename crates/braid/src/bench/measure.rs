@@ -108,6 +108,15 @@ pub fn rss_kib() -> Result<u64> {
     parse_rss(&s).context("no VmRSS line in /proc/self/status")
 }
 
+/// Bytes this process has allocated and not freed (glibc's `mallinfo2`, all arenas: in
+/// use in the arenas plus mmapped blocks), in KiB: the heap without what the allocator
+/// keeps free.
+pub fn heap_kib() -> u64 {
+    // SAFETY: mallinfo2 only reads the allocator's statistics.
+    let m = unsafe { libc::mallinfo2() };
+    (m.uordblks as u64 + m.hblkhd as u64) / 1024
+}
+
 /// The VmRSS figure (KiB) of a /proc/PID/status text.
 pub fn parse_rss(status: &str) -> Option<u64> {
     let line = status.lines().find(|l| l.starts_with("VmRSS:"))?;

@@ -12,13 +12,14 @@
 //! threads alone (per-thread /proc/self/task/*/stat); braid's figures as ratios to TCP's.
 //!
 //! Owns: the options, the report and its table. Measuring: [`measure`]; traffic:
-//! [`traffic`]; braid's server and agents: [`rig`]; idle sessions: [`idle`]; handshakes:
-//! [`handshakes`]. Must not
-//! touch: braid itself (only its public API and SOCKS5).
+//! [`traffic`]; braid's server and agents: [`rig`]; idle sessions: [`idle`] (their agents:
+//! [`idle_agents`]); handshakes: [`handshakes`]. Must not touch: braid itself (only its
+//! public API and SOCKS5).
 
 pub mod aead;
 pub mod handshakes;
 pub mod idle;
+pub mod idle_agents;
 pub mod measure;
 pub mod rig;
 pub mod traffic;
@@ -346,8 +347,10 @@ pub fn print(r: &Report) {
     }
     if let Some(i) = &r.idle {
         println!(
-            "idle sessions: {} of {} established, server RSS {} -> {} KiB: {:.1} KiB per session ({})",
-            i.established, i.sessions, i.rss_before_kib, i.rss_after_kib, i.kib_per_session, i.measured
+            "idle sessions: {} of {} established, server RSS {} -> {} KiB: {:.1} KiB per session; heap in use {} -> {} KiB: {:.1} KiB per session ({}; agents in {} process(es)); braid_core::Session itself {} bytes",
+            i.established, i.sessions, i.rss_before_kib, i.rss_after_kib, i.kib_per_session,
+            i.heap_before_kib, i.heap_after_kib, i.heap_kib_per_session, i.measured,
+            i.agent_processes, i.session_struct_bytes
         );
     }
     if let Some(h) = &r.handshakes {

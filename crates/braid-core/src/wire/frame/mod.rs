@@ -248,7 +248,9 @@ impl Frame<'_> {
     }
 }
 
-/// Iterates over the frames of a packet payload; stops at the first error.
+/// Iterates over the frames of a packet payload; stops at the first error. A run of
+/// PADDING bytes is one [`Frame::Padding`] (a padded packet of 1200 bytes would otherwise
+/// be a thousand frames for the receiver to collect).
 #[derive(Debug)]
 pub struct FrameIter<'a> {
     r: Reader<'a>,
@@ -272,8 +274,16 @@ impl<'a> Iterator for FrameIter<'a> {
             return None;
         }
         let f = parse_one(&mut self.r);
-        if f.is_err() {
-            self.failed = true;
+        match f {
+            Err(_) => self.failed = true,
+            Ok(Frame::Padding) => {
+                let run = self.r.buf[self.r.pos..]
+                    .iter()
+                    .take_while(|&&b| b == 0)
+                    .count();
+                self.r.pos += run;
+            }
+            Ok(_) => {}
         }
         Some(f)
     }

@@ -212,3 +212,27 @@ fn path_name_round_trips_and_bad_names_are_refused() {
         );
     }
 }
+
+#[test]
+fn a_padded_packet_is_not_a_thousand_padding_frames() {
+    // A PATH_CHALLENGE padded to 1200 bytes: the receiver collects its frames, and each
+    // padding byte as a frame of its own spilled that collection onto the heap (tens of
+    // KiB per packet).
+    let mut buf = vec![0u8; 1200];
+    let mut w = Writer::new(&mut buf);
+    emit::ping(&mut w).unwrap();
+    emit::padding(&mut w, 600).unwrap();
+    emit::max_data(&mut w, 7).unwrap();
+    let n = w.pos();
+    emit::padding(&mut w, 1200 - n).unwrap();
+    let frames: Vec<_> = FrameIter::new(&buf).map(Result::unwrap).collect();
+    assert_eq!(
+        frames,
+        vec![
+            Frame::Ping,
+            Frame::Padding,
+            Frame::MaxData(7),
+            Frame::Padding
+        ]
+    );
+}
