@@ -186,6 +186,7 @@ pub async fn rig() -> Rig {
         },
         tun: None,
         redirect: None,
+        dns: None,
         rekey: Default::default(),
         direct: Default::default(),
         rules: Default::default(),
