@@ -35,8 +35,8 @@ fn logs() {
 /// the marked packets delivered locally.
 fn tproxy_rules(ns: &str) {
     let rules = format!(
-        "table inet udpr_tproxy {{\n chain prerouting {{\n  type filter hook prerouting \
-         priority mangle; policy accept;\n  iifname \"lan0\" meta l4proto udp tproxy ip to \
+        "table ip braid_tproxy {{\n chain prerouting {{\n  type filter hook prerouting \
+         priority mangle; policy accept;\n  iifname \"lan0\" meta l4proto udp tproxy to \
          :{REDIRECT_PORT} meta mark set 0x1 accept\n }}\n}}\n"
     );
     let file = std::env::temp_dir().join(format!("udpr-tproxy-{}.nft", std::process::id()));
@@ -179,13 +179,17 @@ fn read_answer(a: &[u8]) -> (u16, bool, Vec<Ipv4Addr>) {
 async fn udp_ask(to: SocketAddr, id: u16, name: &str) -> (u16, bool, Vec<Ipv4Addr>) {
     let s = UdpSocket::bind("0.0.0.0:0").await.unwrap();
     let mut buf = vec![0u8; 4096];
-    for _ in 0..3 {
+    for attempt in 0..3 {
         s.send_to(&query(id, name), to).await.unwrap();
         let wait = tokio::time::timeout(Duration::from_secs(1), s.recv_from(&mut buf));
         if let Ok(Ok((n, from))) = wait.await {
             assert_eq!(from, to, "the answer comes from the address asked");
             return read_answer(&buf[..n]);
         }
+        eprintln!(
+            "no answer within 1 s from {to} for {name} (try {})",
+            attempt + 1
+        );
     }
     panic!("no answer over UDP from {to} for {name}");
 }
