@@ -200,17 +200,72 @@ impl Net {
         F: FnOnce() -> Fut + Send + 'static,
         Fut: Future<Output = T>,
     {
-        let ns = self.c.clone();
-        std::thread::spawn(move || {
-            braid_testbed::netns::enter(&ns).unwrap();
-            tokio::runtime::Builder::new_current_thread()
-                .enable_all()
-                .build()
-                .unwrap()
-                .block_on(f())
-        })
-        .join()
-        .expect("the client side panicked")
+        on(&self.c, f)
+    }
+}
+
+/// Run `body` in namespace `ns` on a fresh runtime.
+pub fn on<T, F, Fut>(ns: &str, f: F) -> T
+where
+    T: Send + 'static,
+    F: FnOnce() -> Fut + Send + 'static,
+    Fut: Future<Output = T>,
+{
+    let (ns, name) = (ns.to_string(), ns.to_string());
+    std::thread::spawn(move || {
+        braid_testbed::netns::enter(&ns).unwrap();
+        tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .unwrap()
+            .block_on(f())
+    })
+    .join()
+    .unwrap_or_else(|_| panic!("the side in {name} panicked"))
+}
+
+/// A LAN host behind the client namespace (as behind a router): namespace `<client>-l`
+/// with `eth0` 192.168.77.2/24 and a default route to `lan0` 192.168.77.1/24 in the client
+/// namespace, which does not forward unless told. Removed on drop.
+pub struct Lan {
+    pub ns: String,
+}
+
+/// The LAN host's address and its gateway's (the client namespace's `lan0`).
+pub const LAN_HOST: &str = "192.168.77.2";
+pub const LAN_GW: &str = "192.168.77.1";
+
+impl Drop for Lan {
+    fn drop(&mut self) {
+        let _ = run("ip", &["netns", "del", &self.ns]);
+    }
+}
+
+impl Net {
+    /// Make the LAN behind the client namespace.
+    pub fn lan(&self) -> Lan {
+        let lan = Lan {
+            ns: format!("{}-l", self.c),
+        };
+        let ns = lan.ns.as_str();
+        sh(run("ip", &["netns", "add", ns]));
+        sh(ip_ns(ns, &["link", "set", "lo", "up"]));
+        let veth = [
+            "link", "add", "lan0", "type", "veth", "peer", "name", "eth0", "netns", ns,
+        ];
+        sh(ip_ns(&self.c, &veth));
+        sh(ip_ns(
+            &self.c,
+            &["addr", "add", &format!("{LAN_GW}/24"), "dev", "lan0"],
+        ));
+        sh(ip_ns(&self.c, &["link", "set", "lan0", "up"]));
+        sh(ip_ns(
+            ns,
+            &["addr", "add", &format!("{LAN_HOST}/24"), "dev", "eth0"],
+        ));
+        sh(ip_ns(ns, &["link", "set", "eth0", "up"]));
+        sh(ip_ns(ns, &["route", "add", "default", "via", LAN_GW]));
+        lan
     }
 }
 

@@ -3,9 +3,9 @@
 //! own (excluded prefixes are `throw` routes there); one rule sends every packet that does
 //! not carry braid's firewall mark to that table, and one before it lets the main table's
 //! specific routes (the local networks) win over the tunnel's default. braid's path sockets
-//! carry the mark (SO_MARK), so they never loop into the tunnel. With `dns`, a rule before
-//! both sends every unmarked DNS query (UDP to port 53) to the table, so a resolver on a
-//! local network is not asked around the tunnel (the agent has the server resolve it).
+//! carry the mark (SO_MARK), so they never loop into the tunnel. With `dns`, two rules before
+//! both send every unmarked DNS query (UDP or TCP to port 53) to the table, so a resolver on
+//! a local network is not asked around the tunnel (the agent has the server resolve it).
 //!
 //! `Routing` removes what it installed when dropped, and `install` first removes what a
 //! killed agent left (rules at braid's three preferences, routes in braid's table), so a
@@ -89,7 +89,7 @@ pub struct RoutingConfig {
     pub include: Vec<Cidr>,
     /// Prefixes left out (they go where they would without braid).
     pub exclude: Vec<Cidr>,
-    /// Send every DNS query over UDP (port 53) into the tunnel too, also to a resolver on a
+    /// Send every DNS query (UDP and TCP, port 53) into the tunnel too, also to a resolver on a
     /// local network that the main table would reach directly: the agent has the server
     /// resolve it, so no name leaks through a local link.
     pub dns: bool,
@@ -159,8 +159,9 @@ fn route(cfg: &RoutingConfig, c: &Cidr, oif: Option<u32>) -> RouteMessage {
     m
 }
 
-/// Unmarked UDP to port 53 goes to braid's table, before the main table's local routes.
-fn dns_rule(cfg: &RoutingConfig, v4: bool) -> RuleMessage {
+/// Unmarked DNS (UDP, or TCP if `tcp`, to port 53) goes to braid's table, before the main
+/// table's local routes.
+fn dns_rule(cfg: &RoutingConfig, v4: bool, tcp: bool) -> RuleMessage {
     use netlink_packet_route::rule::RulePortRange;
     use netlink_packet_route::IpProtocol;
     let mut dns = RuleMessage::default();
@@ -172,8 +173,12 @@ fn dns_rule(cfg: &RoutingConfig, v4: bool) -> RuleMessage {
     // Mark 0 under braid's mask: braid's own sockets (a server on port 53) never match.
     dns.attributes.push(RuleAttribute::FwMark(0));
     dns.attributes.push(RuleAttribute::FwMask(cfg.fwmark));
-    dns.attributes
-        .push(RuleAttribute::IpProtocol(IpProtocol::Udp));
+    let proto = if tcp {
+        IpProtocol::Tcp
+    } else {
+        IpProtocol::Udp
+    };
+    dns.attributes.push(RuleAttribute::IpProtocol(proto));
     dns.attributes
         .push(RuleAttribute::DestinationPortRange(RulePortRange {
             start: 53,
@@ -239,12 +244,12 @@ impl Routing {
                 nl.request(RouteNetlinkMessage::NewRule(rule), Mode::Create)
                     .map_err(err("a policy rule".into()))?;
             }
-            if cfg.dns {
+            for tcp in [false, true].into_iter().filter(|_| cfg.dns) {
                 nl.request(
-                    RouteNetlinkMessage::NewRule(dns_rule(&cfg, v4)),
+                    RouteNetlinkMessage::NewRule(dns_rule(&cfg, v4, tcp)),
                     Mode::Create,
                 )
-                .map_err(err("the policy rule for DNS".into()))?;
+                .map_err(err("a policy rule for DNS".into()))?;
             }
         }
         Ok(r)

@@ -76,7 +76,10 @@ fn the_tunnel_takes_every_destination_but_braids_own_marked_sockets() {
         let cfg = RoutingConfig::default();
         let dev = TunDevice::create("bt0", 1400, &addrs()).expect("TUN device");
         let routing = Routing::install(dev.index(), cfg.clone()).expect("routing");
-        assert_eq!(installed(&cfg).unwrap(), (6, 2), "{}", ip(&["rule"]));
+        // Per family: main's specific routes, the tunnel, DNS over UDP and over TCP.
+        assert_eq!(installed(&cfg).unwrap(), (8, 2), "{}", ip(&["rule"]));
+        let rules = ip(&["rule"]);
+        assert!(rules.contains("ipproto tcp dport 53"), "{rules}");
         assert!(ip(&["route", "get", "1.1.1.1"]).contains("dev bt0"));
         assert!(ip(&["-6", "route", "get", "2001:db8::1"]).contains("dev bt0"));
 
@@ -146,12 +149,12 @@ fn a_killed_agent_leaves_nothing_that_a_restart_does_not_clear() {
         std::mem::forget(Routing::install(dev.index(), cfg.clone()).unwrap());
         drop(dev);
         let (rules, _) = installed(&cfg).unwrap();
-        assert_eq!(rules, 6, "rules outlive a killed agent");
+        assert_eq!(rules, 8, "rules outlive a killed agent");
         let dev = TunDevice::create("bt0", 1400, &addrs()).expect("TUN device again");
         let routing = Routing::install(dev.index(), cfg.clone()).expect("routing again");
         assert_eq!(
             installed(&cfg).unwrap(),
-            (6, 3),
+            (8, 3),
             "no rule twice: {}",
             ip(&["rule"])
         );

@@ -17,6 +17,7 @@ use braid_proxy::socks5::{self, SocksRequest};
 use braid_proxy::target::{self, ReplyCode};
 use braid_proxy::{datagram, AcceptBackoff, TargetAddr};
 use bytes::{Bytes, BytesMut};
+use std::future::Future;
 use std::net::SocketAddr;
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
@@ -35,7 +36,13 @@ pub(super) enum Front {
     Http,
     /// Connections nftables redirected (`redirect`).
     Redirect,
+    /// Another front end's connections (the agent's DNS port), by its own function.
+    Other(Handler),
 }
+
+/// A front end's work on one connection.
+pub(super) type Handler =
+    fn(TcpStream, Shared) -> std::pin::Pin<Box<dyn Future<Output = Result<(), String>> + Send>>;
 
 pub(super) async fn accept_loop(l: TcpListener, shared: Shared, front: Front) {
     let limits = shared.cfg.proxy_limits;
@@ -81,6 +88,7 @@ pub(super) async fn accept_loop(l: TcpListener, shared: Shared, front: Front) {
                 Front::Socks => socks_conn(tcp, &shared).await,
                 Front::Http => http_conn(tcp, &shared).await,
                 Front::Redirect => super::redirect::conn(tcp, &shared).await,
+                Front::Other(handle) => handle(tcp, shared.clone()).await,
             };
             if let Err(e) = r {
                 info!(%peer, "proxy connection ended: {e}");

@@ -12,7 +12,10 @@
 //!   new connection whole on one path chosen by the connection-level scheduler;
 //! - [`ruled_udp`]: the datagrams of a UDP association that `--bypass`/`--pin` send
 //!   straight to their destination (TCP: `direct_ruled`, through [`direct`]);
-//! - [`tun`]: TUN mode, every application without a proxy setting;
+//! - [`tun`] (with [`tun_conn`]): TUN mode, every application without a proxy setting;
+//! - [`redirect`], [`redirect_udp`] (with [`tproxy`]): connections and datagrams nftables
+//!   redirected; [`resolver`]: the agent's DNS port (`--dns`); [`lan_udp`]: the datagram
+//!   flows of both; [`dns_tcp`]: DNS over TCP (TUN mode and `--dns`);
 //! - [`inbound`]: inbound ports (`--forward`): the public ports asked of the server and
 //!   the traffic that comes in through them;
 //! - [`report`]: the status board (`braid status`), refreshed by the session loop.
@@ -24,15 +27,21 @@ mod affinity;
 mod direct;
 mod direct_udp;
 mod dns;
+mod dns_tcp;
 mod front;
 mod handshake;
 mod inbound;
+mod lan_udp;
 mod links;
 mod redirect;
+mod redirect_udp;
 mod report;
+mod resolver;
 mod ruled_udp;
 mod run;
+mod tproxy;
 mod tun;
+mod tun_conn;
 mod tun_direct;
 
 pub use inbound::Forward;
@@ -105,8 +114,11 @@ pub struct AgentConfig {
     pub transport: Config,
     /// TUN mode: a device carrying every application (needs CAP_NET_ADMIN).
     pub tun: Option<TunSettings>,
-    /// Accept TCP connections nftables redirected here (`redirect`).
+    /// Accept TCP connections nftables redirected here (`redirect`), and UDP datagrams it
+    /// handed here with `tproxy` (the same port).
     pub redirect: Option<SocketAddr>,
+    /// Answer DNS (UDP and TCP) here, through the server's resolver (`--dns`).
+    pub dns: Option<SocketAddr>,
     /// When the session keys are rotated (docs/protocol.md section 16a).
     pub rekey: RekeyPolicy,
     /// Direct mode: connections straight to their destinations when no session is up.
@@ -147,6 +159,7 @@ impl AgentConfig {
             transport: agent_transport(),
             tun: None,
             redirect: None,
+            dns: None,
             rekey: RekeyPolicy::default(),
             direct: DirectSettings::default(),
             ciphers: Ciphers::auto(),
@@ -384,6 +397,8 @@ pub struct Agent {
     pub socks: Option<SocketAddr>,
     /// Bound HTTP CONNECT address.
     pub http: Option<SocketAddr>,
+    /// Bound DNS address (`--dns`).
+    pub dns: Option<SocketAddr>,
     established: SessionSlot,
     status: watch::Receiver<Vec<PathStatus>>,
     names: Vec<String>,
@@ -494,12 +509,20 @@ impl Agent {
                     format!("cannot listen for redirected connections on {addr}: {e}"),
                 )
             })?;
-            info!(listen = %l.local_addr()?, "accepting connections redirected by nftables");
+            let at = l.local_addr()?;
+            info!(listen = %at, "accepting connections redirected by nftables");
             tasks.push(tokio::spawn(front::accept_loop(
                 l,
                 shared.clone(),
                 Front::Redirect,
             )));
+            redirect_udp::start(at, &shared, &mut tasks);
+        }
+        let mut dns = None;
+        if let Some(addr) = cfg.dns {
+            let socks = resolver::bind(addr).await?;
+            dns = Some(socks.0.local_addr()?);
+            resolver::start(socks, &shared, &mut tasks);
         }
         if let Some(t) = &cfg.tun {
             // Before any path socket exists: they must carry braid's routing mark.
@@ -531,6 +554,7 @@ impl Agent {
         Ok(Agent {
             socks,
             http,
+            dns,
             established: rx,
             status,
             names,

@@ -5,20 +5,21 @@
 //! application UDP socket becomes one datagram flow.
 //!
 //! One task owns the device and the stack. Per connection, a task opens the stream and
-//! relays it; between the two, bounded channels one way and a byte credit the other, so a
-//! slow application or a slow stream holds back only its own connection. While no session
+//! relays it (`tun_conn`); between the two, bounded channels one way and a byte credit the
+//! other, so a slow application or a slow stream holds back only its own connection. While no session
 //! is up (direct mode), connections go whole on one path (`direct`) and UDP flows each on
 //! one path's socket (`tun_direct`); so, always, do destinations `--bypass`/`--pin` name.
+//! DNS, over UDP or TCP (`dns_tcp`), goes to the server's resolver whatever resolver was
+//! asked.
 //!
 //! Owns: the TUN device, its routing, the stack and the connection and flow tables. Must
 //! not touch: the session's lifecycle (`run`), the stream-open exchange (`front::open`).
 
-use super::direct::{self, Relay};
+use super::tun_conn::{conn_task, ToTun, Up, CREDIT, UP_BYTES};
 use super::tun_direct::{Back, DirectFlow};
 use super::Shared;
-use crate::bridge::{Cmd, StreamMsg};
+use crate::bridge::Cmd;
 use crate::rules::Route;
-use crate::splice::TCP_FAILED;
 use braid_core::time::Instant;
 use braid_proxy::{datagram, TargetAddr};
 use braid_tun::device::TunDevice;
@@ -45,18 +46,12 @@ pub struct TunSettings {
     pub exclude: Vec<Cidr>,
 }
 
-/// Bytes of stream data on their way to one application connection (the credit the
-/// stream side may run ahead of what the stack has taken).
-const CREDIT: usize = 256 * 1024;
-/// Bytes of application data queued toward one stream before the stack stops reading the
-/// application (its TCP window then closes).
-const UP_BYTES: usize = 256 * 1024;
 /// A UDP flow with no datagram either way for this long is forgotten.
 const FLOW_IDLE: Duration = Duration::from_secs(120);
 /// Datagram flows at once (one per application UDP socket).
 const MAX_FLOWS: usize = 4096;
 /// UDP to this port is a DNS query, resolved by the server's resolver.
-const DNS_PORT: u16 = 53;
+const DNS_PORT: u16 = super::dns_tcp::PORT;
 
 /// The device's MTU: the largest IP packet whose UDP payload, with the flow header and an
 /// IPv6 address, still fits one datagram of the session.
@@ -98,25 +93,6 @@ impl Tun {
         info!(device = %s.name, mtu, "TUN device ready: applications are carried without a proxy setting");
         Ok(Tun { dev, routing, mtu })
     }
-}
-
-/// Application data toward a stream.
-enum Up {
-    Data(Bytes),
-    Fin,
-    Reset,
-}
-
-/// From the per-connection tasks to the TUN task.
-enum ToTun {
-    /// Stream bytes for the application (credit taken).
-    Data(ConnId, Bytes),
-    /// The stream finished: FIN to the application after its bytes.
-    Fin(ConnId),
-    /// The stream failed or never opened: reset the application's connection.
-    Reset(ConnId),
-    /// The connection's task took a chunk: reading the application may resume.
-    Drained(ConnId),
 }
 
 struct Conn {
@@ -440,158 +416,4 @@ fn handle_ctl(
             }
         }
     }
-}
-
-/// One connection: opens its stream (as SOCKS5 CONNECT does), then relays both ways.
-async fn conn_task(
-    shared: Shared,
-    id: ConnId,
-    dst: SocketAddr,
-    (mut up, up_queued): (mpsc::UnboundedReceiver<Up>, Arc<AtomicUsize>),
-    ctl: mpsc::UnboundedSender<ToTun>,
-    credit: Arc<Semaphore>,
-) {
-    // A stream of the session, or in direct mode (no session up) a connection on a path.
-    let (mut reader, writer, early) = match direct::open_tcp(&shared, &TargetAddr::Ip(dst)).await {
-        Ok(Relay::Session(r, w, early)) => (r, w, early),
-        Ok(relay @ Relay::Direct(_)) => {
-            let conn = shared
-                .board
-                .open("tun", String::new(), dst.to_string(), None);
-            let (app, relay_end) = tokio::io::duplex(CREDIT);
-            let idle = shared.cfg.proxy_limits.idle_timeout;
-            tokio::join!(
-                pump(app, id, (up, up_queued), &ctl, &credit),
-                relay.run_stream(relay_end, &conn, idle)
-            );
-            return;
-        }
-        Err(code) => {
-            info!(%dst, "TUN: cannot open a stream: {code}; the connection is reset");
-            let _ = ctl.send(ToTun::Reset(id));
-            return;
-        }
-    };
-    let to_stream = async {
-        while let Some(m) = up.recv().await {
-            match m {
-                Up::Data(b) => {
-                    let n = b.len();
-                    if writer.write(b).await.is_err() {
-                        return;
-                    }
-                    let before = up_queued.fetch_sub(n, Ordering::AcqRel);
-                    if before >= UP_BYTES && before - n < UP_BYTES {
-                        let _ = ctl.send(ToTun::Drained(id));
-                    }
-                }
-                Up::Fin => {
-                    writer.finish();
-                    return;
-                }
-                Up::Reset => break,
-            }
-        }
-        // The application reset the connection, or it is gone.
-        writer.reset(TCP_FAILED);
-    };
-    let to_app = async {
-        let give = |b: Bytes| give_app(id, b, &ctl, &credit);
-        if !early.is_empty() && !give(early).await {
-            return;
-        }
-        loop {
-            match reader.read().await {
-                Some(StreamMsg::Data(b)) => {
-                    if !give(b).await {
-                        return;
-                    }
-                }
-                Some(StreamMsg::Fin) => {
-                    let _ = ctl.send(ToTun::Fin(id));
-                    return;
-                }
-                Some(StreamMsg::Reset(_)) | None => {
-                    let _ = ctl.send(ToTun::Reset(id));
-                    return;
-                }
-            }
-        }
-    };
-    tokio::join!(to_stream, to_app);
-}
-
-/// Hands `credit`-limited chunks of `b` to the TUN task for connection `id`; false when the
-/// connection is gone.
-async fn give_app(
-    id: ConnId,
-    mut b: Bytes,
-    ctl: &mpsc::UnboundedSender<ToTun>,
-    credit: &Semaphore,
-) -> bool {
-    while !b.is_empty() {
-        let chunk = b.split_to(b.len().min(CREDIT));
-        let Ok(p) = credit.acquire_many(chunk.len() as u32).await else {
-            return false;
-        };
-        p.forget();
-        if ctl.send(ToTun::Data(id, chunk)).is_err() {
-            return false;
-        }
-    }
-    true
-}
-
-/// Direct mode: relays between the application's connection in the stack and `app`, one
-/// end of an in-memory pipe whose other end the direct connection relays.
-async fn pump(
-    app: tokio::io::DuplexStream,
-    id: ConnId,
-    (mut up, up_queued): (mpsc::UnboundedReceiver<Up>, Arc<AtomicUsize>),
-    ctl: &mpsc::UnboundedSender<ToTun>,
-    credit: &Semaphore,
-) {
-    use tokio::io::{AsyncReadExt, AsyncWriteExt};
-    let (mut rd, mut wr) = tokio::io::split(app);
-    let to_dest = async {
-        while let Some(m) = up.recv().await {
-            match m {
-                Up::Data(b) => {
-                    let n = b.len();
-                    if wr.write_all(&b).await.is_err() {
-                        break;
-                    }
-                    let before = up_queued.fetch_sub(n, Ordering::AcqRel);
-                    if before >= UP_BYTES && before - n < UP_BYTES {
-                        let _ = ctl.send(ToTun::Drained(id));
-                    }
-                }
-                Up::Fin => break,
-                Up::Reset => break,
-            }
-        }
-        // FIN, reset or gone: the direct connection's sending side ends.
-        let _ = wr.shutdown().await;
-    };
-    let to_app = async {
-        let mut buf = vec![0u8; 64 * 1024];
-        loop {
-            match rd.read(&mut buf).await {
-                Ok(0) => {
-                    let _ = ctl.send(ToTun::Fin(id));
-                    return;
-                }
-                Ok(n) => {
-                    if !give_app(id, Bytes::copy_from_slice(&buf[..n]), ctl, credit).await {
-                        return;
-                    }
-                }
-                Err(_) => {
-                    let _ = ctl.send(ToTun::Reset(id));
-                    return;
-                }
-            }
-        }
-    };
-    tokio::join!(to_dest, to_app);
 }

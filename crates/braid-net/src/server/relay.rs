@@ -33,10 +33,11 @@ use tracing::{debug, info, warn};
 pub const UDP_RETURN_BYTES: usize = 1 << 20;
 
 /// One proxied connection: read the open request, connect, answer, relay. A stream that
-/// starts with a forward request goes to the session's inbound ports instead.
+/// starts with a forward request goes to the session's inbound ports instead; one to
+/// [`datagram::SERVER_RESOLVER`] goes to the server's resolver (DNS over TCP).
 pub(crate) async fn serve_stream(
     h: StreamHandle,
-    connect_timeout: Duration,
+    (connect_timeout, resolver): (Duration, Option<SocketAddr>),
     idle: Duration,
     ports: &Arc<SessionPorts>,
 ) {
@@ -69,6 +70,18 @@ pub(crate) async fn serve_stream(
         }
     };
     let early = head.split_off(used).freeze();
+    let target = match target {
+        TargetAddr::Domain(n, _) if n == datagram::SERVER_RESOLVER => match resolver {
+            Some(r) => TargetAddr::Ip(r),
+            None => {
+                info!(stream = id, "a DNS connection for the server's resolver refused: none is configured (--resolver)");
+                reply(&writer, ReplyCode::HostUnreachable).await;
+                writer.finish();
+                return;
+            }
+        },
+        t => t,
+    };
     match connect(&target, connect_timeout).await {
         Ok(tcp) => {
             debug!(stream = id, %target, "connected");

@@ -148,6 +148,7 @@ pub(super) fn spawn_session(
         clock,
     };
     let connect_timeout = cfg.connect_timeout;
+    let resolver = cfg.resolver.or_else(relay::system_resolver);
     let stream_ports = ports.clone();
     let max_streams = cfg.max_streams as usize;
     tokio::spawn(async move {
@@ -164,12 +165,11 @@ pub(super) fn spawn_session(
             let open = open.clone();
             let ports = stream_ports.clone();
             tokio::spawn(async move {
-                relay::serve_stream(h, connect_timeout, idle, &ports).await;
+                relay::serve_stream(h, (connect_timeout, resolver), idle, &ports).await;
                 open.fetch_sub(1, Ordering::Relaxed);
             });
         }
     });
-    let resolver = cfg.resolver.or_else(relay::system_resolver);
     let limits = (cfg.max_udp_flows, resolver);
     let flow_ports = ports.clone();
     tokio::spawn(relay::udp_flows(

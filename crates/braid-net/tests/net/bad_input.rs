@@ -41,6 +41,7 @@ fn agent_cfg(
         transport: braid_core::Config::default(),
         tun: None,
         redirect: None,
+        dns: None,
         rekey: Default::default(),
         direct: Default::default(),
         rules: Default::default(),

@@ -13,6 +13,7 @@ mod fallback;
 mod faults_paths;
 mod inbound;
 mod ipv6;
+mod router;
 mod rules;
 mod rules_rig;
 mod wildcard;

@@ -4,7 +4,9 @@
 //! then p1): an HTTP server and a UDP echo on every address, each recording who reached it
 //! (a link address of the client: straight from the client; a server address: through the
 //! braid server), the braid server itself (10.0.0.1), and a small DNS server on the
-//! system's first nameserver address (domain rules resolve there, through the path).
+//! system's first nameserver address (domain rules resolve there, through the path) and,
+//! over UDP and TCP, on [`SERVER_DNS`], the braid server's resolver, which the client
+//! namespace has no route to.
 #![allow(dead_code)]
 
 use crate::common::body;
@@ -25,6 +27,15 @@ pub const OTHER: Ipv4Addr = Ipv4Addr::new(10, 0, 0, 3);
 /// What the DNS server answers for every name under [`DOMAIN`].
 pub const NAMED: Ipv4Addr = Ipv4Addr::new(10, 0, 0, 4);
 pub const DOMAIN: &str = "bank.example";
+/// The braid server's resolver (UDP and TCP, at [`SERVER_DNS_PORT`]: a port other than 53,
+/// which `--resolver` allows), reached only through the server.
+pub const SERVER_DNS: Ipv4Addr = Ipv4Addr::new(10, 0, 0, 53);
+pub const SERVER_DNS_PORT: u16 = 5353;
+/// A name under [`DOMAIN`] whose answer, [`BIG_COUNT`] addresses from [`BIG_FIRST`] on,
+/// does not fit 512 bytes: over UDP it comes truncated (TC, no answer), over TCP whole.
+pub const BIG: &str = "big.bank.example";
+pub const BIG_FIRST: Ipv4Addr = Ipv4Addr::new(10, 0, 1, 1);
+pub const BIG_COUNT: u32 = 60;
 pub const WEB_PORT: u16 = 8080;
 pub const ECHO_PORT: u16 = 7007;
 
@@ -81,7 +92,7 @@ pub fn serve(
     let ns = nameserver();
     let mut addrs = vec![RULED, OTHER, NAMED];
     addrs.extend(ns);
-    for a in &addrs {
+    for a in addrs.iter().chain([&SERVER_DNS, &BIG_FIRST]) {
         net.ip_s(&["addr", "add", &format!("{a}/32"), "dev", "lo"]);
     }
     for (i, metric) in [(0, "1"), (1, "2")] {
@@ -124,8 +135,11 @@ pub fn serve(
                 }
                 None => None,
             };
+            let at = SocketAddr::from((SERVER_DNS, SERVER_DNS_PORT));
+            tokio::spawn(dns_server(UdpSocket::bind(at).await.unwrap()));
+            tokio::spawn(dns_tcp_server(TcpListener::bind(at).await.unwrap()));
             let mut cfg = ServerConfig::new(nsrig::SERVER.parse().unwrap(), key, vec![agent]);
-            cfg.resolver = resolver;
+            cfg.resolver = Some(at);
             let server = Server::bind(cfg).await.unwrap();
             tx.send((server.status(), resolver)).unwrap();
             tokio::select! {
@@ -185,39 +199,80 @@ async fn echo_server(s: UdpSocket) {
     }
 }
 
-/// A for every name under [`DOMAIN`] ([`NAMED`]), NXDOMAIN for any other.
+/// A for every name under [`DOMAIN`] ([`NAMED`]; [`BIG`]: [`BIG_COUNT`] addresses),
+/// NXDOMAIN for any other.
 async fn dns_server(s: UdpSocket) {
-    use simple_dns::{rdata::RData, Packet, ResourceRecord, CLASS, RCODE};
     let mut buf = vec![0u8; 1500];
     while let Ok((n, from)) = s.recv_from(&mut buf).await {
-        let Ok(q) = Packet::parse(&buf[..n]) else {
-            continue;
-        };
-        let mut a = q.clone().into_reply();
-        let want = q.questions.first().map(|x| x.qname.clone());
-        let is_a = q
-            .questions
-            .first()
-            .is_some_and(|x| x.qtype == simple_dns::QTYPE::TYPE(simple_dns::TYPE::A));
-        match want {
-            Some(name) if name.to_string().ends_with(DOMAIN) => {
-                if is_a {
-                    a.answers.push(ResourceRecord::new(
-                        name,
-                        CLASS::IN,
-                        60,
-                        RData::A(simple_dns::rdata::A {
-                            address: u32::from(NAMED),
-                        }),
-                    ));
-                }
-            }
-            _ => *a.rcode_mut() = RCODE::NameError,
-        }
-        if let Ok(out) = a.build_bytes_vec() {
+        if let Some(out) = dns_answer(&buf[..n], true) {
             let _ = s.send_to(&out, from).await;
         }
     }
+}
+
+/// [`dns_server`] over TCP (each message behind its two-byte length).
+async fn dns_tcp_server(l: TcpListener) {
+    while let Ok((mut s, _)) = l.accept().await {
+        tokio::spawn(async move {
+            let mut len = [0u8; 2];
+            while s.read_exact(&mut len).await.is_ok() {
+                let mut q = vec![0u8; usize::from(u16::from_be_bytes(len))];
+                if s.read_exact(&mut q).await.is_err() {
+                    return;
+                }
+                let Some(a) = dns_answer(&q, false) else {
+                    return;
+                };
+                let mut out = (a.len() as u16).to_be_bytes().to_vec();
+                out.extend_from_slice(&a);
+                if s.write_all(&out).await.is_err() {
+                    return;
+                }
+            }
+        });
+    }
+}
+
+/// The answer to `query`; over `udp`, one longer than 512 bytes is truncated (TC set, no
+/// records), as a resolver does.
+fn dns_answer(query: &[u8], udp: bool) -> Option<Vec<u8>> {
+    use simple_dns::{rdata::RData, Packet, PacketFlag, ResourceRecord, CLASS, RCODE};
+    let q = Packet::parse(query).ok()?;
+    let mut a = q.clone().into_reply();
+    let want = q.questions.first().map(|x| x.qname.clone());
+    let is_a = q
+        .questions
+        .first()
+        .is_some_and(|x| x.qtype == simple_dns::QTYPE::TYPE(simple_dns::TYPE::A));
+    match want {
+        Some(name) if name.to_string().ends_with(DOMAIN) => {
+            let ips: Vec<Ipv4Addr> = if name.to_string() == BIG {
+                (0..BIG_COUNT)
+                    .map(|i| (u32::from(BIG_FIRST) + i).into())
+                    .collect()
+            } else {
+                vec![NAMED]
+            };
+            for ip in ips.into_iter().filter(|_| is_a) {
+                a.answers.push(ResourceRecord::new(
+                    name.clone(),
+                    CLASS::IN,
+                    60,
+                    RData::A(simple_dns::rdata::A {
+                        address: u32::from(ip),
+                    }),
+                ));
+            }
+        }
+        _ => *a.rcode_mut() = RCODE::NameError,
+    }
+    let out = a.build_bytes_vec().ok()?;
+    if udp && out.len() > 512 {
+        a.answers.clear();
+        a.set_flags(PacketFlag::TRUNCATION);
+        return a.build_bytes_vec().ok();
+    }
+    Some(out)
 }
 
 /// A SOCKS5 target: an IPv4 address or a name.

@@ -161,8 +161,9 @@ fn tun_carries_tcp_udp_and_ipv6_without_a_proxy_setting_and_leaves_nothing() {
         .filter(|l| l.starts_with("3100") || l.starts_with("30999:"))
         .count();
     assert_eq!(
-        ours, 3,
-        "a restart after SIGKILL installs braid's three rules once:\n{rules}"
+        ours, 4,
+        "a restart after SIGKILL installs braid's four rules (DNS over UDP and TCP, main, \
+         tunnel) once:\n{rules}"
     );
     rig.signal_agent(libc::SIGTERM);
     let left = rig.leftovers();

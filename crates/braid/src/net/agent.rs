@@ -55,9 +55,15 @@ pub struct AgentArgs {
     #[arg(long, value_name = "NAME")]
     pub tun: Option<String>,
     /// Accept TCP connections that nftables redirected to this address (`redirect to
-    /// :PORT`; rules in docs/deployment.md) and carry each to its original destination.
+    /// :PORT`), and UDP it handed to the same port (`tproxy to :PORT`, needs
+    /// CAP_NET_ADMIN), and carry each to its original destination (rules in
+    /// docs/deployment.md).
     #[arg(long, value_name = "ADDR:PORT")]
     pub redirect: Option<SocketAddr>,
+    /// Answer DNS (UDP and TCP) on this address, like 192.168.1.1:53, through the
+    /// server's resolver (its --resolver): hosts of a LAN resolve over the bonded link.
+    #[arg(long, value_name = "ADDR:PORT")]
+    pub dns: Option<SocketAddr>,
     /// With --tun: carry only this prefix (repeat for several), like 10.0.0.0/8.
     #[arg(long = "tun-route", value_name = "CIDR")]
     #[serde(default, rename = "tun_route")]
@@ -359,11 +365,14 @@ pub(crate) fn agent_settings(a: AgentArgs) -> Result<AgentSettings> {
     let http = a.http.or(f.http);
     let tun = a.tun.or(f.tun);
     let redirect = a.redirect.or(f.redirect);
+    let dns = a.dns.or(f.dns);
     let publishes = !(a.forward.is_empty() && f.forward.is_empty());
-    if socks.is_none() && http.is_none() && tun.is_none() && redirect.is_none() && !publishes {
+    let ways_in = [socks, http, redirect, dns].iter().any(Option::is_some) || tun.is_some();
+    if !ways_in && !publishes {
         bail!(
             "give at least one way in for applications: --socks ADDR:PORT, --http ADDR:PORT, \
-             --tun NAME or --redirect ADDR:PORT (or publish a service with --forward)"
+             --tun NAME, --redirect ADDR:PORT or --dns ADDR:PORT (or publish a service with \
+             --forward)"
         );
     }
     let tun = tun_settings(
@@ -433,6 +442,7 @@ pub(crate) fn agent_settings(a: AgentArgs) -> Result<AgentSettings> {
         transport,
         tun,
         redirect,
+        dns,
         rekey: Default::default(),
         ciphers: ciphers(a.cipher.or(f.cipher))?,
         rules,

@@ -66,8 +66,9 @@ pub struct ServerArgs {
     /// answer and sends every path of its session there (docs/deployment.md).
     #[arg(long, value_name = "ADDR:PORT")]
     pub unicast: Option<String>,
-    /// The DNS resolver agents' queries go to (the port-53 traffic of agents in TUN mode)
-    /// [default: the first nameserver in /etc/resolv.conf].
+    /// The DNS resolver agents' queries go to, over UDP and TCP (the port-53 traffic of
+    /// agents in TUN mode, the queries to an agent's --dns port) [default: the first
+    /// nameserver in /etc/resolv.conf].
     #[arg(long, value_name = "ADDR:PORT")]
     pub resolver: Option<SocketAddr>,
     /// The packet cipher: auto (AES-256-GCM first where the CPU has AES instructions, else
