@@ -63,6 +63,28 @@ use crate::time::Instant;
 use std::collections::BTreeMap;
 use std::time::Duration;
 
+impl PathEst {
+    /// Count the current round of reports into the delivery window: the part of its
+    /// busy interval not counted yet, and its bytes.
+    fn flush_round(&mut self) {
+        let Some((since, now, bytes)) = self.round.take() else {
+            return;
+        };
+        let from = if self.busy_end > since {
+            self.busy_end
+        } else {
+            since
+        };
+        let busy = now.saturating_since(from);
+        if now > self.busy_end {
+            self.busy_end = now;
+        }
+        let w = self.window.get_or_insert((since, 0, Duration::ZERO));
+        w.1 += bytes;
+        w.2 += busy;
+    }
+}
+
 /// A connection's handle.
 pub type ConnId = u64;
 
@@ -137,8 +159,10 @@ struct PathEst {
     estimate: Option<(f64, Instant)>,
     /// The open delivery window: its start, busy bytes and busy time.
     window: Option<(Instant, u64, Duration)>,
-    /// The path is known busy until then (the latest report that moved enough).
+    /// The path is known busy until then (the latest round counted).
     busy_end: Instant,
+    /// The current round of reports: the earliest start, their end, the bytes.
+    round: Option<(Instant, Instant, u64)>,
     /// When the first connection was placed on it while it had no rate (its probe).
     probe_at: Option<Instant>,
     /// Since when it has been usable, never measured, and carried nothing.
@@ -424,19 +448,20 @@ impl ConnSched {
             // A trickle (or no time to judge): not a measure of the path.
             return;
         }
-        // The busy time this report adds: what of (since, now] was not counted yet.
-        let from = if p.busy_end > since {
-            p.busy_end
-        } else {
-            since
-        };
-        let busy = now.saturating_since(from);
-        if now > p.busy_end {
-            p.busy_end = now;
+        // Reports of one round share `now`: their busy intervals (since, now] are merged
+        // first (the union of intervals ending together is the longest), then counted.
+        match &mut p.round {
+            Some((from, to, b)) if *to == now => {
+                if since < *from {
+                    *from = since;
+                }
+                *b += delta;
+            }
+            _ => {
+                p.flush_round();
+                p.round = Some((since, now, delta));
+            }
         }
-        let w = p.window.get_or_insert((since, 0, Duration::ZERO));
-        w.1 += delta;
-        w.2 += busy;
     }
 
     /// Close the delivery windows that are long enough and update the rate estimates.
@@ -451,6 +476,7 @@ impl ConnSched {
             } else {
                 p.idle_unmeasured_since = None;
             }
+            p.flush_round();
             let Some((start, bytes, busy)) = p.window else {
                 continue;
             };

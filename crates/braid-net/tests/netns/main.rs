@@ -10,6 +10,7 @@ mod nsrig;
 
 mod blocked;
 mod direct;
+mod direct_links;
 mod faults_paths;
 mod inbound;
 mod ipv6;

@@ -1,0 +1,163 @@
+//! Direct mode that knows its links (issue 25 item 5; root, network namespaces, the
+//! direct-mode rig of `direct`): links of 16 and 8 Mbit/s, no braid server. A fresh agent
+//! measures both links with its first connections and places the rest by those rates; 8
+//! download loops fill the links; the rates go to the state file, and after a restart the
+//! first 8 downloads already split by them. `braid status` shows both paths up with their
+//! rates. Without root or namespaces each test prints why it skips.
+
+use crate::direct::{batch, http, log, mbit, paths, pool, rx_in, skip, Bodies, Net, PAYLOAD};
+use braid_net::agent::{Agent, AgentConfig};
+use braid_net::status::ShownState;
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+const RATES: [f64; 2] = [16.0, 8.0];
+/// Each download of the batches started at once.
+const SIZE: usize = 3 << 20;
+
+fn cfg(specs: &[&str], state: &Path) -> AgentConfig {
+    let mut cfg = AgentConfig::direct_only(paths(specs)).unwrap();
+    cfg.socks = Some("127.0.0.1:0".parse().unwrap());
+    cfg.state_file = Some(state.to_path_buf());
+    cfg
+}
+
+/// What one batch of 8 downloads at once gave: its aggregate as a share of the links'
+/// sum, and the share of the bytes that came over p0.
+#[derive(Debug, Clone, Copy)]
+struct Batch {
+    share: f64,
+    p0: f64,
+}
+
+/// 8 downloads of [`SIZE`] at once through `socks` (each checked by SHA-256).
+async fn at_once(ns: &str, socks: SocketAddr, bodies: &Bodies, label: &str) -> Batch {
+    let rx0 = [rx_in(ns, 0), rx_in(ns, 1)];
+    let t = batch(socks, bodies, 8, SIZE).await;
+    let rx = [rx_in(ns, 0) - rx0[0], rx_in(ns, 1) - rx0[1]];
+    let sum: f64 = RATES.iter().sum();
+    let share = mbit(8 * SIZE, t) / sum;
+    let p0 = rx[0] as f64 / (rx[0] + rx[1]) as f64;
+    eprintln!(
+        "{label}: 8 x {} MB at once in {:.2} s: {:.1} Mbit/s = {share:.3} of the links' sum ({sum} Mbit/s), {:.3} of their TCP payload ceiling; p0 carried {p0:.3} of the bytes (5:3 is 0.625, 6:2 0.75, 4:4 0.5)",
+        SIZE >> 20,
+        t.as_secs_f64(),
+        share * sum,
+        share / PAYLOAD,
+    );
+    Batch { share, p0 }
+}
+
+/// A path in status: name, state, receive rate and delivery estimate (bits/s).
+type Shown = (String, Option<ShownState>, Option<u64>, Option<u64>);
+
+/// What the first agent saw.
+struct First {
+    fresh: Batch,
+    loops: f64,
+    measured: Batch,
+    status: Vec<Shown>,
+}
+
+/// No server, 16 + 8 Mbit/s: 8 download loops reach 0.93 of the sum, `braid status`
+/// shows both paths up with their rates, 8 downloads at once over measured links reach
+/// 0.85 of the sum; the rates survive a restart in the state file, and the restarted
+/// agent's first 8 downloads already split by them (p0 carries 0.58 to 0.8 of the
+/// bytes; 4:4 would be half).
+#[test]
+fn direct_mode_places_connections_by_measured_and_remembered_rates() {
+    if skip() {
+        return;
+    }
+    log();
+    let t0 = Instant::now();
+    let net = Net::with_rates("direct", &RATES);
+    let bodies: Bodies = Arc::default();
+    http(&net, bodies.clone());
+    let dir: PathBuf = std::env::temp_dir().join(format!("direct-rates-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let state = dir.join("state");
+    let _ = std::fs::remove_file(&state);
+    let specs = ["a=p0", "b=p1"];
+    let sum: f64 = RATES.iter().sum();
+
+    let (c, b, ns) = (cfg(&specs, &state), bodies.clone(), net.c.clone());
+    let first = Net::in_ns(&net.c, move || async move {
+        let agent = Agent::start(c).await.unwrap();
+        let socks = agent.socks.unwrap();
+        // A fresh agent: the first connection on each link measures it.
+        let fresh = at_once(&ns, socks, &b, "fresh agent").await;
+        // 8 download loops of 1 MB for 8 s; status read halfway.
+        let board = agent.status();
+        let watch = tokio::spawn(async move {
+            tokio::time::sleep(Duration::from_secs(4)).await;
+            board
+                .snapshot()
+                .paths
+                .into_iter()
+                .map(|p| (p.name, p.state, p.receive_rate_bps, p.delivery_rate_bps))
+                .collect::<Vec<_>>()
+        });
+        let (bytes, t) = pool(socks, &b, 8, 1 << 20, Duration::from_secs(8)).await;
+        let loops = mbit(bytes, t) / sum;
+        eprintln!(
+            "8 download loops of 1 MB: {} MB in {:.2} s: {:.3} of the links' sum",
+            bytes >> 20,
+            t.as_secs_f64(),
+            loops
+        );
+        let status = watch.await.unwrap();
+        let measured = at_once(&ns, socks, &b, "measured links").await;
+        drop(agent);
+        First {
+            fresh,
+            loops,
+            measured,
+            status,
+        }
+    })
+    .join()
+    .unwrap();
+    let saved = std::fs::read_to_string(&state).unwrap_or_default();
+    eprintln!("status during the loops: {:?}", first.status);
+    eprintln!("state file:\n{saved}");
+
+    // A restarted agent: the state file's rates place its first connections.
+    let (c, b, ns) = (cfg(&specs, &state), bodies.clone(), net.c.clone());
+    let restarted = Net::in_ns(&net.c, move || async move {
+        let agent = Agent::start(c).await.unwrap();
+        at_once(&ns, agent.socks.unwrap(), &b, "restarted agent").await
+    })
+    .join()
+    .unwrap();
+    let _ = std::fs::remove_dir_all(&dir);
+    eprintln!("the test took {:.1} s", t0.elapsed().as_secs_f64());
+
+    for (name, st, rate, delivery) in &first.status {
+        assert_eq!(*st, Some(ShownState::Active), "{name}: {:?}", first.status);
+        assert!(
+            rate.is_some_and(|r| r > 1_000_000) && delivery.is_some_and(|r| r > 1_000_000),
+            "{name} shows no rate: {:?}",
+            first.status
+        );
+    }
+    assert!(
+        saved.contains("rate:a ") && saved.contains("rate:b "),
+        "{saved}"
+    );
+    assert!(first.loops >= 0.93, "loops {:.3} of the sum", first.loops);
+    assert!(
+        first.measured.share >= 0.85,
+        "at once {:.3} of the sum",
+        first.measured.share
+    );
+    assert!(
+        (0.58..=0.8).contains(&restarted.p0),
+        "the restarted agent split {:.3} : {:.3}",
+        restarted.p0,
+        1.0 - restarted.p0
+    );
+    let _ = first.fresh;
+}
