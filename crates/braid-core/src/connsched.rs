@@ -31,9 +31,10 @@
 //!
 //! # Estimates
 //!
-//! * Rate: the largest delivery rate (all the path's connections together) seen in the last
-//!   [`ESTIMATE_WINDOW`]; a sample replaces the estimate when it is larger or the estimate
-//!   is older than that (so a path whose capacity fell is believed within the window). A
+//! * Rate: a moving average (gain [`RATE_GAIN`]) of the delivery-rate samples (all the
+//!   path's connections together), so that a path whose capacity fell is believed within a
+//!   few samples and one lucky burst does not make a path look faster than it is (the
+//!   largest sample of the last 10 s, before issue 25, showed a 16 Mbit/s link as 20). A
 //!   sample is the bytes over the time the path was *busy* (some connection on it moved at
 //!   least [`BUSY_RATE`] between two of its reports) within a window of [`SAMPLE`]
 //!   ([`FIRST_SAMPLE`] while the path has no estimate): a few small connections do not make
@@ -108,8 +109,8 @@ pub const PROBE_WAIT: Duration = Duration::from_millis(1000);
 pub const EXPLORE_DOUBLING: Duration = Duration::from_secs(30);
 /// ... up to this many times the fastest known rate.
 pub const EXPLORE_MAX: f64 = 1000.0;
-/// A rate estimate older than this is replaced by the next sample.
-pub const ESTIMATE_WINDOW: Duration = Duration::from_secs(10);
+/// Weight of a new delivery-rate sample in a path's estimate.
+pub const RATE_GAIN: f64 = 0.25;
 /// A connection that moved nothing for this long counts as no load.
 pub const IDLE: Duration = Duration::from_secs(2);
 /// Smoothing of a destination's bytes per connection (the paper's eq. 1).
@@ -230,8 +231,7 @@ impl ConnSched {
     }
 
     /// Start path `i` from a rate remembered from an earlier run (bytes/s): an estimate
-    /// taken `now`, which a larger sample, or any sample [`ESTIMATE_WINDOW`] later,
-    /// replaces. Ignored if the path was measured already or the rate is not positive.
+    /// taken `now`, which the samples then move. Ignored if the path was measured already or the rate is not positive.
     pub fn remember(&mut self, now: Instant, i: usize, rate: f64) {
         if let Some(p) = self.paths.get_mut(i) {
             if p.estimate.is_none() && rate.is_finite() && rate > 0.0 {
@@ -493,12 +493,11 @@ impl ConnSched {
                 continue;
             }
             let sample = bytes as f64 / busy.as_secs_f64();
-            let replace = match p.estimate {
-                None => true,
-                Some((e, at)) => sample > e || now.saturating_since(at) >= ESTIMATE_WINDOW,
-            };
-            if replace && sample > 0.0 {
-                p.estimate = Some((sample, now));
+            if sample > 0.0 {
+                let e = p
+                    .estimate
+                    .map_or(sample, |(e, _)| e + RATE_GAIN * (sample - e));
+                p.estimate = Some((e, now));
             }
         }
     }

@@ -339,3 +339,21 @@ fn reports_of_one_round_in_any_order_do_not_inflate_the_rate() {
     let r = s.rate(0).unwrap();
     assert!((r - 350e3 / 0.3).abs() < 0.02 * r, "{r}");
 }
+
+/// A 16 Mbit/s link showed as 20 (issue 25): the estimate was the largest sample of the
+/// last 10 s. One burst among steady samples now moves it by a quarter of the difference.
+#[test]
+fn one_burst_does_not_make_a_path_look_faster() {
+    let mut s = ConnSched::new(1, ConnPolicy::Throughput);
+    s.set_path(0, input(1.0));
+    let (a, _) = s.choose(t(0), "a:80").unwrap();
+    let mut bytes = 0;
+    for k in 1..=8u64 {
+        // 1 MB/s, and 1.5 MB/s in the fifth 500 ms window.
+        bytes += if k == 5 { 750_000 } else { 500_000 };
+        s.progress(t(k * 500), a, bytes);
+        s.tick(t(k * 500));
+    }
+    let r = s.rate(0).unwrap();
+    assert!(r < 1.15e6, "{r}");
+}

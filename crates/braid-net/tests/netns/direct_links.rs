@@ -6,9 +6,8 @@
 //! rates. Without root or namespaces each test prints why it skips.
 
 use crate::direct::{batch, http, log, mbit, paths, pool, rx_in, skip, Bodies, Net, PAYLOAD};
-use braid_net::agent::{Agent, AgentConfig};
+use braid_net::agent::{Agent, AgentConfig, StatusBoard};
 use braid_net::status::ShownState;
-use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -26,28 +25,55 @@ fn cfg(specs: &[&str], state: &Path) -> AgentConfig {
 
 /// What one batch of 8 downloads at once gave: its aggregate as a share of the links'
 /// sum, and the share of the bytes that came over p0.
-#[derive(Debug, Clone, Copy)]
+#[derive(Debug, Clone)]
 struct Batch {
     share: f64,
     p0: f64,
+    /// From the first connection shown in status to all 8 on a path, and how many went
+    /// on each path then.
+    placed: Option<(Duration, Vec<String>)>,
+}
+
+/// Watch `board` until 8 connections show a path: the time from the first connection
+/// shown, and their paths.
+async fn placement(board: Arc<StatusBoard>) -> Option<(Duration, Vec<String>)> {
+    let mut first = None;
+    for _ in 0..1000 {
+        let streams = board.snapshot().streams;
+        if !streams.is_empty() && first.is_none() {
+            first = Some(Instant::now());
+        }
+        let on: Vec<String> = streams.into_iter().filter_map(|s| s.path).collect();
+        if on.len() >= 8 {
+            let mut on = on;
+            on.sort();
+            return Some((first?.elapsed(), on));
+        }
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    None
 }
 
 /// 8 downloads of [`SIZE`] at once through `socks` (each checked by SHA-256).
-async fn at_once(ns: &str, socks: SocketAddr, bodies: &Bodies, label: &str) -> Batch {
+async fn at_once(ns: &str, agent: &Agent, bodies: &Bodies, label: &str) -> Batch {
+    let socks = agent.socks.unwrap();
     let rx0 = [rx_in(ns, 0), rx_in(ns, 1)];
+    let watch = tokio::spawn(placement(agent.status()));
     let t = batch(socks, bodies, 8, SIZE).await;
+    let placed = watch.await.unwrap();
     let rx = [rx_in(ns, 0) - rx0[0], rx_in(ns, 1) - rx0[1]];
     let sum: f64 = RATES.iter().sum();
     let share = mbit(8 * SIZE, t) / sum;
     let p0 = rx[0] as f64 / (rx[0] + rx[1]) as f64;
     eprintln!(
-        "{label}: 8 x {} MB at once in {:.2} s: {:.1} Mbit/s = {share:.3} of the links' sum ({sum} Mbit/s), {:.3} of their TCP payload ceiling; p0 carried {p0:.3} of the bytes (5:3 is 0.625, 6:2 0.75, 4:4 0.5)",
+        "{label}: 8 x {} MB at once in {:.2} s: {:.1} Mbit/s = {share:.3} of the links' sum ({sum} Mbit/s), {:.3} of their TCP payload ceiling; p0 carried {p0:.3} of the bytes (5:3 is 0.625, 6:2 0.75, 4:4 0.5); all 8 placed after {:?}",
         SIZE >> 20,
         t.as_secs_f64(),
         share * sum,
         share / PAYLOAD,
+        placed,
     );
-    Batch { share, p0 }
+    Batch { share, p0, placed }
 }
 
 /// A path in status: name, state, receive rate and delivery estimate (bits/s).
@@ -57,7 +83,6 @@ type Shown = (String, Option<ShownState>, Option<u64>, Option<u64>);
 struct First {
     fresh: Batch,
     loops: f64,
-    measured: Batch,
     status: Vec<Shown>,
 }
 
@@ -88,8 +113,8 @@ fn direct_mode_places_connections_by_measured_and_remembered_rates() {
         let agent = Agent::start(c).await.unwrap();
         let socks = agent.socks.unwrap();
         // A fresh agent: the first connection on each link measures it.
-        let fresh = at_once(&ns, socks, &b, "fresh agent").await;
-        // 8 download loops of 1 MB for 8 s; status read halfway.
+        let fresh = at_once(&ns, &agent, &b, "fresh agent").await;
+        // 8 download loops of 512 KB for 12 s; status read after 4 s.
         let board = agent.status();
         let watch = tokio::spawn(async move {
             tokio::time::sleep(Duration::from_secs(4)).await;
@@ -100,21 +125,19 @@ fn direct_mode_places_connections_by_measured_and_remembered_rates() {
                 .map(|p| (p.name, p.state, p.receive_rate_bps, p.delivery_rate_bps))
                 .collect::<Vec<_>>()
         });
-        let (bytes, t) = pool(socks, &b, 8, 1 << 20, Duration::from_secs(8)).await;
+        let (bytes, t) = pool(socks, &b, 8, 512 << 10, Duration::from_secs(12)).await;
         let loops = mbit(bytes, t) / sum;
         eprintln!(
-            "8 download loops of 1 MB: {} MB in {:.2} s: {:.3} of the links' sum",
+            "8 download loops of 512 KB: {} MB in {:.2} s: {:.3} of the links' sum",
             bytes >> 20,
             t.as_secs_f64(),
             loops
         );
         let status = watch.await.unwrap();
-        let measured = at_once(&ns, socks, &b, "measured links").await;
         drop(agent);
         First {
             fresh,
             loops,
-            measured,
             status,
         }
     })
@@ -128,7 +151,7 @@ fn direct_mode_places_connections_by_measured_and_remembered_rates() {
     let (c, b, ns) = (cfg(&specs, &state), bodies.clone(), net.c.clone());
     let restarted = Net::in_ns(&net.c, move || async move {
         let agent = Agent::start(c).await.unwrap();
-        at_once(&ns, agent.socks.unwrap(), &b, "restarted agent").await
+        at_once(&ns, &agent, &b, "restarted agent").await
     })
     .join()
     .unwrap();
@@ -148,10 +171,17 @@ fn direct_mode_places_connections_by_measured_and_remembered_rates() {
         "{saved}"
     );
     assert!(first.loops >= 0.93, "loops {:.3} of the sum", first.loops);
+    // Whole connections of one size cannot beat 8/9 of the sum here (times the wire's
+    // overhead, 0.850); 4:4 gives at most 2/3.
     assert!(
-        first.measured.share >= 0.85,
-        "at once {:.3} of the sum",
-        first.measured.share
+        first.fresh.share >= 0.75,
+        "fresh agent at once {:.3} of the sum",
+        first.fresh.share
+    );
+    assert!(
+        restarted.share >= 0.8,
+        "restarted agent at once {:.3} of the sum",
+        restarted.share
     );
     assert!(
         (0.58..=0.8).contains(&restarted.p0),
@@ -159,5 +189,13 @@ fn direct_mode_places_connections_by_measured_and_remembered_rates() {
         restarted.p0,
         1.0 - restarted.p0
     );
-    let _ = first.fresh;
+    // Placed at once by the remembered rates: no probe to wait for (a fresh agent waits
+    // at least the 300 ms of a first sample).
+    let (fresh_t, _) = first.fresh.placed.clone().expect("fresh placement seen");
+    let (t, on) = restarted.placed.clone().expect("restarted placement seen");
+    let a = on.iter().filter(|p| *p == "a").count();
+    assert!(
+        t < Duration::from_millis(250) && (a == 5 || a == 6),
+        "restarted agent: all 8 placed after {t:?} (fresh agent: {fresh_t:?}), {a} on a"
+    );
 }
