@@ -22,8 +22,8 @@
 //! remembered rates and status: `direct_paths`.
 
 use super::dns;
-use super::report::{ConnGuard, Counters, StatusBoard};
-use super::{AgentConfig, SessionSlot, Shared};
+use super::report::{ConnGuard, Counters};
+use super::{AgentConfig, Shared};
 use crate::bridge::{StreamReader, StreamWriter};
 use crate::policy::{Cap, CapLedger};
 use crate::udp::PathBind;
@@ -34,7 +34,7 @@ use bytes::Bytes;
 use std::collections::HashMap;
 use std::io;
 use std::net::SocketAddr;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
@@ -46,7 +46,7 @@ use tracing::{info, warn};
 mod paths;
 #[path = "direct_ruled.rs"]
 mod ruled;
-pub(super) use paths::measure;
+pub(super) use paths::{measure, watch_mode};
 /// When the agent uses direct mode.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub enum DirectMode {
@@ -578,39 +578,4 @@ pub(crate) async fn open_tcp(shared: &Shared, target: &TargetAddr) -> Result<Rel
     super::front::open(shared, target)
         .await
         .map(|(r, w, early)| Relay::Session(r, w, early))
-}
-
-/// Log and show the mode (session or direct) whenever it changes.
-/// Nothing is logged once the agent is `stopping`: its session's end is not a change of mode.
-pub(super) async fn watch_mode(
-    mut session: SessionSlot,
-    board: Arc<StatusBoard>,
-    servers: usize,
-    stopping: Arc<AtomicBool>,
-) {
-    let mut shown = None;
-    loop {
-        let up = session.borrow().is_some();
-        if stopping.load(Ordering::SeqCst) {
-            return;
-        }
-        if shown != Some(up) {
-            shown = Some(up);
-            if up {
-                info!("mode: session (packet level through the server) for new connections");
-                board.set_mode("session");
-            } else {
-                if servers == 0 {
-                    info!("mode: direct (no server configured): each new connection goes whole on one path");
-                } else {
-                    info!("mode: direct (no server answers; still trying): each new connection goes whole on one path");
-                }
-                board.set_mode("direct");
-            }
-        }
-        if session.changed().await.is_err() {
-            // No session task (no server configured): direct for good.
-            std::future::pending::<()>().await;
-        }
-    }
 }
