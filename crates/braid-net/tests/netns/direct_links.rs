@@ -199,3 +199,94 @@ fn direct_mode_places_connections_by_measured_and_remembered_rates() {
         "restarted agent: all 8 placed after {t:?} (fresh agent: {fresh_t:?}), {a} on a"
     );
 }
+
+/// Direct mode with `--path auto` (each slot takes an interface with a default route) and
+/// a cap: both links carry through auto slots and status names their interfaces; a path
+/// over its cap takes no new connection while the other can.
+#[test]
+fn direct_mode_takes_auto_paths_and_honours_caps() {
+    if skip() {
+        return;
+    }
+    log();
+    let t0 = Instant::now();
+    let net = Net::with_rates("directa", &RATES);
+    for (i, metric) in [(1, "10"), (2, "20")] {
+        let via = format!("10.{i}.0.2");
+        let dev = format!("p{}", i - 1);
+        braid_testbed::cmd::ip_ns(
+            &net.c,
+            &[
+                "route", "add", "default", "via", &via, "dev", &dev, "metric", metric,
+            ],
+        )
+        .unwrap();
+    }
+    let bodies: Bodies = Arc::default();
+    http(&net, bodies.clone());
+    let dir: PathBuf = std::env::temp_dir().join(format!("direct-caps-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let state = dir.join("state");
+    let _ = std::fs::remove_file(&state);
+
+    // Auto slots.
+    let (c, b, ns) = (cfg(&["auto"], &state), bodies.clone(), net.c.clone());
+    let (rx, shown) = Net::in_ns(&net.c, move || async move {
+        let agent = Agent::start(c).await.unwrap();
+        let rx0 = [rx_in(&ns, 0), rx_in(&ns, 1)];
+        batch(agent.socks.unwrap(), &b, 8, 1 << 20).await;
+        let rx = [rx_in(&ns, 0) - rx0[0], rx_in(&ns, 1) - rx0[1]];
+        let shown: Vec<(String, Option<String>, Option<ShownState>)> = agent
+            .status()
+            .snapshot()
+            .paths
+            .into_iter()
+            .map(|p| (p.name, p.interface, p.state))
+            .collect();
+        (rx, shown)
+    })
+    .join()
+    .unwrap();
+    eprintln!(
+        "auto: p0 {} KB, p1 {} KB; status {shown:?}",
+        rx[0] >> 10,
+        rx[1] >> 10
+    );
+    assert!(rx[0] > 1 << 20 && rx[1] > 1 << 20, "{rx:?}");
+    for (name, iface) in [("auto1", "p0"), ("auto2", "p1")] {
+        assert!(
+            shown.iter().any(|(n, i, s)| n == name
+                && i.as_deref() == Some(iface)
+                && *s == Some(ShownState::Active)),
+            "{name} on {iface}: {shown:?}"
+        );
+    }
+
+    // A cap of 1 MB a day on b: after the first batch it is over; the second avoids it.
+    let specs = ["a=p0", "b=p1,cap=1MB/day"];
+    let (c, b, ns) = (cfg(&specs, &state), bodies.clone(), net.c.clone());
+    let (first, second, capped) = Net::in_ns(&net.c, move || async move {
+        let agent = Agent::start(c).await.unwrap();
+        let socks = agent.socks.unwrap();
+        let rx0 = rx_in(&ns, 1);
+        batch(socks, &b, 8, 1 << 20).await;
+        let first = rx_in(&ns, 1) - rx0;
+        tokio::time::sleep(Duration::from_millis(300)).await;
+        let capped = agent.status().snapshot().paths[1].state;
+        let rx0 = rx_in(&ns, 1);
+        batch(socks, &b, 8, 1 << 20).await;
+        (first, rx_in(&ns, 1) - rx0, capped)
+    })
+    .join()
+    .unwrap();
+    let _ = std::fs::remove_dir_all(&dir);
+    eprintln!(
+        "cap 1 MB/day on b: first batch {} KB on b, then {capped:?}, second batch {} KB on b; the test took {:.1} s",
+        first >> 10,
+        second >> 10,
+        t0.elapsed().as_secs_f64()
+    );
+    assert!(first > 1 << 20, "b carried {first} bytes before its cap");
+    assert_eq!(capped, Some(ShownState::Capped));
+    assert!(second < 100 << 10, "b carried {second} bytes over its cap");
+}
