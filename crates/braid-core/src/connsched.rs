@@ -31,20 +31,60 @@
 //!
 //! # Estimates
 //!
-//! * Rate: the largest delivery rate (all the path's connections together, over windows
-//!   of [`SAMPLE`]) seen in the last [`ESTIMATE_WINDOW`]; a sample replaces the estimate
-//!   when it is larger or the estimate is older than that (so a path whose capacity fell
-//!   is believed within the window). Never below a configured rate hint. A path never
-//!   measured and without a hint is assumed as fast as the mean of the others, or
-//!   [`DEFAULT_RATE`] when none is known.
+//! * Rate: a moving average (gain [`RATE_GAIN`]) of the delivery-rate samples (all the
+//!   path's connections together), so that a path whose capacity fell is believed within a
+//!   few samples and one lucky burst does not make a path look faster than it is (the
+//!   largest sample of the last 10 s, before issue 25, showed a 16 Mbit/s link as 20). A
+//!   sample is the bytes over the time the path was *busy* (some connection on it moved at
+//!   least [`BUSY_RATE`] between two of its reports) within a window of [`SAMPLE`]
+//!   ([`FIRST_SAMPLE`] while the path has no estimate): a few small connections do not make
+//!   a fast path look slow, a trickle does not count. Never below a configured rate hint. A
+//!   rate remembered from an earlier run ([`ConnSched::remember`], the agent's state file)
+//!   is an estimate taken when it was handed in.
+//! * A path never measured (no estimate, no hint) is assumed as fast as the fastest known
+//!   one (or [`DEFAULT_RATE`] when none is known), so that it is tried and measured; while
+//!   it carries nothing that assumption doubles every [`EXPLORE_DOUBLING`] (up to
+//!   [`EXPLORE_MAX`] times), so that even a path that looks costly per bit at that rate
+//!   (OPERETTA) is tried at last. (Assuming the others' mean, as before issue 25, left an
+//!   interface that looked costlier than the rest untried, and so unmeasured, for good.)
+//! * The first connection placed on a never-measured path is a probe: while it has not
+//!   produced a sample (at most [`PROBE_WAIT`] after it was placed), [`ConnSched::wait`]
+//!   tells the caller to hold new connections, so that they are placed by what it
+//!   measured rather than by a guess.
 //! * A connection's remaining bytes: what its destination's connections carried on
 //!   average, less what it has carried; a connection that has carried more than that is
 //!   expected to carry half as much again (long transfers last); at least [`MIN_REMAINING`]
 //!   while it moves. A connection that moved nothing for [`IDLE`] counts as no load.
+//!
+//! The choice is the one that finishes the expected load soonest: each path's expected
+//! completion time is its load over its rate, so a path twice as fast gets about twice the
+//! connections (of a destination whose size is known, twice the bytes).
 
 use crate::time::Instant;
 use std::collections::BTreeMap;
 use std::time::Duration;
+
+impl PathEst {
+    /// Count the current round of reports into the delivery window: the part of its
+    /// busy interval not counted yet, and its bytes.
+    fn flush_round(&mut self) {
+        let Some((since, now, bytes)) = self.round.take() else {
+            return;
+        };
+        let from = if self.busy_end > since {
+            self.busy_end
+        } else {
+            since
+        };
+        let busy = now.saturating_since(from);
+        if now > self.busy_end {
+            self.busy_end = now;
+        }
+        let w = self.window.get_or_insert((since, 0, Duration::ZERO));
+        w.1 += bytes;
+        w.2 += busy;
+    }
+}
 
 /// A connection's handle.
 pub type ConnId = u64;
@@ -57,8 +97,20 @@ pub const DEFAULT_DEMAND: f64 = 1e6;
 pub const MIN_REMAINING: f64 = 64e3;
 /// Delivery-rate samples are taken over windows of at least this.
 pub const SAMPLE: Duration = Duration::from_millis(500);
-/// A rate estimate older than this is replaced by the next sample.
-pub const ESTIMATE_WINDOW: Duration = Duration::from_secs(10);
+/// A path without an estimate gets its first sample after this.
+pub const FIRST_SAMPLE: Duration = Duration::from_millis(300);
+/// A window counts as a sample once its path was busy this long.
+pub const MIN_BUSY: Duration = Duration::from_millis(50);
+/// A connection whose report shows less than this (bytes/s) did not keep its path busy.
+pub const BUSY_RATE: f64 = 8e3;
+/// How long new connections may be held for a probe's first sample.
+pub const PROBE_WAIT: Duration = Duration::from_millis(1000);
+/// While a never-measured path carries nothing, its assumed rate doubles this often.
+pub const EXPLORE_DOUBLING: Duration = Duration::from_secs(30);
+/// ... up to this many times the fastest known rate.
+pub const EXPLORE_MAX: f64 = 1000.0;
+/// Weight of a new delivery-rate sample in a path's estimate.
+pub const RATE_GAIN: f64 = 0.25;
 /// A connection that moved nothing for this long counts as no load.
 pub const IDLE: Duration = Duration::from_secs(2);
 /// Smoothing of a destination's bytes per connection (the paper's eq. 1).
@@ -106,8 +158,16 @@ impl std::fmt::Display for ChooseError {
 struct PathEst {
     input: PathInput,
     estimate: Option<(f64, Instant)>,
-    window_start: Option<Instant>,
-    window_bytes: u64,
+    /// The open delivery window: its start, busy bytes and busy time.
+    window: Option<(Instant, u64, Duration)>,
+    /// The path is known busy until then (the latest round counted).
+    busy_end: Instant,
+    /// The current round of reports: the earliest start, their end, the bytes.
+    round: Option<(Instant, Instant, u64)>,
+    /// When the first connection was placed on it while it had no rate (its probe).
+    probe_at: Option<Instant>,
+    /// Since when it has been usable, never measured, and carried nothing.
+    idle_unmeasured_since: Option<Instant>,
 }
 
 #[derive(Debug, Clone)]
@@ -117,6 +177,8 @@ struct Conn {
     bytes: u64,
     opened: Instant,
     moved_at: Instant,
+    /// When its bytes were last reported.
+    reported_at: Instant,
 }
 
 /// The connection-level scheduler (see the module doc).
@@ -163,21 +225,57 @@ impl ConnSched {
         }
     }
 
-    /// The rate used for path `i`: its estimate, else the mean of the known ones, else
-    /// [`DEFAULT_RATE`].
-    fn rate_or_guess(&self, i: usize) -> f64 {
+    /// Path `i`'s measured (or remembered) rate, bytes/s, without its hint.
+    pub fn measured(&self, i: usize) -> Option<f64> {
+        self.paths.get(i)?.estimate.map(|e| e.0)
+    }
+
+    /// Start path `i` from a rate remembered from an earlier run (bytes/s): an estimate
+    /// taken `now`, which the samples then move. Ignored if the path was measured already or the rate is not positive.
+    pub fn remember(&mut self, now: Instant, i: usize, rate: f64) {
+        if let Some(p) = self.paths.get_mut(i) {
+            if p.estimate.is_none() && rate.is_finite() && rate > 0.0 {
+                p.estimate = Some((rate, now));
+                p.idle_unmeasured_since = None;
+            }
+        }
+    }
+
+    /// The rate used for path `i`: its estimate, else the fastest known one (more while
+    /// the path carries nothing, see the module doc), else [`DEFAULT_RATE`].
+    fn rate_or_guess(&self, i: usize, now: Instant) -> f64 {
         if let Some(r) = self.rate(i).filter(|r| *r > 0.0) {
             return r;
         }
-        let known: Vec<f64> = (0..self.paths.len())
+        let base = (0..self.paths.len())
             .filter_map(|j| self.rate(j))
             .filter(|r| *r > 0.0)
-            .collect();
-        if known.is_empty() {
-            DEFAULT_RATE
-        } else {
-            known.iter().sum::<f64>() / known.len() as f64
+            .fold(None, |m: Option<f64>, r| Some(m.map_or(r, |m| m.max(r))))
+            .unwrap_or(DEFAULT_RATE);
+        let growth = match self.paths[i].idle_unmeasured_since {
+            Some(t) => {
+                let d = now.saturating_since(t).as_secs_f64() / EXPLORE_DOUBLING.as_secs_f64();
+                2f64.powf(d.min(EXPLORE_MAX.log2()))
+            }
+            None => 1.0,
+        };
+        base * growth
+    }
+
+    /// How long a new connection should be held before it is placed: while a probe on a
+    /// never-measured path may still produce its first sample (see the module doc).
+    /// `None`: place it now.
+    pub fn wait(&self, now: Instant) -> Option<Duration> {
+        let usable = self.paths.iter().filter(|p| p.input.usable).count();
+        if usable < 2 {
+            return None;
         }
+        (0..self.paths.len())
+            .filter(|&i| self.paths[i].input.usable && self.rate(i).is_none())
+            .filter_map(|i| self.paths[i].probe_at)
+            .map(|t| (t + PROBE_WAIT).saturating_since(now))
+            .filter(|d| !d.is_zero())
+            .max()
     }
 
     fn power(&self, i: usize) -> f64 {
@@ -231,8 +329,10 @@ impl ConnSched {
         let path = self.pick(now, dest)?;
         let id = self.next;
         self.next += 1;
-        // Delivery is measured from the moment the path carries a connection.
-        self.paths[path].window_start.get_or_insert(now);
+        if self.rate(path).is_none() {
+            self.paths[path].probe_at.get_or_insert(now);
+        }
+        self.paths[path].idle_unmeasured_since = None;
         self.conns.insert(
             id,
             Conn {
@@ -241,6 +341,7 @@ impl ConnSched {
                 bytes: 0,
                 opened: now,
                 moved_at: now,
+                reported_at: now,
             },
         );
         Ok((id, path))
@@ -254,7 +355,7 @@ impl ConnSched {
         if usable.is_empty() {
             return Err(ChooseError::NoPath);
         }
-        let rates: Vec<f64> = usable.iter().map(|&j| self.rate_or_guess(j)).collect();
+        let rates: Vec<f64> = usable.iter().map(|&j| self.rate_or_guess(j, now)).collect();
         let powers: Vec<f64> = usable.iter().map(|&j| self.power(j)).collect();
         let all = self.loads(now);
         let loads: Vec<f64> = usable.iter().map(|&j| all[j]).collect();
@@ -327,44 +428,77 @@ impl ConnSched {
         Ok(usable[best])
     }
 
-    /// Connection `id` has carried `bytes` in all (both directions) by `now`.
+    /// Connection `id` has carried `bytes` in all (both directions) by `now`. Reports
+    /// must come in time order.
     pub fn progress(&mut self, now: Instant, id: ConnId, bytes: u64) {
         let Some(c) = self.conns.get_mut(&id) else {
             return;
         };
         let delta = bytes.saturating_sub(c.bytes);
-        if delta > 0 {
-            c.bytes = bytes;
-            c.moved_at = now;
-            let p = &mut self.paths[c.path];
-            p.window_bytes += delta;
-            p.window_start.get_or_insert(now);
+        let since = c.reported_at;
+        c.reported_at = now;
+        if delta == 0 {
+            return;
+        }
+        c.bytes = bytes;
+        c.moved_at = now;
+        let p = &mut self.paths[c.path];
+        let span = now.saturating_since(since);
+        if span.is_zero() || delta as f64 / span.as_secs_f64() < BUSY_RATE {
+            // A trickle (or no time to judge): not a measure of the path.
+            return;
+        }
+        // Reports of one round share `now`: their busy intervals (since, now] are merged
+        // first (the union of intervals ending together is the longest), then counted.
+        match &mut p.round {
+            Some((from, to, b)) if *to == now => {
+                if since < *from {
+                    *from = since;
+                }
+                *b += delta;
+            }
+            _ => {
+                p.flush_round();
+                p.round = Some((since, now, delta));
+            }
         }
     }
 
-    /// Close the delivery windows that are [`SAMPLE`] long and update the rate estimates.
+    /// Close the delivery windows that are long enough and update the rate estimates.
     /// Call it after the connections' [`ConnSched::progress`] of one round.
     pub fn tick(&mut self, now: Instant) {
         let open = self.open_per_path();
         for (j, p) in self.paths.iter_mut().enumerate() {
-            let Some(start) = p.window_start else {
+            // Exploration clock of a never-measured path that carries nothing.
+            if p.input.usable && p.estimate.is_none() && p.input.rate_hint.is_none() && open[j] == 0
+            {
+                p.idle_unmeasured_since.get_or_insert(now);
+            } else {
+                p.idle_unmeasured_since = None;
+            }
+            p.flush_round();
+            let Some((start, bytes, busy)) = p.window else {
                 continue;
             };
-            let len = now.saturating_since(start);
-            if len < SAMPLE {
+            let len = if p.estimate.is_some() {
+                SAMPLE
+            } else {
+                FIRST_SAMPLE
+            };
+            if now.saturating_since(start) < len && open[j] > 0 {
                 continue;
             }
-            let sample = p.window_bytes as f64 / len.as_secs_f64();
-            let replace = match p.estimate {
-                None => true,
-                Some((e, at)) => sample > e || now.saturating_since(at) >= ESTIMATE_WINDOW,
-            };
-            if replace && sample > 0.0 {
-                p.estimate = Some((sample, now));
+            p.window = None;
+            if busy < MIN_BUSY {
+                continue;
             }
-            p.window_bytes = 0;
-            // The next window starts now if the path still carries connections.
-            p.window_start = (open[j] > 0).then_some(now);
+            let sample = bytes as f64 / busy.as_secs_f64();
+            if sample > 0.0 {
+                let e = p
+                    .estimate
+                    .map_or(sample, |(e, _)| e + RATE_GAIN * (sample - e));
+                p.estimate = Some((e, now));
+            }
         }
     }
 

@@ -7,13 +7,22 @@
 //! a backup or over-cap path is put on standby).
 //!
 //! State file: one line per capped path, `NAME PERIOD BYTES` (`PERIOD` is `2026-11-23` for a
-//! daily cap, `2026-11` for a monthly one); a new period starts from zero. It is written
-//! atomically (temporary file, then rename).
+//! daily cap, `2026-11` for a monthly one); a new period starts from zero. Direct mode adds
+//! one line per path it measured, `rate:NAME BYTES_PER_S UNIX_SECS`: the path's delivery
+//! rate and when it was saved, the first assumption of the next run (rates older than
+//! [`RATE_MAX_AGE`] are not used). Three words like the cap lines, so an older agent still
+//! reads the file. It is written atomically (temporary file, then rename). The ledger is a
+//! handle: its clones share one state (the session's caps and direct mode's rates and caps
+//! write one file).
 
 use crate::udp::PathBind;
 use std::collections::BTreeMap;
 use std::io;
 use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex, MutexGuard};
+
+/// Remembered rates older than this (seconds) are not used: 7 days.
+pub const RATE_MAX_AGE: u64 = 7 * 86_400;
 
 /// How often a cap starts over.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -206,21 +215,31 @@ pub enum CapStatus {
     Over,
 }
 
-/// Bytes used by each capped path in its current period, kept in a state file.
-#[derive(Debug, Default)]
+/// Bytes used by each capped path in its current period, and the rates direct mode
+/// measured, kept in a state file. Clones share one state.
+#[derive(Debug, Default, Clone)]
 pub struct CapLedger {
     file: Option<PathBuf>,
+    state: Arc<Mutex<LedgerState>>,
+}
+
+#[derive(Debug, Default)]
+struct LedgerState {
     /// name -> (period, bytes)
     used: BTreeMap<String, (String, u64)>,
+    /// name -> (bytes/s, unix seconds when saved)
+    rates: BTreeMap<String, (f64, u64)>,
 }
+
+const RATE_PREFIX: &str = "rate:";
 
 impl CapLedger {
     /// Read the state file (a missing file is an empty ledger). `None`: keep counts in
     /// memory only.
     pub fn load(file: Option<&Path>) -> Result<CapLedger, String> {
-        let mut l = CapLedger {
+        let l = CapLedger {
             file: file.map(Path::to_path_buf),
-            used: BTreeMap::new(),
+            state: Arc::default(),
         };
         let Some(f) = file else { return Ok(l) };
         let text = match std::fs::read_to_string(f) {
@@ -228,36 +247,51 @@ impl CapLedger {
             Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(l),
             Err(e) => return Err(format!("reading the cap state file {}: {e}", f.display())),
         };
+        let bad = |i: usize, what: String| {
+            format!(
+                "cap state file {} line {}: {what}; fix or delete the file",
+                f.display(),
+                i + 1
+            )
+        };
+        let mut st = l.lock();
         for (i, line) in text.lines().enumerate() {
             let w: Vec<&str> = line.split_whitespace().collect();
             match w[..] {
                 [] => {}
+                [name, rate, at] if name.starts_with(RATE_PREFIX) => {
+                    let r: f64 = rate
+                        .parse()
+                        .ok()
+                        .filter(|r: &f64| r.is_finite() && *r >= 0.0)
+                        .ok_or_else(|| bad(i, format!("{rate:?} is not a rate in bytes/s")))?;
+                    let at = at
+                        .parse()
+                        .map_err(|_| bad(i, format!("{at:?} is not a unix time")))?;
+                    st.rates
+                        .insert(name[RATE_PREFIX.len()..].to_string(), (r, at));
+                }
                 [name, period, bytes] => {
-                    let b = bytes.parse().map_err(|_| {
-                        format!(
-                            "cap state file {} line {}: {bytes:?} is not a byte count; fix or delete the file",
-                            f.display(),
-                            i + 1
-                        )
-                    })?;
-                    l.used.insert(name.to_string(), (period.to_string(), b));
+                    let b = bytes
+                        .parse()
+                        .map_err(|_| bad(i, format!("{bytes:?} is not a byte count")))?;
+                    st.used.insert(name.to_string(), (period.to_string(), b));
                 }
-                _ => {
-                    return Err(format!(
-                    "cap state file {} line {}: expected NAME PERIOD BYTES; fix or delete the file",
-                    f.display(),
-                    i + 1
-                ))
-                }
+                _ => return Err(bad(i, "expected NAME PERIOD BYTES".into())),
             }
         }
+        drop(st);
         Ok(l)
+    }
+
+    fn lock(&self) -> MutexGuard<'_, LedgerState> {
+        self.state.lock().unwrap_or_else(|e| e.into_inner())
     }
 
     /// Bytes `name` used in the current period.
     pub fn used(&self, name: &str, cap: &Cap, unix_secs: u64) -> u64 {
         let key = period_key(cap.period, unix_secs);
-        match self.used.get(name) {
+        match self.lock().used.get(name) {
             Some((p, b)) if *p == key => *b,
             _ => 0,
         }
@@ -276,25 +310,47 @@ impl CapLedger {
     }
 
     /// Count `bytes` more for `name`; returns its status afterwards.
-    pub fn add(&mut self, name: &str, cap: &Cap, unix_secs: u64, bytes: u64) -> CapStatus {
+    pub fn add(&self, name: &str, cap: &Cap, unix_secs: u64, bytes: u64) -> CapStatus {
         let key = period_key(cap.period, unix_secs);
-        let e = self
-            .used
-            .entry(name.to_string())
-            .or_insert((key.clone(), 0));
-        if e.0 != key {
-            *e = (key, 0);
+        {
+            let mut st = self.lock();
+            let e = st.used.entry(name.to_string()).or_insert((key.clone(), 0));
+            if e.0 != key {
+                *e = (key, 0);
+            }
+            e.1 = e.1.saturating_add(bytes);
         }
-        e.1 = e.1.saturating_add(bytes);
         self.status(name, cap, unix_secs)
+    }
+
+    /// The rate (bytes/s) remembered for path `name`, unless older than [`RATE_MAX_AGE`].
+    pub fn rate(&self, name: &str, unix_secs: u64) -> Option<f64> {
+        let (r, at) = *self.lock().rates.get(name)?;
+        (unix_secs.saturating_sub(at) <= RATE_MAX_AGE && r > 0.0).then_some(r)
+    }
+
+    /// Remember path `name`'s rate (bytes/s) as of `unix_secs` (saved with the next
+    /// [`CapLedger::save`]).
+    pub fn set_rate(&self, name: &str, rate: f64, unix_secs: u64) {
+        if rate.is_finite() && rate > 0.0 {
+            self.lock()
+                .rates
+                .insert(name.to_string(), (rate, unix_secs));
+        }
     }
 
     /// Write the state file (if any).
     pub fn save(&self) -> Result<(), String> {
         let Some(f) = &self.file else { return Ok(()) };
         let mut text = String::new();
-        for (name, (p, b)) in &self.used {
-            text.push_str(&format!("{name} {p} {b}\n"));
+        {
+            let st = self.lock();
+            for (name, (p, b)) in &st.used {
+                text.push_str(&format!("{name} {p} {b}\n"));
+            }
+            for (name, (r, at)) in &st.rates {
+                text.push_str(&format!("{RATE_PREFIX}{name} {r:.0} {at}\n"));
+            }
         }
         let tmp = f.with_extension("tmp");
         std::fs::write(&tmp, text)
@@ -369,11 +425,11 @@ mod tests {
         let _ = std::fs::remove_file(&file);
         let cap: Cap = "1000/day".parse().unwrap();
         let t = 1_795_413_600;
-        let mut l = CapLedger::load(Some(&file)).unwrap();
+        let l = CapLedger::load(Some(&file)).unwrap();
         assert_eq!(l.add("lte", &cap, t, 799), CapStatus::Under);
         assert_eq!(l.add("lte", &cap, t, 1), CapStatus::Near);
         l.save().unwrap();
-        let mut l = CapLedger::load(Some(&file)).unwrap();
+        let l = CapLedger::load(Some(&file)).unwrap();
         assert_eq!(l.used("lte", &cap, t), 800);
         assert_eq!(l.add("lte", &cap, t, 200), CapStatus::Over);
         // The next day starts from zero.
@@ -381,6 +437,38 @@ mod tests {
         assert_eq!(l.add("lte", &cap, t + 86_400, 10), CapStatus::Under);
         std::fs::write(&file, "lte 2026-11-23 many\n").unwrap();
         assert!(CapLedger::load(Some(&file)).unwrap_err().contains("line 1"));
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+
+    /// Direct mode's rates survive a restart beside the caps, clones share them, and a
+    /// rate older than a week is not used.
+    #[test]
+    fn rates_are_remembered_in_the_state_file_beside_the_caps() {
+        let dir = std::env::temp_dir().join(format!("braid-rates-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let file = dir.join("state");
+        let _ = std::fs::remove_file(&file);
+        let cap: Cap = "1000/day".parse().unwrap();
+        let t = 1_795_413_600;
+        let l = CapLedger::load(Some(&file)).unwrap();
+        let other = l.clone();
+        other.set_rate("wifi", 2_000_000.0, t);
+        l.add("lte", &cap, t, 5);
+        l.save().unwrap();
+        let text = std::fs::read_to_string(&file).unwrap();
+        assert!(text.contains("rate:wifi 2000000 "), "{text}");
+        assert!(
+            text.lines().all(|l| l.split_whitespace().count() == 3),
+            "{text}"
+        );
+        let l = CapLedger::load(Some(&file)).unwrap();
+        assert_eq!(l.rate("wifi", t + 60), Some(2e6));
+        assert_eq!(l.used("lte", &cap, t), 5);
+        assert_eq!(l.rate("wifi", t + RATE_MAX_AGE + 1), None, "too old");
+        assert_eq!(l.rate("lte", t), None);
+        std::fs::write(&file, "rate:wifi fast 1\n").unwrap();
+        let e = CapLedger::load(Some(&file)).unwrap_err();
+        assert!(e.contains("line 1") && e.contains("rate"), "{e}");
         let _ = std::fs::remove_dir_all(&dir);
     }
 }

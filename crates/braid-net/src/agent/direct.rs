@@ -11,14 +11,21 @@
 //! see `direct_ruled`); [`Relay::run`] relays either. A direct connection on a path that
 //! dies is lost: nothing can move it (docs/deployment.md).
 //!
-//! Owns: the scheduler's state and its 250 ms measurement tick, binding and connecting
-//! direct sockets, direct relaying, the mode shown in logs and status. Must not touch: the
-//! session (`run`), the SOCKS/HTTP wire (braid-proxy, `front`), the status board's layout.
+//! A new connection is held (at most `connsched::PROBE_WAIT`) while the first connection on
+//! a never-measured path may still measure it, so that it is placed by measured rates; the
+//! rates measured are remembered in the state file and start the next run
+//! (`direct_paths`).
+//!
+//! Owns: the scheduler's state, binding and connecting direct sockets, direct relaying,
+//! the mode shown in logs and status. Must not touch: the session (`run`), the SOCKS/HTTP
+//! wire (braid-proxy, `front`), the status board's layout. The paths' kernel view, caps,
+//! remembered rates and status: `direct_paths`.
 
 use super::dns;
-use super::report::{ConnGuard, Counters, StatusBoard};
-use super::{AgentConfig, SessionSlot, Shared};
+use super::report::{ConnGuard, Counters};
+use super::{AgentConfig, Shared};
 use crate::bridge::{StreamReader, StreamWriter};
+use crate::policy::{Cap, CapLedger};
 use crate::udp::PathBind;
 use braid_core::connsched::{ConnId, ConnPolicy, ConnSched, PathInput};
 use braid_proxy::target::ReplyCode;
@@ -27,7 +34,7 @@ use bytes::Bytes;
 use std::collections::HashMap;
 use std::io;
 use std::net::SocketAddr;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
@@ -35,8 +42,11 @@ use tokio::net::{TcpSocket, TcpStream};
 use tokio::time::Instant;
 use tracing::{info, warn};
 
+#[path = "direct_paths.rs"]
+mod paths;
 #[path = "direct_ruled.rs"]
 mod ruled;
+pub(super) use paths::{measure, watch_mode};
 /// When the agent uses direct mode.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub enum DirectMode {
@@ -65,8 +75,6 @@ impl Default for DirectSettings {
     }
 }
 
-/// How often the scheduler reads the direct connections' byte counters.
-const TICK: Duration = Duration::from_millis(250);
 /// A path whose socket could not be bound or connected is not chosen for this long.
 const FAILED_FOR: Duration = Duration::from_secs(5);
 
@@ -78,78 +86,49 @@ pub(super) struct Direct {
     binds: Vec<PathBind>,
     backup: Vec<bool>,
     power: Vec<Option<f64>>,
+    caps: Vec<Option<Cap>>,
     failed_until: Mutex<Vec<Option<Instant>>>,
     epoch: Instant,
     nameservers: Vec<SocketAddr>,
     open_timeout: Duration,
+    /// The state file: caps, remembered rates.
+    ledger: CapLedger,
+    paths: Mutex<paths::PathsState>,
+    /// The link watcher, until the measurement task takes it.
+    watch: Mutex<Option<io::Result<paths::Watch>>>,
 }
 
 impl Direct {
-    pub(super) fn new(cfg: &AgentConfig) -> Arc<Direct> {
-        // Once, not per `auto` slot; a warning only when direct mode is all the agent does
-        // (with a server it is a fallback that may never run: the packaged default config
-        // has `path = ["auto"]`).
-        if cfg.paths.iter().any(|p| p.bind == PathBind::Auto) {
-            let what = "direct mode does not use `auto` paths yet: name the interfaces to use them without a server";
-            if cfg.servers.is_empty() {
-                warn!("{what}");
-            } else {
-                info!("{what} (while no server answers)");
-            }
-        }
+    /// Direct mode's state; `ledger` is the agent's state file (caps, remembered rates).
+    /// Starts a link watcher, in the caller's network namespace.
+    pub(super) fn new(cfg: &AgentConfig, ledger: CapLedger) -> Arc<Direct> {
         let n = cfg.paths.len();
-        Arc::new(Direct {
+        let names: Vec<String> = cfg.paths.iter().map(|p| p.name.clone()).collect();
+        let binds: Vec<PathBind> = cfg.paths.iter().map(|p| p.bind.clone()).collect();
+        let d = Direct {
             sched: Mutex::new(ConnSched::new(n, cfg.direct.policy)),
             live: Mutex::new(HashMap::new()),
-            names: cfg.paths.iter().map(|p| p.name.clone()).collect(),
-            binds: cfg.paths.iter().map(|p| p.bind.clone()).collect(),
+            paths: Mutex::new(paths::PathsState::new(&binds, &ledger, &names)),
+            names,
+            binds,
             backup: cfg.paths.iter().map(|p| p.policy.backup).collect(),
             power: cfg.paths.iter().map(|p| p.policy.power_w).collect(),
+            caps: cfg.paths.iter().map(|p| p.policy.cap).collect(),
             failed_until: Mutex::new(vec![None; n]),
             epoch: Instant::now(),
             nameservers: dns::system_nameservers(),
             open_timeout: cfg.open_timeout,
-        })
+            ledger,
+            watch: Mutex::new(Some(paths::Watch::start())),
+        };
+        if let Ok(mut s) = d.sched.lock() {
+            d.remember_rates(&mut s);
+        }
+        Arc::new(d)
     }
 
     fn now(&self) -> braid_core::Instant {
         braid_core::Instant::from_duration(self.epoch.elapsed())
-    }
-
-    /// Tell the scheduler which paths may take a connection now: not `auto`, not failed
-    /// lately, and backups only when no other path may.
-    fn refresh(&self, s: &mut ConnSched) {
-        let now = Instant::now();
-        let failed = self
-            .failed_until
-            .lock()
-            .map(|f| f.clone())
-            .unwrap_or_default();
-        let ok: Vec<bool> = (0..self.binds.len())
-            .map(|i| {
-                self.binds[i] != PathBind::Auto
-                    && failed.get(i).copied().flatten().is_none_or(|t| now >= t)
-            })
-            .collect();
-        let main = (0..ok.len()).any(|i| ok[i] && !self.backup[i]);
-        for (i, &fine) in ok.iter().enumerate() {
-            s.set_path(
-                i,
-                PathInput {
-                    usable: fine && (!self.backup[i] || !main),
-                    power_w: self.power[i],
-                    rate_hint: None,
-                },
-            );
-        }
-    }
-
-    fn fail(&self, path: usize) {
-        if let Ok(mut f) = self.failed_until.lock() {
-            if let Some(x) = f.get_mut(path) {
-                *x = Some(Instant::now() + FAILED_FOR);
-            }
-        }
     }
 
     /// Read every direct connection's counters into the scheduler.
@@ -187,11 +166,36 @@ impl Direct {
         s.choose(self.now(), dest).ok()
     }
 
-    fn end(&self, id: ConnId) {
-        if let Ok(mut l) = self.live.lock() {
-            l.remove(&id);
+    /// Hold a new connection while the scheduler waits for a probe's first sample (see
+    /// the module doc).
+    async fn settle(&self) {
+        let t0 = Instant::now();
+        loop {
+            let wait = match self.sched.lock() {
+                Ok(mut s) => {
+                    self.refresh(&mut s);
+                    s.wait(self.now())
+                }
+                Err(_) => None,
+            };
+            match wait {
+                Some(w) if t0.elapsed() < braid_core::connsched::PROBE_WAIT => {
+                    tokio::time::sleep(w.min(Duration::from_millis(20))).await;
+                }
+                _ => return,
+            }
         }
+    }
+
+    fn end(&self, id: ConnId) {
+        let counters = self.live.lock().ok().and_then(|mut l| l.remove(&id));
         if let Ok(mut s) = self.sched.lock() {
+            if let (Some(c), Some(p)) = (counters, s.path_of(id)) {
+                if let Ok(mut st) = self.paths.lock() {
+                    st.closed[p].0 += c.up.load(Ordering::Relaxed);
+                    st.closed[p].1 += c.down.load(Ordering::Relaxed);
+                }
+            }
             s.close(self.now(), id);
         }
     }
@@ -241,7 +245,10 @@ impl Direct {
             } else {
                 (std::net::Ipv4Addr::UNSPECIFIED, 0).into()
             };
-            match crate::udp::bind_path(&self.binds[path], any) {
+            let bound = self
+                .bind(path)
+                .ok_or_else(|| io::Error::other("the path has no interface now"));
+            match bound.and_then(|b| crate::udp::bind_path(&b, any)) {
                 Ok(s) => return Some((path, id, s)),
                 Err(e) => {
                     warn!(path = %self.names[path], "direct mode: cannot bind a UDP socket: {e}");
@@ -268,7 +275,8 @@ impl Direct {
                     .collect())
             }
             TargetAddr::Domain(name, port) => {
-                match dns::resolve_via(&self.binds[i], &self.nameservers, name, *port).await {
+                let bind = self.bind(i).unwrap_or_else(|| self.binds[i].clone());
+                match dns::resolve_via(&bind, &self.nameservers, name, *port).await {
                     Ok(a) if !a.is_empty() => Ok(a),
                     r => {
                         // The path's resolver failed (a nameserver not reachable through
@@ -295,6 +303,9 @@ impl Direct {
         let dest = target.to_string();
         let mut tried = Vec::new();
         let mut code = ReplyCode::NetworkUnreachable;
+        if only.is_none() {
+            self.settle().await;
+        }
         for _ in 0..2 {
             let chosen = match only {
                 Some(p) if tried.is_empty() => self.choose_only(&dest, p),
@@ -326,8 +337,11 @@ impl Direct {
             };
             let r = tokio::time::timeout(self.open_timeout, async {
                 let mut last = io::Error::new(io::ErrorKind::NotFound, "no address");
+                let bind = self.bind(path).ok_or_else(|| {
+                    io::Error::new(io::ErrorKind::NotConnected, "the path has no interface now")
+                })?;
                 for a in addrs {
-                    match connect_bound(&self.binds[path], a).await {
+                    match connect_bound(&bind, a).await {
                         Ok(s) => return Ok(s),
                         Err(e) => last = e,
                     }
@@ -401,6 +415,13 @@ pub(super) async fn connect_bound(bind: &PathBind, to: SocketAddr) -> io::Result
     let stream = s.connect(to).await?;
     let _ = stream.set_nodelay(true);
     Ok(stream)
+}
+
+impl Drop for Direct {
+    /// The agent stops: save the rates measured for the next run.
+    fn drop(&mut self) {
+        self.save_rates(true, false);
+    }
 }
 
 /// Makes the scheduler forget a direct connection or flow when dropped.
@@ -557,49 +578,4 @@ pub(crate) async fn open_tcp(shared: &Shared, target: &TargetAddr) -> Result<Rel
     super::front::open(shared, target)
         .await
         .map(|(r, w, early)| Relay::Session(r, w, early))
-}
-
-/// The scheduler's measurement tick, for as long as the agent runs.
-pub(super) async fn measure(d: Arc<Direct>) {
-    let mut t = tokio::time::interval(TICK);
-    t.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-    loop {
-        t.tick().await;
-        d.measure();
-    }
-}
-
-/// Log and show the mode (session or direct) whenever it changes.
-/// Nothing is logged once the agent is `stopping`: its session's end is not a change of mode.
-pub(super) async fn watch_mode(
-    mut session: SessionSlot,
-    board: Arc<StatusBoard>,
-    servers: usize,
-    stopping: Arc<AtomicBool>,
-) {
-    let mut shown = None;
-    loop {
-        let up = session.borrow().is_some();
-        if stopping.load(Ordering::SeqCst) {
-            return;
-        }
-        if shown != Some(up) {
-            shown = Some(up);
-            if up {
-                info!("mode: session (packet level through the server) for new connections");
-                board.set_mode("session");
-            } else {
-                if servers == 0 {
-                    info!("mode: direct (no server configured): each new connection goes whole on one path");
-                } else {
-                    info!("mode: direct (no server answers; still trying): each new connection goes whole on one path");
-                }
-                board.set_mode("direct");
-            }
-        }
-        if session.changed().await.is_err() {
-            // No session task (no server configured): direct for good.
-            std::future::pending::<()>().await;
-        }
-    }
 }

@@ -450,10 +450,12 @@ impl Agent {
         let (tx, rx) = watch::channel(None);
         let mut tasks = Vec::new();
         check_rules(&cfg)?;
-        let direct = (direct_on || !cfg.rules.is_empty()).then(|| direct::Direct::new(&cfg));
+        let direct =
+            (direct_on || !cfg.rules.is_empty()).then(|| direct::Direct::new(&cfg, ledger.clone()));
         let stopping = Arc::new(AtomicBool::new(false));
         if let Some(d) = &direct {
-            tasks.push(tokio::spawn(direct::measure(d.clone())));
+            let (slot, b) = (rx.clone(), board.clone());
+            tasks.push(tokio::spawn(direct::measure(d.clone(), slot, b, direct_on)));
         }
         if direct_on {
             tasks.push(tokio::spawn(direct::watch_mode(

@@ -454,6 +454,10 @@ impl StatusBoard {
     }
 }
 
+#[path = "report_direct.rs"]
+mod direct;
+pub(super) use direct::DirectPath;
+
 /// Show the counters `c` on `p`.
 fn set_counters(p: &mut PathReport, c: &PathStats) {
     p.bytes_sent = c.bytes_sent;

@@ -22,11 +22,11 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
 const RATES_MBIT: [f64; 2] = [40.0, 20.0];
 /// TCP payload per byte tbf counts on a 1500-byte MTU veth (1448 of 1514 with timestamps).
-const PAYLOAD: f64 = 1448.0 / 1514.0;
-const HTTP_PORT: u16 = 8080;
+pub(crate) const PAYLOAD: f64 = 1448.0 / 1514.0;
+pub(crate) const HTTP_PORT: u16 = 8080;
 const BRAID: &str = "10.0.0.1:4433";
 
-fn skip() -> bool {
+pub(crate) fn skip() -> bool {
     if let Some(why) = braid_testbed::unavailable_reason() {
         eprintln!("skipped: {why}");
         return true;
@@ -41,8 +41,8 @@ fn sh(r: braid_testbed::Result<String>) {
 }
 
 /// Two namespaces and two rate-limited veth pairs; removed on drop.
-struct Net {
-    c: String,
+pub(crate) struct Net {
+    pub(crate) c: String,
     s: String,
 }
 
@@ -56,6 +56,11 @@ impl Drop for Net {
 
 impl Net {
     fn new() -> Net {
+        Net::with_rates("bdr", &RATES_MBIT)
+    }
+
+    /// Namespaces `PREFIX<id>-c` and `-s`, link `i` shaped to `rates[i]` Mbit/s.
+    pub(crate) fn with_rates(prefix: &str, rates: &[f64]) -> Net {
         static N: AtomicU32 = AtomicU32::new(0);
         let id = format!(
             "{}{}",
@@ -63,15 +68,15 @@ impl Net {
             N.fetch_add(1, Ordering::Relaxed)
         );
         let net = Net {
-            c: format!("bdr{id}-c"),
-            s: format!("bdr{id}-s"),
+            c: format!("{prefix}{id}-c"),
+            s: format!("{prefix}{id}-s"),
         };
         for ns in [&net.c, &net.s] {
             sh(run("ip", &["netns", "add", ns]));
             sh(ip_ns(ns, &["link", "set", "lo", "up"]));
         }
         sh(ip_ns(&net.s, &["addr", "add", "10.0.0.1/32", "dev", "lo"]));
-        for (i, rate) in RATES_MBIT.iter().enumerate() {
+        for (i, rate) in rates.iter().enumerate() {
             let (p, s) = (format!("p{i}"), format!("s{i}"));
             sh(run(
                 "ip",
@@ -119,19 +124,12 @@ impl Net {
     }
 
     /// Bytes received by the client on `p<i>`.
-    fn rx(&self, i: usize) -> u64 {
-        exec_ns(
-            &self.c,
-            "cat",
-            &[&format!("/sys/class/net/p{i}/statistics/rx_bytes")],
-        )
-        .ok()
-        .and_then(|s| s.trim().parse().ok())
-        .unwrap_or(0)
+    pub(crate) fn rx(&self, i: usize) -> u64 {
+        rx_in(&self.c, i)
     }
 
     /// Run `f` on a fresh runtime on a thread in namespace `ns`.
-    fn in_ns<T: Send + 'static, Fut: std::future::Future<Output = T>>(
+    pub(crate) fn in_ns<T: Send + 'static, Fut: std::future::Future<Output = T>>(
         ns: &str,
         f: impl FnOnce() -> Fut + Send + 'static,
     ) -> std::thread::JoinHandle<T> {
@@ -147,10 +145,22 @@ impl Net {
     }
 }
 
-/// The bodies served: `GET /N` answers `body(N)`.
-type Bodies = Arc<Mutex<HashMap<usize, Arc<Vec<u8>>>>>;
+/// Bytes received on `p<i>` in namespace `ns`.
+pub(crate) fn rx_in(ns: &str, i: usize) -> u64 {
+    exec_ns(
+        ns,
+        "cat",
+        &[&format!("/sys/class/net/p{i}/statistics/rx_bytes")],
+    )
+    .ok()
+    .and_then(|s| s.trim().parse().ok())
+    .unwrap_or(0)
+}
 
-fn body_of(bodies: &Bodies, n: usize) -> Arc<Vec<u8>> {
+/// The bodies served: `GET /N` answers `body(N)`.
+pub(crate) type Bodies = Arc<Mutex<HashMap<usize, Arc<Vec<u8>>>>>;
+
+pub(crate) fn body_of(bodies: &Bodies, n: usize) -> Arc<Vec<u8>> {
     bodies
         .lock()
         .unwrap()
@@ -160,7 +170,7 @@ fn body_of(bodies: &Bodies, n: usize) -> Arc<Vec<u8>> {
 }
 
 /// An HTTP server on 10.0.0.1:8080 in the server namespace (runs until the process ends).
-fn http(net: &Net, bodies: Bodies) {
+pub(crate) fn http(net: &Net, bodies: Bodies) {
     let (tx, rx) = std::sync::mpsc::channel();
     let _ = Net::in_ns(&net.s, move || async move {
         let l = tokio::net::TcpListener::bind(("10.0.0.1", HTTP_PORT))
@@ -196,7 +206,7 @@ fn http(net: &Net, bodies: Bodies) {
     rx.recv_timeout(Duration::from_secs(10)).unwrap();
 }
 
-fn paths(specs: &[&str]) -> Vec<AgentPath> {
+pub(crate) fn paths(specs: &[&str]) -> Vec<AgentPath> {
     specs
         .iter()
         .map(|p| {
@@ -211,7 +221,7 @@ fn paths(specs: &[&str]) -> Vec<AgentPath> {
 
 /// `n` parallel curl downloads of `size` bytes through `socks`; each is checked by
 /// SHA-256. Returns the wall time of the whole batch.
-async fn batch(socks: SocketAddr, bodies: &Bodies, n: usize, size: usize) -> Duration {
+pub(crate) async fn batch(socks: SocketAddr, bodies: &Bodies, n: usize, size: usize) -> Duration {
     let want = sha(&body_of(bodies, size));
     let t0 = Instant::now();
     let mut all = Vec::new();
@@ -235,14 +245,14 @@ async fn batch(socks: SocketAddr, bodies: &Bodies, n: usize, size: usize) -> Dur
 }
 
 /// Mbit/s of `bytes` in `t`.
-fn mbit(bytes: usize, t: Duration) -> f64 {
+pub(crate) fn mbit(bytes: usize, t: Duration) -> f64 {
     bytes as f64 * 8.0 / t.as_secs_f64() / 1e6
 }
 
 /// `workers` parallel download loops through `socks`, each fetching `size` bytes again
 /// and again until `dur` has passed (a browser's connection pool); every download is
 /// checked. Returns the bytes and the time until the last one finished.
-async fn pool(
+pub(crate) async fn pool(
     socks: SocketAddr,
     bodies: &Bodies,
     workers: usize,
@@ -322,7 +332,7 @@ fn aggregate(net: &Net, bodies: &Bodies, cfg: AgentConfig, label: &'static str) 
     (agg / sum, rx)
 }
 
-fn log() {
+pub(crate) fn log() {
     let _ = tracing_subscriber::fmt()
         .with_env_filter(tracing_subscriber::EnvFilter::from_env("BRAID_TEST_LOG"))
         .with_test_writer()

@@ -9,6 +9,7 @@ use braid_testkit::netns as nsrig;
 
 mod blocked;
 mod direct;
+mod direct_links;
 mod fallback;
 mod faults_paths;
 mod inbound;

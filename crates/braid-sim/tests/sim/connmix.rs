@@ -37,10 +37,17 @@ fn aggregate_against_the_share_of_connections_with_a_server() {
                 o.connections
             );
             let none = *first.get_or_insert(o.throughput);
-            if share == 1.0 {
-                // Every connection through the server: every link full, whatever the mix.
+            if share == 1.0 && name == "operetta a=0.5" {
+                // The session is held to the target (0.7 + 0.5 x (1 + 2) Mbit/s); direct
+                // connections, placed whole, may overshoot it (since issue 25 connsched
+                // measures the links well enough that they do).
+                let target = (0.7 + 0.5 * 3.0) * 1e6 / 8.0;
+                assert!(o.throughput >= 0.95 * target, "{name}: {o:?}");
+            } else if share == 1.0 {
+                // Every connection through the server: every link full, whatever the mix
+                // (at alpha 0: the one cheapest link either way, to within 1 %).
                 assert!(
-                    o.throughput >= none,
+                    o.throughput >= 0.99 * none,
                     "{name}: all through a server is worse"
                 );
                 if name == "throughput" {

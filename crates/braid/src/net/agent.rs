@@ -96,8 +96,9 @@ pub struct AgentArgs {
     /// fastest paths, no budget). Duplicates are dropped at the far end.
     #[arg(long, value_name = "MODE")]
     pub udp: Option<String>,
-    /// File that keeps the bytes counted against path caps across restarts
-    /// [default: braid-agent-caps.state in the working directory, when a path has a cap].
+    /// File that keeps the bytes counted against path caps, and the path rates direct
+    /// mode measured, across restarts [default: braid-agent-caps.state in the working
+    /// directory, when a path has a cap].
     #[arg(long, value_name = "FILE")]
     pub state_file: Option<PathBuf>,
     /// How long a proxied connection waits for a session when none is up, in seconds
