@@ -337,8 +337,14 @@ impl Direct {
             };
             let r = tokio::time::timeout(self.open_timeout, async {
                 let mut last = io::Error::new(io::ErrorKind::NotFound, "no address");
+                // No interface now (down, gone, an auto slot without one): the network is
+                // unreachable over this path (SOCKS5 reply 3), as a pinned connection's
+                // client is told.
                 let bind = self.bind(path).ok_or_else(|| {
-                    io::Error::new(io::ErrorKind::NotConnected, "the path has no interface now")
+                    io::Error::new(
+                        io::ErrorKind::NetworkUnreachable,
+                        "the path has no interface now",
+                    )
                 })?;
                 for a in addrs {
                     match connect_bound(&bind, a).await {
