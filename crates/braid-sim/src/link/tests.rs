@@ -343,11 +343,13 @@ fn energy_follows_airtime() {
     assert!((e - (2.5 + 0.010 + 0.5)).abs() < 1e-9, "{e}");
 }
 
+/// Every packet of a million, both directions interleaved, comes out. (This test also timed
+/// itself once; speed is not a unit test's to judge, and under CI's idle-priority run a
+/// wall-clock bound fails on a busy host, not on a slow model.)
 #[test]
-fn a_million_packets_quickly() {
+fn a_million_packets_in_both_directions_are_all_delivered() {
     let mut m = PathModel::new(&path(link(10_000_000_000, MS)), 1);
     let mut out = Vec::with_capacity(1024);
-    let start = std::time::Instant::now();
     let mut delivered = 0usize;
     for i in 0..1_000_000u64 {
         let now = i * 1_300;
@@ -361,7 +363,4 @@ fn a_million_packets_quickly() {
     m.advance(u64::MAX - 1, &mut out);
     delivered += out.len();
     assert_eq!(delivered, 1_000_000);
-    let el = start.elapsed();
-    eprintln!("1M packets in {el:?}");
-    assert!(el.as_secs_f64() < 10.0);
 }
