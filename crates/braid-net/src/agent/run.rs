@@ -13,6 +13,7 @@ mod caps;
 mod silence;
 use silence::{confirm_wait, Silence};
 
+use super::client::Client;
 use super::handshake::{self, Established};
 use super::links::{Connected, Links, PathSockets, Route, SocketTable, Task};
 use super::report::{PolicyView, SessionMeta};
@@ -134,7 +135,7 @@ pub(super) async fn keep_session(
         server,
         keys,
     };
-    let mut backoff = Duration::from_millis(500);
+    let mut client = Client::new(r.cfg.direct.mode != super::DirectMode::Off);
     let mut next: Option<Established> = None;
     loop {
         let est = match next.take() {
@@ -142,25 +143,19 @@ pub(super) async fn keep_session(
             None => {
                 r.wait_for_a_path().await;
                 let avail = r.avail();
-                // With direct mode on, connections do not wait for this: probe often, so
-                // that a server that appears is used within a few seconds (rounds 0.5, 1
-                // and 2 s apart, then at most 1 s of pause).
-                let probing = r.cfg.direct.mode != super::DirectMode::Off;
-                let rounds = if probing { 3 } else { 6 };
-                match handshake::handshake(&r.cfg, &avail, rounds).await {
+                match handshake::handshake(&r.cfg, &avail, client.rounds()).await {
                     Ok(est) => est,
                     Err(e) => {
+                        let backoff = client.handshake_failed();
                         warn!("cannot establish a session: {e}; retrying in {backoff:?} (or when a path appears)");
                         shared.board.handshake_failed(&e);
                         r.pause(backoff).await;
-                        let most = if probing { 1 } else { 10 };
-                        backoff = (backoff * 2).min(Duration::from_secs(most));
                         continue;
                     }
                 }
             }
         };
-        backoff = Duration::from_millis(500);
+        client.established();
         let (reason, replacement) = r.run_session(est, &tx, &shared).await;
         let _ = tx.send(None);
         shared.board.session_ended();
@@ -169,11 +164,12 @@ pub(super) async fn keep_session(
             return;
         }
         next = replacement;
-        if next.is_some() {
-            warn!("session ended ({reason}); switching to the new session");
-        } else {
-            warn!("session ended ({reason}); reconnecting");
-            r.pause(Duration::from_millis(200)).await;
+        match client.session_ended(next.is_some()) {
+            None => warn!("session ended ({reason}); switching to the new session"),
+            Some(pause) => {
+                warn!("session ended ({reason}); reconnecting");
+                r.pause(pause).await;
+            }
         }
     }
 }

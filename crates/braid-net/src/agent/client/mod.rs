@@ -1,0 +1,111 @@
+//! The agent's sans-IO client, the counterpart of the server's `Endpoint`: the protocol
+//! decisions of keeping a session to the servers, as plain structs fed with explicit
+//! instants and answering with what to send and when to wake up.
+//!
+//! - [`handshake`]: one handshake over every (path, server) pair: rounds, cookie replies,
+//!   TCP from the second round, the winner (the first valid answer: the server with the
+//!   lowest RTT) and the refusals;
+//! - [`Client`] (here): the reconnection backoff between failed handshakes;
+//!
+//! Owns: those decisions. Must not touch: sockets, TCP connections, tokio, clocks or the
+//! system's random number generator (the caller passes `now`, the unix time and the session
+//! id), the session itself (the core's) and the path manager's link decisions (`pathmgr`).
+//! The tokio code in `agent::handshake` and `agent::run` only moves bytes and timers.
+
+pub(crate) mod handshake;
+
+use std::time::Duration;
+
+/// The pause after the first failed handshake; it doubles after each further one.
+pub(crate) const BACKOFF_FIRST: Duration = Duration::from_millis(500);
+/// The longest pause between handshakes, and the one with direct mode on (connections do
+/// not wait for the session then: a server that appears is used within a few seconds).
+pub(crate) const BACKOFF_MAX: Duration = Duration::from_secs(10);
+pub(crate) const BACKOFF_MAX_DIRECT: Duration = Duration::from_secs(1);
+/// The pause after a session ended before shaking hands again.
+pub(crate) const RECONNECT_PAUSE: Duration = Duration::from_millis(200);
+
+/// The agent's session-keeping decisions between handshakes.
+#[derive(Debug)]
+pub(crate) struct Client {
+    /// Direct mode is on: handshakes are short and retried often.
+    direct: bool,
+    backoff: Duration,
+}
+
+impl Client {
+    pub(crate) fn new(direct: bool) -> Client {
+        Client {
+            direct,
+            backoff: BACKOFF_FIRST,
+        }
+    }
+
+    /// How many rounds a handshake for a new session gets: with direct mode on three
+    /// (0.5, 1 and 2 s apart), else six.
+    pub(crate) fn rounds(&self) -> u32 {
+        if self.direct {
+            3
+        } else {
+            6
+        }
+    }
+
+    /// A handshake failed: how long to wait before the next (or until a path appears).
+    pub(crate) fn handshake_failed(&mut self) -> Duration {
+        let wait = self.backoff;
+        let most = if self.direct {
+            BACKOFF_MAX_DIRECT
+        } else {
+            BACKOFF_MAX
+        };
+        self.backoff = (self.backoff * 2).min(most);
+        wait
+    }
+
+    /// A session was established: the next failure waits [`BACKOFF_FIRST`] again.
+    pub(crate) fn established(&mut self) {
+        self.backoff = BACKOFF_FIRST;
+    }
+
+    /// The session ended: the pause before the next handshake (none when a probe's new
+    /// session replaces it).
+    pub(crate) fn session_ended(&mut self, replaced: bool) -> Option<Duration> {
+        (!replaced).then_some(RECONNECT_PAUSE)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn waits(c: &mut Client, n: usize) -> Vec<u128> {
+        (0..n).map(|_| c.handshake_failed().as_millis()).collect()
+    }
+
+    #[test]
+    fn unanswered_handshakes_back_off_doubling_to_10_s_and_a_session_resets_it() {
+        let mut c = Client::new(false);
+        assert_eq!(c.rounds(), 6);
+        assert_eq!(
+            waits(&mut c, 7),
+            [500, 1000, 2000, 4000, 8000, 10_000, 10_000]
+        );
+        c.established();
+        assert_eq!(waits(&mut c, 2), [500, 1000]);
+    }
+
+    #[test]
+    fn with_direct_mode_on_handshakes_are_shorter_and_retried_within_1_s() {
+        let mut c = Client::new(true);
+        assert_eq!(c.rounds(), 3);
+        assert_eq!(waits(&mut c, 3), [500, 1000, 1000]);
+    }
+
+    #[test]
+    fn a_session_that_ends_is_followed_by_a_pause_unless_a_new_one_replaces_it() {
+        let mut c = Client::new(false);
+        assert_eq!(c.session_ended(false), Some(RECONNECT_PAUSE));
+        assert_eq!(c.session_ended(true), None);
+    }
+}
