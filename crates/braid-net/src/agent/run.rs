@@ -11,7 +11,7 @@
 mod actions;
 mod caps;
 mod silence;
-use silence::{confirm_wait, Silence};
+use silence::Silence;
 
 use super::client::Client;
 use super::handshake::{self, Established};
@@ -60,6 +60,8 @@ struct SlotState {
 }
 
 struct Runner {
+    /// The sans-IO client: backoff and silence decisions.
+    client: Client,
     cfg: Arc<AgentConfig>,
     mgr: PathManager,
     net: Option<mpsc::UnboundedReceiver<WatchMsg>>,
@@ -123,7 +125,12 @@ pub(super) async fn keep_session(
             warn!(path = %p.name, "path is over its cap for this period: it is a backup until the period ends");
         }
     }
+    let client = Client::new(
+        cfg.direct.mode != super::DirectMode::Off,
+        tokio::time::Instant::now().into_std(),
+    );
     let mut r = Runner {
+        client,
         cfg,
         mgr,
         net,
@@ -135,7 +142,6 @@ pub(super) async fn keep_session(
         server,
         keys,
     };
-    let mut client = Client::new(r.cfg.direct.mode != super::DirectMode::Off);
     let mut next: Option<Established> = None;
     loop {
         let est = match next.take() {
@@ -143,10 +149,10 @@ pub(super) async fn keep_session(
             None => {
                 r.wait_for_a_path().await;
                 let avail = r.avail();
-                match handshake::handshake(&r.cfg, &avail, client.rounds()).await {
+                match handshake::handshake(&r.cfg, &avail, r.client.rounds()).await {
                     Ok(est) => est,
                     Err(e) => {
-                        let backoff = client.handshake_failed();
+                        let backoff = r.client.handshake_failed();
                         warn!("cannot establish a session: {e}; retrying in {backoff:?} (or when a path appears)");
                         shared.board.handshake_failed(&e);
                         r.pause(backoff).await;
@@ -155,7 +161,7 @@ pub(super) async fn keep_session(
                 }
             }
         };
-        client.established();
+        r.client.established();
         let (reason, replacement) = r.run_session(est, &tx, &shared).await;
         let _ = tx.send(None);
         shared.board.session_ended();
@@ -164,7 +170,7 @@ pub(super) async fn keep_session(
             return;
         }
         next = replacement;
-        match client.session_ended(next.is_some()) {
+        match r.client.session_ended(next.is_some()) {
             None => warn!("session ended ({reason}); switching to the new session"),
             Some(pause) => {
                 warn!("session ended ({reason}); reconnecting");
@@ -410,13 +416,16 @@ impl Runner {
             self.mgr.mark_tcp(est.first);
         }
         let mut counted: HashMap<PathId, u64> = HashMap::new();
-        let mut silence = Silence::new();
-        silence.hints = self.keys.hints.load(std::sync::atomic::Ordering::Relaxed);
+        let hints = self.keys.hints.load(std::sync::atomic::Ordering::Relaxed);
+        self.client
+            .session_started(tokio::time::Instant::now().into_std(), hints);
+        let mut silence = Silence::default();
         let mut replacement = None;
         let mut tick = tokio::time::interval(CAP_TICK);
         tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         let reason = loop {
             self.apply(&cmd_tx, &mut links);
+            let replace_at = self.client.silence.poll_timeout();
             let deadline = self.mgr.poll_timeout().map_or(
                 tokio::time::Instant::now() + Duration::from_secs(3600),
                 |d| self.epoch + d,
@@ -457,14 +466,16 @@ impl Runner {
                     }
                 }
                 _ = tokio::time::sleep_until(deadline) => self.mgr.handle_timeout(self.now()),
-                _ = tokio::time::sleep_until(silence.pending.as_ref().map_or(deadline, |p| p.1)), if silence.pending.is_some() => {
-                    let quiet = silence.last_rx.elapsed();
-                    replacement = silence.pending.take().map(|p| p.0);
-                    break format!(
-                        "no packet from {} for {:.1} s while a new handshake was answered: the server restarted or stopped answering",
-                        self.server,
-                        quiet.as_secs_f64()
-                    );
+                _ = tokio::time::sleep_until(replace_at.map_or(deadline, tokio::time::Instant::from_std)), if replace_at.is_some() => {
+                    let now = tokio::time::Instant::now().into_std();
+                    if let Some(quiet) = self.client.silence.handle_timeout(now) {
+                        replacement = silence.pending.take();
+                        break format!(
+                            "no packet from {} for {:.1} s while a new handshake was answered: the server restarted or stopped answering",
+                            self.server,
+                            quiet.as_secs_f64()
+                        );
+                    }
                 }
                 _ = tick.tick() => {
                     let stats = query_stats(&cmd_tx).await;
@@ -475,29 +486,14 @@ impl Runner {
                         shared.board.publish(&self.cfg, &q.paths, (q.streams, q.datagrams), &view, &meta);
                     }
                 }
-                r = async { (&mut silence.probe.as_mut().expect("checked").0).await }, if silence.probe.is_some() => {
+                r = async { silence.probe.as_mut().expect("checked").await }, if silence.probe.is_some() => {
                     silence.probe = None;
-                    match r {
-                        Ok(Ok(est)) => {
-                            // Answered. The network may just have come back after a
-                            // blackout (the old session is fine): make the old session
-                            // speak now, and switch only if it stays silent.
-                            info!(server = %est.server, "probe answered; checking whether the old session still answers");
-                            self.poke(&cmd_tx);
-                            silence.pending = Some((est, tokio::time::Instant::now() + confirm_wait(silence.srtt)));
-                        }
-                        Ok(Err(e)) => {
-                            debug!("probe handshake: {e}");
-                            silence.next_probe = tokio::time::Instant::now() + silence.probe_wait;
-                            silence.probe_wait = silence::after_a_failed_probe(silence.probe_wait);
-                        }
-                        Err(_) => {}
-                    }
+                    self.probe_ended(r, &cmd_tx, &mut silence);
                 }
             }
         };
         drop(handle);
-        if let Some((p, _)) = silence.probe.take() {
+        if let Some(p) = silence.probe.take() {
             p.abort();
         }
         self.mgr.session_ended();

@@ -5,7 +5,10 @@
 //! - [`handshake`]: one handshake over every (path, server) pair: rounds, cookie replies,
 //!   TCP from the second round, the winner (the first valid answer: the server with the
 //!   lowest RTT) and the refusals;
-//! - [`Client`] (here): the reconnection backoff between failed handshakes;
+//! - [`silence`]: the silence watch of a running session: when to ping the server, when to
+//!   probe with a new handshake, and whether a probe's new session replaces the old one;
+//! - [`Client`] (here): the reconnection backoff between failed handshakes, and the current
+//!   session's silence watch;
 //!
 //! Owns: those decisions. Must not touch: sockets, TCP connections, tokio, clocks or the
 //! system's random number generator (the caller passes `now`, the unix time and the session
@@ -13,8 +16,9 @@
 //! The tokio code in `agent::handshake` and `agent::run` only moves bytes and timers.
 
 pub(crate) mod handshake;
+pub(crate) mod silence;
 
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 /// The pause after the first failed handshake; it doubles after each further one.
 pub(crate) const BACKOFF_FIRST: Duration = Duration::from_millis(500);
@@ -31,13 +35,17 @@ pub(crate) struct Client {
     /// Direct mode is on: handshakes are short and retried often.
     direct: bool,
     backoff: Duration,
+    /// The current session's silence watch.
+    pub(crate) silence: silence::Watch,
 }
 
 impl Client {
-    pub(crate) fn new(direct: bool) -> Client {
+    /// A client with direct mode on or off, at `now`.
+    pub(crate) fn new(direct: bool, now: Instant) -> Client {
         Client {
             direct,
             backoff: BACKOFF_FIRST,
+            silence: silence::Watch::new(now, 0),
         }
     }
 
@@ -68,6 +76,12 @@ impl Client {
         self.backoff = BACKOFF_FIRST;
     }
 
+    /// A session starts at `now` (with `hints` "unknown session" hints counted so far): a
+    /// new silence watch.
+    pub(crate) fn session_started(&mut self, now: Instant, hints: u64) {
+        self.silence = silence::Watch::new(now, hints);
+    }
+
     /// The session ended: the pause before the next handshake (none when a probe's new
     /// session replaces it).
     pub(crate) fn session_ended(&mut self, replaced: bool) -> Option<Duration> {
@@ -85,7 +99,7 @@ mod tests {
 
     #[test]
     fn unanswered_handshakes_back_off_doubling_to_10_s_and_a_session_resets_it() {
-        let mut c = Client::new(false);
+        let mut c = Client::new(false, Instant::now());
         assert_eq!(c.rounds(), 6);
         assert_eq!(
             waits(&mut c, 7),
@@ -97,14 +111,14 @@ mod tests {
 
     #[test]
     fn with_direct_mode_on_handshakes_are_shorter_and_retried_within_1_s() {
-        let mut c = Client::new(true);
+        let mut c = Client::new(true, Instant::now());
         assert_eq!(c.rounds(), 3);
         assert_eq!(waits(&mut c, 3), [500, 1000, 1000]);
     }
 
     #[test]
     fn a_session_that_ends_is_followed_by_a_pause_unless_a_new_one_replaces_it() {
-        let mut c = Client::new(false);
+        let mut c = Client::new(false, Instant::now());
         assert_eq!(c.session_ended(false), Some(RECONNECT_PAUSE));
         assert_eq!(c.session_ended(true), None);
     }
