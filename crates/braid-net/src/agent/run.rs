@@ -5,15 +5,16 @@
 //! energy-aware scheduler) and the byte counts against caps.
 //!
 //! Owns: the path sockets of the current session and their receive tasks, the session
-//! lifecycle, applying [`Action`]s. Must not touch: the decisions (`pathmgr`), the
-//! handshake details (`handshake`), the proxy front ends.
+//! lifecycle, applying [`Action`]s. Must not touch: the decisions (the sans-IO
+//! [`Client`]'s: its path manager, silence watch and backoff), the handshake details
+//! (`handshake`), the proxy front ends.
 
 mod actions;
 mod caps;
 mod silence;
 use silence::Silence;
 
-use super::client::Client;
+use super::client::{Client, PathSetting};
 use super::handshake::{self, Established};
 use super::links::{Connected, Links, PathSockets, Route, SocketTable, Task};
 use super::report::{PolicyView, SessionMeta};
@@ -21,7 +22,7 @@ use super::{AgentConfig, PathStatus, Shared};
 use crate::bridge::{Cmd, SessionFn};
 use crate::driver::{Clock, Incoming, SessionTask};
 use crate::netwatch::WatchMsg;
-use crate::pathmgr::{Action, PathManager};
+use crate::pathmgr::Action;
 use crate::policy::{CapLedger, CapStatus};
 use crate::protect::{Aead, KeyStats};
 use braid_core::path::PathStats;
@@ -60,10 +61,9 @@ struct SlotState {
 }
 
 struct Runner {
-    /// The sans-IO client: backoff and silence decisions.
+    /// The sans-IO client: backoff, silence and the paths' decisions.
     client: Client,
     cfg: Arc<AgentConfig>,
-    mgr: PathManager,
     net: Option<mpsc::UnboundedReceiver<WatchMsg>>,
     _watcher: Option<Task>,
     epoch: tokio::time::Instant,
@@ -85,26 +85,30 @@ pub(super) async fn keep_session(
     status: watch::Sender<Vec<PathStatus>>,
     keys: Arc<KeyStats>,
 ) {
-    let binds = cfg.paths.iter().map(|p| p.bind.clone()).collect();
-    let mut mgr = PathManager::new(binds, cfg.servers[0].is_ipv4());
-    if !cfg.server_other_family.is_empty() {
-        mgr.set_both_families();
-    }
-    // A relayed path (tests' link emulators) never goes over TCP around its relay.
-    for (slot, _) in cfg.paths.iter().enumerate().filter(|p| p.1.via.is_some()) {
-        mgr.set_udp_only(slot);
-    }
-    for (slot, p) in cfg.paths.iter().enumerate() {
-        if let Some(r) = p.policy.udp_recheck {
-            mgr.set_recheck(slot, r);
-        }
-    }
+    let settings: Vec<PathSetting> = (cfg.paths.iter())
+        .map(|p| PathSetting {
+            bind: p.bind.clone(),
+            relayed: p.via.is_some(),
+            udp_recheck: p.policy.udp_recheck,
+        })
+        .collect();
+    let family = (
+        cfg.servers[0].is_ipv4(),
+        !cfg.server_other_family.is_empty(),
+    );
+    let direct = cfg.direct.mode != super::DirectMode::Off;
+    let mut client = Client::new(
+        direct,
+        &settings,
+        family,
+        tokio::time::Instant::now().into_std(),
+    );
     let server = cfg.servers[0];
     let (net, task) = match watcher {
         Ok((rx, t)) => (Some(rx), Some(Task(t))),
         Err(e) => {
             warn!("cannot watch links through netlink ({e}): every path is assumed present");
-            mgr.assume_present();
+            client.paths.assume_present();
             (None, None)
         }
     };
@@ -125,14 +129,9 @@ pub(super) async fn keep_session(
             warn!(path = %p.name, "path is over its cap for this period: it is a backup until the period ends");
         }
     }
-    let client = Client::new(
-        cfg.direct.mode != super::DirectMode::Off,
-        tokio::time::Instant::now().into_std(),
-    );
     let mut r = Runner {
         client,
         cfg,
-        mgr,
         net,
         _watcher: task,
         epoch: tokio::time::Instant::now(),
@@ -205,10 +204,11 @@ impl Runner {
 
     /// The paths available now, with how to bind each.
     fn avail(&self) -> Vec<handshake::Avail> {
-        self.mgr
+        self.client
+            .paths
             .available()
             .into_iter()
-            .filter_map(|(slot, a)| Some((slot, a, self.mgr.bind_of(slot)?)))
+            .filter_map(|(slot, a)| Some((slot, a, self.client.paths.bind_of(slot)?)))
             .collect()
     }
 
@@ -216,12 +216,12 @@ impl Runner {
     fn on_net(&mut self, m: Option<WatchMsg>) {
         let now = self.now();
         match m {
-            Some(Some(ev)) => self.mgr.handle_event(now, ev),
-            Some(None) => self.mgr.reset_kernel_view(),
+            Some(Some(ev)) => self.client.paths.handle_event(now, ev),
+            Some(None) => self.client.paths.reset_kernel_view(),
             None => {
                 warn!("the link watcher ended: every path is assumed present from now on");
                 self.net = None;
-                self.mgr.assume_present();
+                self.client.paths.assume_present();
             }
         }
     }
@@ -247,7 +247,7 @@ impl Runner {
     async fn wait_for_a_path(&mut self) {
         // Let the watcher's first dump arrive before judging.
         let settle = tokio::time::Instant::now() + Duration::from_millis(50);
-        while tokio::time::Instant::now() < settle && self.mgr.available().is_empty() {
+        while tokio::time::Instant::now() < settle && self.client.paths.available().is_empty() {
             tokio::select! {
                 m = Self::next_net(&mut self.net) => self.on_net(m),
                 _ = tokio::time::sleep_until(settle) => {}
@@ -256,7 +256,7 @@ impl Runner {
         let mut said = false;
         loop {
             self.drain_net();
-            if !self.mgr.available().is_empty() {
+            if !self.client.paths.available().is_empty() {
                 if said {
                     info!("a path is available: connecting");
                 }
@@ -264,7 +264,7 @@ impl Runner {
             }
             if !said {
                 let why: Vec<String> = (0..self.cfg.paths.len())
-                    .map(|i| format!("{}: {}", self.name(i), self.mgr.why_unavailable(i)))
+                    .map(|i| format!("{}: {}", self.name(i), self.client.paths.why_unavailable(i)))
                     .collect();
                 warn!("no path is available ({}); waiting for one", why.join("; "));
                 said = true;
@@ -277,13 +277,13 @@ impl Runner {
     /// Sleep, but wake up early when a path becomes available that was not.
     async fn pause(&mut self, d: Duration) {
         let until = tokio::time::Instant::now() + d;
-        let before = self.mgr.available().len();
+        let before = self.client.paths.available().len();
         loop {
             tokio::select! {
                 _ = tokio::time::sleep_until(until) => return,
                 m = Self::next_net(&mut self.net) => {
                     self.on_net(m);
-                    if self.mgr.available().len() > before {
+                    if self.client.paths.available().len() > before {
                         return;
                     }
                 }
@@ -411,9 +411,9 @@ impl Runner {
         };
         let mut handle = AbortOnDrop(tokio::spawn(task.run()));
         let _ = tx.send(Some(cmd_tx.clone()));
-        self.mgr.session_started(self.now(), &started);
+        self.client.paths.session_started(self.now(), &started);
         if links.is_tcp(est.first) {
-            self.mgr.mark_tcp(est.first);
+            self.client.paths.mark_tcp(est.first);
         }
         let mut counted: HashMap<PathId, u64> = HashMap::new();
         let hints = self.keys.hints.load(std::sync::atomic::Ordering::Relaxed);
@@ -426,7 +426,7 @@ impl Runner {
         let reason = loop {
             self.apply(&cmd_tx, &mut links);
             let replace_at = self.client.silence.poll_timeout();
-            let deadline = self.mgr.poll_timeout().map_or(
+            let deadline = self.client.paths.poll_timeout().map_or(
                 tokio::time::Instant::now() + Duration::from_secs(3600),
                 |d| self.epoch + d,
             );
@@ -442,30 +442,30 @@ impl Runner {
                 Some(c) = links.conn_rx.recv() => self.tcp_connected(c, &cmd_tx, &mut links),
                 Some((id, generation)) = links.closed_rx.recv() => {
                     if links.is_current(id, generation) {
-                        if let Some(slot) = self.mgr.slot_of(id) {
+                        if let Some(slot) = self.client.paths.slot_of(id) {
                             warn!(path = %self.name(slot), id, "the path's TCP connection ended");
                         }
-                        self.mgr.handle_transport_failed(self.now(), id);
+                        self.client.paths.handle_transport_failed(self.now(), id);
                     }
                 }
                 Some(ev) = ev_rx.recv() => {
                     if let Event::PathValidated(id) = ev {
-                        if let Some(slot) = self.mgr.slot_of(id) {
-                            if self.mgr.is_probe(id) {
+                        if let Some(slot) = self.client.paths.slot_of(id) {
+                            if self.client.paths.is_probe(id) {
                                 info!(path = %self.name(slot), id, "UDP answers again: the path moves back from TCP to UDP");
-                            } else if self.mgr.is_tcp(id) && self.mgr.udp_failed(id) {
+                            } else if self.client.paths.is_tcp(id) && self.client.paths.udp_failed(id) {
                                 warn!(path = %self.name(slot), id, "path validated over TCP (UDP went unanswered on it: its network may block UDP): carrying data");
-                            } else if self.mgr.is_tcp(id) {
+                            } else if self.client.paths.is_tcp(id) {
                                 info!(path = %self.name(slot), id, "path validated over TCP: carrying data");
                             } else {
                                 info!(path = %self.name(slot), id, "path validated: carrying data");
                             }
                             self.set_status(slot, PathStatus::Up);
                         }
-                        self.mgr.handle_validated(self.now(), id);
+                        self.client.paths.handle_validated(self.now(), id);
                     }
                 }
-                _ = tokio::time::sleep_until(deadline) => self.mgr.handle_timeout(self.now()),
+                _ = tokio::time::sleep_until(deadline) => self.client.paths.handle_timeout(self.now()),
                 _ = tokio::time::sleep_until(replace_at.map_or(deadline, tokio::time::Instant::from_std)), if replace_at.is_some() => {
                     let now = tokio::time::Instant::now().into_std();
                     if let Some(quiet) = self.client.silence.handle_timeout(now) {
@@ -496,7 +496,7 @@ impl Runner {
         if let Some(p) = silence.probe.take() {
             p.abort();
         }
-        self.mgr.session_ended();
+        self.client.paths.session_ended();
         self.status
             .send_modify(|v| v.iter_mut().for_each(|x| *x = PathStatus::Down));
         let _ = self.ledger.save();
