@@ -12,7 +12,9 @@
 mod actions;
 mod caps;
 mod silence;
+mod start;
 use silence::Silence;
+use start::Live;
 
 use super::client::{Client, PathSetting};
 use super::handshake::{self, Established};
@@ -85,24 +87,7 @@ pub(super) async fn keep_session(
     status: watch::Sender<Vec<PathStatus>>,
     keys: Arc<KeyStats>,
 ) {
-    let settings: Vec<PathSetting> = (cfg.paths.iter())
-        .map(|p| PathSetting {
-            bind: p.bind.clone(),
-            relayed: p.via.is_some(),
-            udp_recheck: p.policy.udp_recheck,
-        })
-        .collect();
-    let family = (
-        cfg.servers[0].is_ipv4(),
-        !cfg.server_other_family.is_empty(),
-    );
-    let direct = cfg.direct.mode != super::DirectMode::Off;
-    let mut client = Client::new(
-        direct,
-        &settings,
-        family,
-        tokio::time::Instant::now().into_std(),
-    );
+    let mut client = client_for(&cfg);
     let server = cfg.servers[0];
     let (net, task) = match watcher {
         Ok((rx, t)) => (Some(rx), Some(Task(t))),
@@ -112,23 +97,7 @@ pub(super) async fn keep_session(
             (None, None)
         }
     };
-    let now = unix_secs();
-    let slots = cfg
-        .paths
-        .iter()
-        .map(|p| SlotState {
-            over_cap: p
-                .policy
-                .cap
-                .is_some_and(|c| ledger.status(&p.name, &c, now) == CapStatus::Over),
-            warned: false,
-        })
-        .collect::<Vec<_>>();
-    for (p, s) in cfg.paths.iter().zip(&slots) {
-        if s.over_cap {
-            warn!(path = %p.name, "path is over its cap for this period: it is a backup until the period ends");
-        }
-    }
+    let slots = slot_states(&cfg, &ledger);
     let mut r = Runner {
         client,
         cfg,
@@ -177,6 +146,47 @@ pub(super) async fn keep_session(
             }
         }
     }
+}
+
+/// The sans-IO client for these settings: direct mode, the servers' families and the paths'
+/// link settings (a relayed path never goes over TCP around its relay).
+fn client_for(cfg: &AgentConfig) -> Client {
+    let settings: Vec<PathSetting> = (cfg.paths.iter())
+        .map(|p| PathSetting {
+            bind: p.bind.clone(),
+            relayed: p.via.is_some(),
+            udp_recheck: p.policy.udp_recheck,
+        })
+        .collect();
+    let family = (
+        cfg.servers[0].is_ipv4(),
+        !cfg.server_other_family.is_empty(),
+    );
+    let direct = cfg.direct.mode != super::DirectMode::Off;
+    let now = tokio::time::Instant::now().into_std();
+    Client::new(direct, &settings, family, now)
+}
+
+/// Each configured path's policy state at start (over its cap for this period: said once).
+fn slot_states(cfg: &AgentConfig, ledger: &CapLedger) -> Vec<SlotState> {
+    let now = unix_secs();
+    let slots = cfg
+        .paths
+        .iter()
+        .map(|p| SlotState {
+            over_cap: p
+                .policy
+                .cap
+                .is_some_and(|c| ledger.status(&p.name, &c, now) == CapStatus::Over),
+            warned: false,
+        })
+        .collect::<Vec<_>>();
+    for (p, s) in cfg.paths.iter().zip(&slots) {
+        if s.over_cap {
+            warn!(path = %p.name, "path is over its cap for this period: it is a backup until the period ends");
+        }
+    }
+    slots
 }
 
 fn unix_secs() -> u64 {
@@ -307,114 +317,52 @@ impl Runner {
         }
     }
 
+    /// A path's TCP connection ended: the path manager re-adds the path.
+    fn on_tcp_closed(&mut self, id: PathId) {
+        if let Some(slot) = self.client.paths.slot_of(id) {
+            warn!(path = %self.name(slot), id, "the path's TCP connection ended");
+        }
+        let now = self.now();
+        self.client.paths.handle_transport_failed(now, id);
+    }
+
+    /// A path validated: say how it carries data now, and tell the path manager.
+    fn on_validated(&mut self, id: PathId) {
+        let paths = &self.client.paths;
+        if let Some(slot) = paths.slot_of(id) {
+            let name = self.name(slot);
+            if paths.is_probe(id) {
+                info!(path = %name, id, "UDP answers again: the path moves back from TCP to UDP");
+            } else if paths.is_tcp(id) && paths.udp_failed(id) {
+                warn!(path = %name, id, "path validated over TCP (UDP went unanswered on it: its network may block UDP): carrying data");
+            } else if paths.is_tcp(id) {
+                info!(path = %name, id, "path validated over TCP: carrying data");
+            } else {
+                info!(path = %name, id, "path validated: carrying data");
+            }
+            self.set_status(slot, PathStatus::Up);
+        }
+        let now = self.now();
+        self.client.paths.handle_validated(now, id);
+    }
+
+    /// Run a session until it ends: the reason, and the probe's new session that replaces
+    /// it, if one does.
     async fn run_session(
         &mut self,
         est: Established,
         tx: &watch::Sender<Option<mpsc::UnboundedSender<Cmd>>>,
         shared: &Shared,
     ) -> (String, Option<Established>) {
-        self.server = est.server;
-        let meta = SessionMeta {
-            id: est.sid,
-            server: est.server,
-            since: std::time::Instant::now(),
-        };
-        shared.board.session_started();
-        let clock = Clock::new();
-        let now = clock.now();
-        // Path-challenge tokens from a CSPRNG seed, as the server's (the core's own generator
-        // is deterministic from its seed).
-        let mut transport = self.cfg.transport.clone();
-        transport.seed = braid_crypto::random::random_u64().unwrap_or(transport.seed ^ est.sid);
-        let mut session = Session::connect(transport, now, est.sid, est.first);
-        let mut first_tcp = est.first_tcp;
-        if first_tcp.is_some() {
-            session.set_path_reliable(now, est.first, true);
-        }
-        let (in_tx, in_rx) = mpsc::channel::<Incoming>(4096);
-        let mut links = Links::new(in_tx);
-        let mut started = Vec::new();
-        for b in est.paths {
-            let id = b.slot as PathId;
-            // Each path's own datagram size (its family's header, its route's MTU); a TCP
-            // path frames packets of any size.
-            let tcp = id == est.first && first_tcp.is_some();
-            session.set_path_max_datagram(now, id, if tcp { 0 } else { b.max_datagram });
-            if id != est.first {
-                if let Err(e) = session.add_path(now, id) {
-                    warn!(path = %self.name(b.slot), "cannot add the path: {e}");
-                    continue;
-                }
-            }
-            (self.policy_fn(b.slot, id))(&mut session, now);
-            session.set_path_name(now, id, &self.cfg.paths[b.slot].name);
-            started.push((b.slot, id, b.attach));
-            self.set_status(b.slot, PathStatus::Validating);
-            match first_tcp.take_if(|_| id == est.first) {
-                Some(stream) => {
-                    let name = self.cfg.paths[b.slot].name.clone();
-                    links.add_tcp(id, 0, stream, &name, est.server);
-                }
-                None => links.add_udp(id, &b),
-            }
-        }
-        let names: Vec<&str> = started.iter().map(|p| self.name(p.0)).collect();
-        info!(
-            session = format_args!("{:016x}", est.sid),
-            server = %est.server,
-            first = %self.name(est.first as usize),
-            paths = ?names,
-            "session established"
-        );
-        let (cmd_tx, cmd_rx) = mpsc::unbounded_channel();
-        let (ev_tx, mut ev_rx) = mpsc::unbounded_channel();
-        let (dg_tx, mut dg_rx) = mpsc::channel::<Bytes>(1024);
-        let flows = shared.flows.clone();
-        let idle = self.cfg.proxy_limits.idle_timeout;
-        let inbound = super::inbound::start(&self.cfg.forwards, cmd_tx.clone(), idle);
-        let inbound_dg = inbound.as_ref().map(|i| i.datagrams.clone());
-        let _dispatcher = Task(tokio::spawn(async move {
-            while let Some(d) = dg_rx.recv().await {
-                let Ok(p) = datagram::parse(&d) else { continue };
-                let tx = match braid_proxy::inbound::inbound_port(p.flow_id) {
-                    Some(_) => inbound_dg.clone(),
-                    None => flows.lock().ok().and_then(|m| m.get(&p.flow_id).cloned()),
-                };
-                if let Some(tx) = tx {
-                    let _ = tx.try_send(d);
-                }
-            }
-        }));
-        let task = SessionTask {
-            session,
-            protection: Aead::client(
-                est.keys,
-                self.cfg.rekey,
-                self.cfg.key.clone(),
-                self.cfg.server_pub,
-                est.sid,
-                est.first,
-                self.keys.clone(),
-            )
-            .offering(self.cfg.ciphers.clone()),
-            sender: PathSockets {
-                table: links.table.clone(),
-            },
-            incoming: in_rx,
-            cmd_rx,
-            cmd_tx: cmd_tx.clone(),
-            accepted: inbound.as_ref().map(|i| i.accepted.clone()),
-            datagrams: Some(dg_tx),
-            on_packet: None,
-            events: Some(ev_tx),
-            clock,
-        };
-        let mut handle = AbortOnDrop(tokio::spawn(task.run()));
-        let _ = tx.send(Some(cmd_tx.clone()));
-        self.client.paths.session_started(self.now(), &started);
-        if links.is_tcp(est.first) {
-            self.client.paths.mark_tcp(est.first);
-        }
+        let Live {
+            mut handle,
+            mut links,
+            cmd_tx,
+            mut ev_rx,
+            meta,
+            _dispatcher,
+            _inbound,
+        } = self.start_session(est, tx, shared);
         let mut counted: HashMap<PathId, u64> = HashMap::new();
         let hints = self.keys.hints.load(std::sync::atomic::Ordering::Relaxed);
         self.client
@@ -442,27 +390,12 @@ impl Runner {
                 Some(c) = links.conn_rx.recv() => self.tcp_connected(c, &cmd_tx, &mut links),
                 Some((id, generation)) = links.closed_rx.recv() => {
                     if links.is_current(id, generation) {
-                        if let Some(slot) = self.client.paths.slot_of(id) {
-                            warn!(path = %self.name(slot), id, "the path's TCP connection ended");
-                        }
-                        self.client.paths.handle_transport_failed(self.now(), id);
+                        self.on_tcp_closed(id);
                     }
                 }
                 Some(ev) = ev_rx.recv() => {
                     if let Event::PathValidated(id) = ev {
-                        if let Some(slot) = self.client.paths.slot_of(id) {
-                            if self.client.paths.is_probe(id) {
-                                info!(path = %self.name(slot), id, "UDP answers again: the path moves back from TCP to UDP");
-                            } else if self.client.paths.is_tcp(id) && self.client.paths.udp_failed(id) {
-                                warn!(path = %self.name(slot), id, "path validated over TCP (UDP went unanswered on it: its network may block UDP): carrying data");
-                            } else if self.client.paths.is_tcp(id) {
-                                info!(path = %self.name(slot), id, "path validated over TCP: carrying data");
-                            } else {
-                                info!(path = %self.name(slot), id, "path validated: carrying data");
-                            }
-                            self.set_status(slot, PathStatus::Up);
-                        }
-                        self.client.paths.handle_validated(self.now(), id);
+                        self.on_validated(id);
                     }
                 }
                 _ = tokio::time::sleep_until(deadline) => self.client.paths.handle_timeout(self.now()),
