@@ -15,7 +15,8 @@
 //!
 //! Owns: those decisions. Must not touch: sockets, TCP connections, tokio, clocks or the
 //! system's random number generator (the caller passes `now`, the unix time and the session
-//! id), the session itself (the core's), and how the path manager decides (`pathmgr`).
+//! id; only the Noise ephemeral keys are drawn inside braid-crypto's `ClientHandshake`), the
+//! session itself (the core's), and how the path manager decides (`pathmgr`).
 //! The tokio code in `agent::handshake` and `agent::run` only moves bytes and timers.
 
 pub(crate) mod handshake;
