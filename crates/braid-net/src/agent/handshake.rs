@@ -10,17 +10,18 @@
 //! answers, and a second server's answer (a balancer that split the paths) fails the
 //! handshake with what to do (`affinity`).
 //!
-//! Owns: binding the paths' sockets for a new session, retransmitting message 1 with
-//! backoff, and choosing the winner. Must not touch: the session itself (`run` builds it).
+//! Owns: binding the paths' sockets for a new session, and moving the handshake's packets
+//! (UDP, TCP connections) and timers. The decisions (rounds, cookies, TCP, the winner) are
+//! the sans-IO [`Handshake`]'s (`client::handshake`). Must not touch: the session itself
+//! (`run` builds it).
 
-use super::affinity;
+use super::client::handshake::{Handshake, HsPath, Pair, Setup, Transmit, Via, Won};
 use super::AgentConfig;
 use crate::pathmgr::Attach;
 use crate::udp::{bind_path, bind_udp, PathBind};
 use braid_core::PathId;
-use braid_crypto::{
-    parse_header, read_cipher_refusal, Cipher, ClientHandshake, PacketType, SessionKeys,
-};
+use braid_crypto::SessionKeys;
+use std::collections::HashMap;
 use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Duration;
@@ -28,7 +29,7 @@ use tokio::io::AsyncWriteExt;
 use tokio::net::TcpStream;
 use tokio::net::UdpSocket;
 use tokio::sync::mpsc;
-use tracing::{debug, info, warn};
+use tracing::debug;
 
 /// A socket bound for a path of the session.
 pub(super) struct Bound {
@@ -137,9 +138,9 @@ async fn again_over_tcp(mut s: TcpStream, msg1: &[u8]) -> Option<(Vec<u8>, TcpSt
 }
 
 /// Send message 1 on every path in `avail` (bound now) to every server and wait for the
-/// first answer; `attempts` rounds, 0.5 s, 1 s, 2 s, then 4 s apart. From the second round
-/// on, message 1 also goes over TCP (networks that block UDP); an answer there makes the
-/// first path a TCP path.
+/// first answer; `attempts` rounds, as [`client::handshake`] decides (0.5 s, 1 s, 2 s, then
+/// 4 s apart; from the second round on over TCP too: an answer there makes the first path a
+/// TCP path). This function only binds, sends, receives and waits.
 pub(super) async fn handshake(
     cfg: &AgentConfig,
     avail: &[Avail],
@@ -163,255 +164,152 @@ pub(super) async fn handshake(
     let now_ms = std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
         .map_or(0, |d| d.as_millis() as u64);
-    // One handshake per (path, server): (index in `paths`, server, peer, state, message 1).
-    let mut hs = Vec::new();
+    let setup = setup(cfg, &paths, sid, now_ms, attempts);
+    let mut h = Handshake::new(setup, tokio::time::Instant::now().into_std())?;
+    let won = drive(&mut h, cfg, &paths).await;
+    let (won, first_tcp) = won?;
+    Ok(Established {
+        server: won.server,
+        sid,
+        keys: won.keys,
+        first: paths[won.path].slot as PathId,
+        first_tcp,
+        paths: paths.iter().map(|b| b.towards(cfg, won.server)).collect(),
+    })
+}
+
+/// The handshake's paths and (path, server) pairs: every path to every server, a relayed
+/// path to the first only (a relay leads to one server).
+fn setup(cfg: &AgentConfig, paths: &[Bound], sid: u64, now_ms: u64, rounds: u32) -> Setup {
+    let mut pairs = Vec::new();
     for (i, b) in paths.iter().enumerate() {
         let relayed = cfg.paths[b.slot].via.is_some();
         for &server in &cfg.servers {
             let server = cfg.server_for(server, b.attach.addr);
-            let (h, msg1) = ClientHandshake::offering(
-                &cfg.key,
-                &cfg.server_pub,
-                sid,
-                b.slot as PathId,
-                now_ms,
-                &cfg.ciphers,
-            )
-            .map_err(|e| format!("handshake: {e}"))?;
-            hs.push((i, server, cfg.paths[b.slot].peer(server), h, msg1));
+            let peer = cfg.paths[b.slot].peer(server);
+            pairs.push(Pair {
+                path: i,
+                server,
+                peer,
+            });
             if relayed {
-                break; // A relay leads to one server.
+                break;
             }
         }
     }
-    // One receiver per socket, all into one channel: (index in `paths`, packet, source, the
-    // TCP connection it came on).
+    Setup {
+        key: cfg.key.clone(),
+        server_pub: cfg.server_pub,
+        ciphers: cfg.ciphers.clone(),
+        sid,
+        now_ms,
+        paths: (paths.iter())
+            .map(|b| HsPath {
+                name: cfg.paths[b.slot].name.clone(),
+                id: b.slot as PathId,
+                relayed: cfg.paths[b.slot].via.is_some(),
+            })
+            .collect(),
+        pairs,
+        servers: cfg.servers.clone(),
+        rounds,
+    }
+}
+
+/// Move the handshake's packets and timers until it decides: UDP from the paths' sockets,
+/// TCP connections it asks for (numbered for it), answers back in.
+async fn drive(
+    h: &mut Handshake,
+    cfg: &AgentConfig,
+    paths: &[Bound],
+) -> Result<(Won, Option<TcpStream>), String> {
+    // One receiver per socket, all into one channel.
     let (rtx, mut rrx) = mpsc::channel::<Reply>(64);
-    let readers: Vec<_> = paths
-        .iter()
-        .enumerate()
+    let _readers: Vec<_> = (paths.iter().enumerate())
         .map(|(i, b)| {
             let (s, rtx) = (b.socket.clone(), rtx.clone());
-            tokio::spawn(async move {
+            crate::tcp::AbortOnDrop(tokio::spawn(async move {
                 let mut buf = vec![0u8; 2048];
                 while let Ok((n, from)) = s.recv_from(&mut buf).await {
                     if rtx.send((i, buf[..n].to_vec(), from, None)).await.is_err() {
                         return;
                     }
                 }
-            })
+            }))
         })
         .collect();
-    let mut won = None;
-    // The first valid answer, and the valid answers after it (see `affinity`).
-    let mut winner: Option<affinity::Answer> = None;
-    let mut later: Vec<affinity::Answer> = Vec::new();
     let mut over_tcp = Vec::new();
-    // Servers that said they are at their session limit, or that they accept none of the
-    // ciphers offered (unauthenticated: only reported).
-    let mut full: Vec<SocketAddr> = Vec::new();
-    let mut no_cipher: Vec<(SocketAddr, Vec<Cipher>)> = Vec::new();
-    let servers = {
-        let mut v: Vec<SocketAddr> = hs.iter().map(|x| x.1).collect();
-        v.sort();
-        v.dedup();
-        v.len()
+    let mut streams: HashMap<u64, TcpStream> = HashMap::new();
+    let mut next_stream = 0u64;
+    let outcome = loop {
+        while let Some(t) = h.poll_transmit() {
+            send(cfg, paths, t, &rtx, &mut streams, &mut over_tcp).await;
+        }
+        if let Some(o) = h.outcome() {
+            break o;
+        }
+        let Some(deadline) = h.poll_timeout() else {
+            break Err("the handshake stopped without a decision".to_string());
+        };
+        let deadline = tokio::time::Instant::from_std(deadline);
+        match tokio::time::timeout_at(deadline, rrx.recv()).await {
+            Ok(Some((i, pkt, from, stream))) => {
+                let tcp = stream.map(|s| {
+                    next_stream += 1;
+                    streams.insert(next_stream, s);
+                    next_stream
+                });
+                let now = tokio::time::Instant::now().into_std();
+                h.handle_answer(now, i, from, &pkt, tcp);
+            }
+            _ => h.handle_timeout(tokio::time::Instant::now().max(deadline).into_std()),
+        }
     };
-    'attempts: for attempt in 0..attempts {
-        if attempt == 1 {
-            // No answer over UDP within 0.5 s: the network may block UDP. Message 1 over
-            // TCP too, from each path to each server's port (not through a relay).
-            for (i, server, _, _, msg1) in &hs {
-                let b = &paths[*i];
-                if cfg.paths[b.slot].via.is_none() {
-                    let (bind, rtx) = (b.bind.clone(), rtx.clone());
-                    let (i, server, msg1) = (*i, *server, msg1.clone());
-                    over_tcp.push(crate::tcp::AbortOnDrop(tokio::spawn(async move {
-                        if let Some((pkt, stream)) = hello_over_tcp(&bind, server, &msg1).await {
-                            let _ = rtx.send((i, pkt, server, Some(stream))).await;
-                        }
-                    })));
-                }
-            }
-        }
-        for (i, _, peer, _, msg1) in &hs {
-            let b = &paths[*i];
-            if let Err(e) = b.socket.send_to(msg1, *peer).await {
-                debug!(path = %cfg.paths[b.slot].name, %peer, "handshake not sent: {e}");
-            }
-        }
-        let sent = tokio::time::Instant::now();
-        let mut deadline = sent + Duration::from_millis(500) * (1 << attempt.min(3));
-        while let Ok(Some((i, pkt, from, stream))) =
-            tokio::time::timeout_at(deadline, rrx.recv()).await
-        {
-            let ptype = match parse_header(&pkt) {
-                Ok(h) if h.session_id == sid => h.ptype,
-                _ => continue,
-            };
-            let Some(k) = hs.iter().position(|x| x.0 == i && x.2 == from) else {
-                continue;
-            };
-            let server = hs[k].1;
-            match ptype {
-                PacketType::SessionLimit if !full.contains(&server) => full.push(server),
-                PacketType::CipherRefused if no_cipher.iter().all(|x| x.0 != server) => {
-                    if let Some((_, accepted)) = read_cipher_refusal(&pkt) {
-                        warn!(%server, accepted = %names(&accepted), offered = %names(cfg.ciphers.as_slice()),
-                            "the server accepts none of the packet ciphers this agent offers");
-                        no_cipher.push((server, accepted));
-                    }
-                }
-                PacketType::Handshake | PacketType::Cookie => {}
-                _ => continue,
-            }
-            if matches!(ptype, PacketType::SessionLimit | PacketType::CipherRefused) {
-                if full.len() + no_cipher.len() >= servers {
-                    break 'attempts;
-                }
-                continue;
-            }
-            if ptype == PacketType::Cookie {
-                // The server is under load and wants proof that we receive at our address:
-                // message 1 again, now with mac2 from its cookie, at once (and in every
-                // later round). A forged reply fails to open and changes nothing.
-                match hs[k].3.handle_cookie_reply(&pkt) {
-                    Ok(()) => {
-                        hs[k].4 = hs[k].3.message1();
-                        let (b, peer) = (&paths[i], hs[k].2);
-                        debug!(path = %cfg.paths[b.slot].name, %peer, tcp = stream.is_some(), "cookie reply: message 1 again with mac2");
-                        if let Some(stream) = stream {
-                            // It came over TCP: the retry goes down the same connection.
-                            let (rtx, msg1) = (rtx.clone(), hs[k].4.clone());
-                            over_tcp.push(crate::tcp::AbortOnDrop(tokio::spawn(async move {
-                                if let Some((pkt, stream)) = again_over_tcp(stream, &msg1).await {
-                                    let _ = rtx.send((i, pkt, from, Some(stream))).await;
-                                }
-                            })));
-                        } else if let Err(e) = b.socket.send_to(&hs[k].4, peer).await {
-                            debug!(path = %cfg.paths[b.slot].name, %peer, "handshake not sent: {e}");
-                        }
-                    }
-                    Err(e) => debug!("ignored a bad cookie reply: {e}"),
-                }
-                continue;
-            }
-            if won.is_some() {
-                // A valid answer after the first: another server behind the address.
-                if hs[k].3.finish(&pkt).is_ok() {
-                    let (asked, own) = (hs[k].1, hs[k].3.server_address());
-                    later.push(affinity::Answer {
-                        path: i,
-                        asked,
-                        own,
-                    });
-                }
-                continue;
-            }
-            match hs[k].3.finish(&pkt) {
-                Ok(keys) => {
-                    info!(cipher = %keys.cipher(), "packet cipher chosen by the server");
-                    // A server behind a shared address (anycast, a load balancer) names
-                    // its own: every path of the session goes there.
-                    let server = match hs[k].3.server_address() {
-                        Some(own) if own.is_ipv4() == hs[k].1.is_ipv4() => {
-                            if own != hs[k].1 {
-                                info!(asked = %hs[k].1, server = %own, "the server named its own address: the session goes there");
-                            }
-                            own
-                        }
-                        Some(own) => {
-                            debug!(%own, "ignored a server address of the other family");
-                            hs[k].1
-                        }
-                        None => hs[k].1,
-                    };
-                    if stream.is_some() {
-                        warn!(path = %cfg.paths[paths[i].slot].name, server = %hs[k].1,
-                            "the handshake was answered over TCP only: the network blocks UDP; the path carries braid over TCP");
-                    }
-                    let (asked, own) = (hs[k].1, hs[k].3.server_address());
-                    let first = affinity::Answer {
-                        path: i,
-                        asked,
-                        own,
-                    };
-                    // Other paths that asked this address directly could be answered by
-                    // another server behind it: listen a little longer for them.
-                    let others = hs
-                        .iter()
-                        .filter(|x| {
-                            x.0 != i && x.1 == asked && cfg.paths[paths[x.0].slot].via.is_none()
-                        })
-                        .count();
-                    won = Some((i, server, keys, stream));
-                    winner = Some(first);
-                    match affinity::grace(&first, others, sent.elapsed()) {
-                        Some(g) => deadline = deadline.min(tokio::time::Instant::now() + g),
-                        None => break 'attempts,
-                    }
-                }
-                Err(e) => debug!("ignored a bad handshake reply: {e}"),
-            }
-        }
-        if won.is_some() {
-            break;
-        }
-    }
-    for r in readers {
-        r.abort();
-    }
-    drop(over_tcp);
-    if won.is_none() && !no_cipher.is_empty() {
-        let said: Vec<String> = no_cipher
-            .iter()
-            .map(|(s, list)| format!("{s} accepts only [{}]", names(list)))
-            .collect();
-        return Err(format!(
-            "no common packet cipher: {}, and this agent offers [{}]. Give agent and server the \
-             same --cipher, or auto on both",
-            said.join("; "),
-            names(cfg.ciphers.as_slice())
-        ));
-    }
-    if won.is_none() && !full.is_empty() {
-        return Err(format!(
-            "the server(s) {full:?} refused the session: at their session limit (`braid server \
-             --max-sessions`); existing sessions go on there. Ask its operator to raise the \
-             limit, or wait"
-        ));
-    }
-    let (i, server, keys, first_tcp) = won.ok_or_else(|| {
-        let names: Vec<&str> = paths.iter().map(|b| cfg.paths[b.slot].name.as_str()).collect();
-        format!(
-            "no handshake answer from {:?} on any of the paths {names:?}: check the address, that `braid server` runs there, \
-             that its key matches --server-pub and that this agent's key is in its authorized file",
-            cfg.servers
-        )
-    })?;
-    if let Some(w) = winner {
-        let split = affinity::split(&w, &later);
-        if !split.is_empty() {
-            let name = |i: usize| cfg.paths[paths[i].slot].name.as_str();
-            let others: Vec<&str> = split.iter().map(|i| name(*i)).collect();
-            return Err(affinity::split_error(w.asked, name(w.path), &others));
-        }
-    }
-    Ok(Established {
-        server,
-        sid,
-        keys,
-        first: paths[i].slot as PathId,
-        first_tcp,
-        paths: paths.iter().map(|b| b.towards(cfg, server)).collect(),
+    outcome.map(|won| {
+        let stream = won.tcp.and_then(|c| streams.remove(&c));
+        (won, stream)
     })
+}
+
+/// Send one packet as the handshake says: from a path's socket, over a new TCP connection,
+/// or down a connection an answer came on; answers over TCP come back through `rtx`.
+async fn send(
+    cfg: &AgentConfig,
+    paths: &[Bound],
+    t: Transmit,
+    rtx: &mpsc::Sender<Reply>,
+    streams: &mut HashMap<u64, TcpStream>,
+    over_tcp: &mut Vec<crate::tcp::AbortOnDrop<()>>,
+) {
+    let b = &paths[t.path];
+    let (i, to, rtx) = (t.path, t.to, rtx.clone());
+    match t.via {
+        Via::Udp => {
+            if let Err(e) = b.socket.send_to(&t.packet, to).await {
+                debug!(path = %cfg.paths[b.slot].name, peer = %to, "handshake not sent: {e}");
+            }
+        }
+        Via::TcpConnect => {
+            let bind = b.bind.clone();
+            over_tcp.push(crate::tcp::AbortOnDrop(tokio::spawn(async move {
+                if let Some((pkt, stream)) = hello_over_tcp(&bind, to, &t.packet).await {
+                    let _ = rtx.send((i, pkt, to, Some(stream))).await;
+                }
+            })));
+        }
+        Via::Tcp(c) => {
+            let Some(stream) = streams.remove(&c) else {
+                return;
+            };
+            over_tcp.push(crate::tcp::AbortOnDrop(tokio::spawn(async move {
+                if let Some((pkt, stream)) = again_over_tcp(stream, &t.packet).await {
+                    let _ = rtx.send((i, pkt, to, Some(stream))).await;
+                }
+            })));
+        }
+    }
 }
 
 #[cfg(test)]
 #[path = "handshake_tests.rs"]
 mod tests;
-
-/// Cipher names for a message: `aes-256-gcm, chacha20-poly1305`.
-fn names(list: &[Cipher]) -> String {
-    list.iter().map(|c| c.name()).collect::<Vec<_>>().join(", ")
-}

@@ -3,7 +3,9 @@
 //!
 //! Owns: the agent's tasks. Submodules:
 //! - [`config`]: the agent's settings ([`AgentConfig`], [`AgentPath`]) and their checks;
-//! - [`handshake`]: the handshake, sent on every available path (first answer wins);
+//! - [`client`]: the sans-IO client: the handshake's and the session keeping's decisions;
+//! - [`handshake`]: the handshake's sockets, sent on every available path (first answer
+//!   wins, as [`client::handshake`] decides);
 //! - [`run`]: keeping a session, applying the path manager's decisions to it (paths,
 //!   backup and cap policy);
 //! - [`links`]: the paths' transports (a UDP socket, or a TCP connection where UDP is
@@ -25,6 +27,7 @@
 //! details (braid-proxy), or link decisions (`pathmgr`).
 
 mod affinity;
+mod client;
 mod config;
 mod direct;
 mod direct_udp;

@@ -5,14 +5,18 @@
 //! energy-aware scheduler) and the byte counts against caps.
 //!
 //! Owns: the path sockets of the current session and their receive tasks, the session
-//! lifecycle, applying [`Action`]s. Must not touch: the decisions (`pathmgr`), the
-//! handshake details (`handshake`), the proxy front ends.
+//! lifecycle, applying [`Action`]s. Must not touch: the decisions (the sans-IO
+//! [`Client`]'s: its path manager, silence watch and backoff), the handshake details
+//! (`handshake`), the proxy front ends.
 
 mod actions;
 mod caps;
 mod silence;
-use silence::{confirm_wait, Silence};
+mod start;
+use silence::Silence;
+use start::Live;
 
+use super::client::{Client, PathSetting};
 use super::handshake::{self, Established};
 use super::links::{Connected, Links, PathSockets, Route, SocketTable, Task};
 use super::report::{PolicyView, SessionMeta};
@@ -20,7 +24,7 @@ use super::{AgentConfig, PathStatus, Shared};
 use crate::bridge::{Cmd, SessionFn};
 use crate::driver::{Clock, Incoming, SessionTask};
 use crate::netwatch::WatchMsg;
-use crate::pathmgr::{Action, PathManager};
+use crate::pathmgr::Action;
 use crate::policy::{CapLedger, CapStatus};
 use crate::protect::{Aead, KeyStats};
 use braid_core::path::PathStats;
@@ -59,8 +63,9 @@ struct SlotState {
 }
 
 struct Runner {
+    /// The sans-IO client: backoff, silence and the paths' decisions.
+    client: Client,
     cfg: Arc<AgentConfig>,
-    mgr: PathManager,
     net: Option<mpsc::UnboundedReceiver<WatchMsg>>,
     _watcher: Option<Task>,
     epoch: tokio::time::Instant,
@@ -82,29 +87,88 @@ pub(super) async fn keep_session(
     status: watch::Sender<Vec<PathStatus>>,
     keys: Arc<KeyStats>,
 ) {
-    let binds = cfg.paths.iter().map(|p| p.bind.clone()).collect();
-    let mut mgr = PathManager::new(binds, cfg.servers[0].is_ipv4());
-    if !cfg.server_other_family.is_empty() {
-        mgr.set_both_families();
-    }
-    // A relayed path (tests' link emulators) never goes over TCP around its relay.
-    for (slot, _) in cfg.paths.iter().enumerate().filter(|p| p.1.via.is_some()) {
-        mgr.set_udp_only(slot);
-    }
-    for (slot, p) in cfg.paths.iter().enumerate() {
-        if let Some(r) = p.policy.udp_recheck {
-            mgr.set_recheck(slot, r);
-        }
-    }
+    let mut client = client_for(&cfg);
     let server = cfg.servers[0];
     let (net, task) = match watcher {
         Ok((rx, t)) => (Some(rx), Some(Task(t))),
         Err(e) => {
             warn!("cannot watch links through netlink ({e}): every path is assumed present");
-            mgr.assume_present();
+            client.paths.assume_present();
             (None, None)
         }
     };
+    let slots = slot_states(&cfg, &ledger);
+    let mut r = Runner {
+        client,
+        cfg,
+        net,
+        _watcher: task,
+        epoch: tokio::time::Instant::now(),
+        ledger,
+        slots,
+        status,
+        server,
+        keys,
+    };
+    let mut next: Option<Established> = None;
+    loop {
+        let est = match next.take() {
+            Some(est) => est,
+            None => {
+                r.wait_for_a_path().await;
+                let avail = r.avail();
+                match handshake::handshake(&r.cfg, &avail, r.client.rounds()).await {
+                    Ok(est) => est,
+                    Err(e) => {
+                        let backoff = r.client.handshake_failed();
+                        warn!("cannot establish a session: {e}; retrying in {backoff:?} (or when a path appears)");
+                        shared.board.handshake_failed(&e);
+                        r.pause(backoff).await;
+                        continue;
+                    }
+                }
+            }
+        };
+        r.client.established();
+        let (reason, replacement) = r.run_session(est, &tx, &shared).await;
+        let _ = tx.send(None);
+        shared.board.session_ended();
+        if shared.stopping.load(std::sync::atomic::Ordering::SeqCst) {
+            info!("session closed ({reason}): the agent is stopping");
+            return;
+        }
+        next = replacement;
+        match r.client.session_ended(next.is_some()) {
+            None => warn!("session ended ({reason}); switching to the new session"),
+            Some(pause) => {
+                warn!("session ended ({reason}); reconnecting");
+                r.pause(pause).await;
+            }
+        }
+    }
+}
+
+/// The sans-IO client for these settings: direct mode, the servers' families and the paths'
+/// link settings (a relayed path never goes over TCP around its relay).
+fn client_for(cfg: &AgentConfig) -> Client {
+    let settings: Vec<PathSetting> = (cfg.paths.iter())
+        .map(|p| PathSetting {
+            bind: p.bind.clone(),
+            relayed: p.via.is_some(),
+            udp_recheck: p.policy.udp_recheck,
+        })
+        .collect();
+    let family = (
+        cfg.servers[0].is_ipv4(),
+        !cfg.server_other_family.is_empty(),
+    );
+    let direct = cfg.direct.mode != super::DirectMode::Off;
+    let now = tokio::time::Instant::now().into_std();
+    Client::new(direct, &settings, family, now)
+}
+
+/// Each configured path's policy state at start (over its cap for this period: said once).
+fn slot_states(cfg: &AgentConfig, ledger: &CapLedger) -> Vec<SlotState> {
     let now = unix_secs();
     let slots = cfg
         .paths
@@ -122,60 +186,7 @@ pub(super) async fn keep_session(
             warn!(path = %p.name, "path is over its cap for this period: it is a backup until the period ends");
         }
     }
-    let mut r = Runner {
-        cfg,
-        mgr,
-        net,
-        _watcher: task,
-        epoch: tokio::time::Instant::now(),
-        ledger,
-        slots,
-        status,
-        server,
-        keys,
-    };
-    let mut backoff = Duration::from_millis(500);
-    let mut next: Option<Established> = None;
-    loop {
-        let est = match next.take() {
-            Some(est) => est,
-            None => {
-                r.wait_for_a_path().await;
-                let avail = r.avail();
-                // With direct mode on, connections do not wait for this: probe often, so
-                // that a server that appears is used within a few seconds (rounds 0.5, 1
-                // and 2 s apart, then at most 1 s of pause).
-                let probing = r.cfg.direct.mode != super::DirectMode::Off;
-                let rounds = if probing { 3 } else { 6 };
-                match handshake::handshake(&r.cfg, &avail, rounds).await {
-                    Ok(est) => est,
-                    Err(e) => {
-                        warn!("cannot establish a session: {e}; retrying in {backoff:?} (or when a path appears)");
-                        shared.board.handshake_failed(&e);
-                        r.pause(backoff).await;
-                        let most = if probing { 1 } else { 10 };
-                        backoff = (backoff * 2).min(Duration::from_secs(most));
-                        continue;
-                    }
-                }
-            }
-        };
-        backoff = Duration::from_millis(500);
-        let (reason, replacement) = r.run_session(est, &tx, &shared).await;
-        let _ = tx.send(None);
-        shared.board.session_ended();
-        if shared.stopping.load(std::sync::atomic::Ordering::SeqCst) {
-            info!("session closed ({reason}): the agent is stopping");
-            return;
-        }
-        next = replacement;
-        if next.is_some() {
-            warn!("session ended ({reason}); switching to the new session");
-        } else {
-            warn!("session ended ({reason}); reconnecting");
-            r.pause(Duration::from_millis(200)).await;
-        }
-    }
+    slots
 }
 
 fn unix_secs() -> u64 {
@@ -203,10 +214,11 @@ impl Runner {
 
     /// The paths available now, with how to bind each.
     fn avail(&self) -> Vec<handshake::Avail> {
-        self.mgr
+        self.client
+            .paths
             .available()
             .into_iter()
-            .filter_map(|(slot, a)| Some((slot, a, self.mgr.bind_of(slot)?)))
+            .filter_map(|(slot, a)| Some((slot, a, self.client.paths.bind_of(slot)?)))
             .collect()
     }
 
@@ -214,12 +226,12 @@ impl Runner {
     fn on_net(&mut self, m: Option<WatchMsg>) {
         let now = self.now();
         match m {
-            Some(Some(ev)) => self.mgr.handle_event(now, ev),
-            Some(None) => self.mgr.reset_kernel_view(),
+            Some(Some(ev)) => self.client.paths.handle_event(now, ev),
+            Some(None) => self.client.paths.reset_kernel_view(),
             None => {
                 warn!("the link watcher ended: every path is assumed present from now on");
                 self.net = None;
-                self.mgr.assume_present();
+                self.client.paths.assume_present();
             }
         }
     }
@@ -245,7 +257,7 @@ impl Runner {
     async fn wait_for_a_path(&mut self) {
         // Let the watcher's first dump arrive before judging.
         let settle = tokio::time::Instant::now() + Duration::from_millis(50);
-        while tokio::time::Instant::now() < settle && self.mgr.available().is_empty() {
+        while tokio::time::Instant::now() < settle && self.client.paths.available().is_empty() {
             tokio::select! {
                 m = Self::next_net(&mut self.net) => self.on_net(m),
                 _ = tokio::time::sleep_until(settle) => {}
@@ -254,7 +266,7 @@ impl Runner {
         let mut said = false;
         loop {
             self.drain_net();
-            if !self.mgr.available().is_empty() {
+            if !self.client.paths.available().is_empty() {
                 if said {
                     info!("a path is available: connecting");
                 }
@@ -262,7 +274,7 @@ impl Runner {
             }
             if !said {
                 let why: Vec<String> = (0..self.cfg.paths.len())
-                    .map(|i| format!("{}: {}", self.name(i), self.mgr.why_unavailable(i)))
+                    .map(|i| format!("{}: {}", self.name(i), self.client.paths.why_unavailable(i)))
                     .collect();
                 warn!("no path is available ({}); waiting for one", why.join("; "));
                 said = true;
@@ -275,13 +287,13 @@ impl Runner {
     /// Sleep, but wake up early when a path becomes available that was not.
     async fn pause(&mut self, d: Duration) {
         let until = tokio::time::Instant::now() + d;
-        let before = self.mgr.available().len();
+        let before = self.client.paths.available().len();
         loop {
             tokio::select! {
                 _ = tokio::time::sleep_until(until) => return,
                 m = Self::next_net(&mut self.net) => {
                     self.on_net(m);
-                    if self.mgr.available().len() > before {
+                    if self.client.paths.available().len() > before {
                         return;
                     }
                 }
@@ -305,123 +317,64 @@ impl Runner {
         }
     }
 
+    /// A path's TCP connection ended: the path manager re-adds the path.
+    fn on_tcp_closed(&mut self, id: PathId) {
+        if let Some(slot) = self.client.paths.slot_of(id) {
+            warn!(path = %self.name(slot), id, "the path's TCP connection ended");
+        }
+        let now = self.now();
+        self.client.paths.handle_transport_failed(now, id);
+    }
+
+    /// A path validated: say how it carries data now, and tell the path manager.
+    fn on_validated(&mut self, id: PathId) {
+        let paths = &self.client.paths;
+        if let Some(slot) = paths.slot_of(id) {
+            let name = self.name(slot);
+            if paths.is_probe(id) {
+                info!(path = %name, id, "UDP answers again: the path moves back from TCP to UDP");
+            } else if paths.is_tcp(id) && paths.udp_failed(id) {
+                warn!(path = %name, id, "path validated over TCP (UDP went unanswered on it: its network may block UDP): carrying data");
+            } else if paths.is_tcp(id) {
+                info!(path = %name, id, "path validated over TCP: carrying data");
+            } else {
+                info!(path = %name, id, "path validated: carrying data");
+            }
+            self.set_status(slot, PathStatus::Up);
+        }
+        let now = self.now();
+        self.client.paths.handle_validated(now, id);
+    }
+
+    /// Run a session until it ends: the reason, and the probe's new session that replaces
+    /// it, if one does.
     async fn run_session(
         &mut self,
         est: Established,
         tx: &watch::Sender<Option<mpsc::UnboundedSender<Cmd>>>,
         shared: &Shared,
     ) -> (String, Option<Established>) {
-        self.server = est.server;
-        let meta = SessionMeta {
-            id: est.sid,
-            server: est.server,
-            since: std::time::Instant::now(),
-        };
-        shared.board.session_started();
-        let clock = Clock::new();
-        let now = clock.now();
-        // Path-challenge tokens from a CSPRNG seed, as the server's (the core's own generator
-        // is deterministic from its seed).
-        let mut transport = self.cfg.transport.clone();
-        transport.seed = braid_crypto::random::random_u64().unwrap_or(transport.seed ^ est.sid);
-        let mut session = Session::connect(transport, now, est.sid, est.first);
-        let mut first_tcp = est.first_tcp;
-        if first_tcp.is_some() {
-            session.set_path_reliable(now, est.first, true);
-        }
-        let (in_tx, in_rx) = mpsc::channel::<Incoming>(4096);
-        let mut links = Links::new(in_tx);
-        let mut started = Vec::new();
-        for b in est.paths {
-            let id = b.slot as PathId;
-            // Each path's own datagram size (its family's header, its route's MTU); a TCP
-            // path frames packets of any size.
-            let tcp = id == est.first && first_tcp.is_some();
-            session.set_path_max_datagram(now, id, if tcp { 0 } else { b.max_datagram });
-            if id != est.first {
-                if let Err(e) = session.add_path(now, id) {
-                    warn!(path = %self.name(b.slot), "cannot add the path: {e}");
-                    continue;
-                }
-            }
-            (self.policy_fn(b.slot, id))(&mut session, now);
-            session.set_path_name(now, id, &self.cfg.paths[b.slot].name);
-            started.push((b.slot, id, b.attach));
-            self.set_status(b.slot, PathStatus::Validating);
-            match first_tcp.take_if(|_| id == est.first) {
-                Some(stream) => {
-                    let name = self.cfg.paths[b.slot].name.clone();
-                    links.add_tcp(id, 0, stream, &name, est.server);
-                }
-                None => links.add_udp(id, &b),
-            }
-        }
-        let names: Vec<&str> = started.iter().map(|p| self.name(p.0)).collect();
-        info!(
-            session = format_args!("{:016x}", est.sid),
-            server = %est.server,
-            first = %self.name(est.first as usize),
-            paths = ?names,
-            "session established"
-        );
-        let (cmd_tx, cmd_rx) = mpsc::unbounded_channel();
-        let (ev_tx, mut ev_rx) = mpsc::unbounded_channel();
-        let (dg_tx, mut dg_rx) = mpsc::channel::<Bytes>(1024);
-        let flows = shared.flows.clone();
-        let idle = self.cfg.proxy_limits.idle_timeout;
-        let inbound = super::inbound::start(&self.cfg.forwards, cmd_tx.clone(), idle);
-        let inbound_dg = inbound.as_ref().map(|i| i.datagrams.clone());
-        let _dispatcher = Task(tokio::spawn(async move {
-            while let Some(d) = dg_rx.recv().await {
-                let Ok(p) = datagram::parse(&d) else { continue };
-                let tx = match braid_proxy::inbound::inbound_port(p.flow_id) {
-                    Some(_) => inbound_dg.clone(),
-                    None => flows.lock().ok().and_then(|m| m.get(&p.flow_id).cloned()),
-                };
-                if let Some(tx) = tx {
-                    let _ = tx.try_send(d);
-                }
-            }
-        }));
-        let task = SessionTask {
-            session,
-            protection: Aead::client(
-                est.keys,
-                self.cfg.rekey,
-                self.cfg.key.clone(),
-                self.cfg.server_pub,
-                est.sid,
-                est.first,
-                self.keys.clone(),
-            )
-            .offering(self.cfg.ciphers.clone()),
-            sender: PathSockets {
-                table: links.table.clone(),
-            },
-            incoming: in_rx,
-            cmd_rx,
-            cmd_tx: cmd_tx.clone(),
-            accepted: inbound.as_ref().map(|i| i.accepted.clone()),
-            datagrams: Some(dg_tx),
-            on_packet: None,
-            events: Some(ev_tx),
-            clock,
-        };
-        let mut handle = AbortOnDrop(tokio::spawn(task.run()));
-        let _ = tx.send(Some(cmd_tx.clone()));
-        self.mgr.session_started(self.now(), &started);
-        if links.is_tcp(est.first) {
-            self.mgr.mark_tcp(est.first);
-        }
+        let Live {
+            mut handle,
+            mut links,
+            cmd_tx,
+            mut ev_rx,
+            meta,
+            _dispatcher,
+            _inbound,
+        } = self.start_session(est, tx, shared);
         let mut counted: HashMap<PathId, u64> = HashMap::new();
-        let mut silence = Silence::new();
-        silence.hints = self.keys.hints.load(std::sync::atomic::Ordering::Relaxed);
+        let hints = self.keys.hints.load(std::sync::atomic::Ordering::Relaxed);
+        self.client
+            .session_started(tokio::time::Instant::now().into_std(), hints);
+        let mut silence = Silence::default();
         let mut replacement = None;
         let mut tick = tokio::time::interval(CAP_TICK);
         tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         let reason = loop {
             self.apply(&cmd_tx, &mut links);
-            let deadline = self.mgr.poll_timeout().map_or(
+            let replace_at = self.client.silence.poll_timeout();
+            let deadline = self.client.paths.poll_timeout().map_or(
                 tokio::time::Instant::now() + Duration::from_secs(3600),
                 |d| self.epoch + d,
             );
@@ -437,38 +390,25 @@ impl Runner {
                 Some(c) = links.conn_rx.recv() => self.tcp_connected(c, &cmd_tx, &mut links),
                 Some((id, generation)) = links.closed_rx.recv() => {
                     if links.is_current(id, generation) {
-                        if let Some(slot) = self.mgr.slot_of(id) {
-                            warn!(path = %self.name(slot), id, "the path's TCP connection ended");
-                        }
-                        self.mgr.handle_transport_failed(self.now(), id);
+                        self.on_tcp_closed(id);
                     }
                 }
                 Some(ev) = ev_rx.recv() => {
                     if let Event::PathValidated(id) = ev {
-                        if let Some(slot) = self.mgr.slot_of(id) {
-                            if self.mgr.is_probe(id) {
-                                info!(path = %self.name(slot), id, "UDP answers again: the path moves back from TCP to UDP");
-                            } else if self.mgr.is_tcp(id) && self.mgr.udp_failed(id) {
-                                warn!(path = %self.name(slot), id, "path validated over TCP (UDP went unanswered on it: its network may block UDP): carrying data");
-                            } else if self.mgr.is_tcp(id) {
-                                info!(path = %self.name(slot), id, "path validated over TCP: carrying data");
-                            } else {
-                                info!(path = %self.name(slot), id, "path validated: carrying data");
-                            }
-                            self.set_status(slot, PathStatus::Up);
-                        }
-                        self.mgr.handle_validated(self.now(), id);
+                        self.on_validated(id);
                     }
                 }
-                _ = tokio::time::sleep_until(deadline) => self.mgr.handle_timeout(self.now()),
-                _ = tokio::time::sleep_until(silence.pending.as_ref().map_or(deadline, |p| p.1)), if silence.pending.is_some() => {
-                    let quiet = silence.last_rx.elapsed();
-                    replacement = silence.pending.take().map(|p| p.0);
-                    break format!(
-                        "no packet from {} for {:.1} s while a new handshake was answered: the server restarted or stopped answering",
-                        self.server,
-                        quiet.as_secs_f64()
-                    );
+                _ = tokio::time::sleep_until(deadline) => self.client.paths.handle_timeout(self.now()),
+                _ = tokio::time::sleep_until(replace_at.map_or(deadline, tokio::time::Instant::from_std)), if replace_at.is_some() => {
+                    let now = tokio::time::Instant::now().into_std();
+                    if let Some(quiet) = self.client.silence.handle_timeout(now) {
+                        replacement = silence.pending.take();
+                        break format!(
+                            "no packet from {} for {:.1} s while a new handshake was answered: the server restarted or stopped answering",
+                            self.server,
+                            quiet.as_secs_f64()
+                        );
+                    }
                 }
                 _ = tick.tick() => {
                     let stats = query_stats(&cmd_tx).await;
@@ -479,32 +419,17 @@ impl Runner {
                         shared.board.publish(&self.cfg, &q.paths, (q.streams, q.datagrams), &view, &meta);
                     }
                 }
-                r = async { (&mut silence.probe.as_mut().expect("checked").0).await }, if silence.probe.is_some() => {
+                r = async { silence.probe.as_mut().expect("checked").await }, if silence.probe.is_some() => {
                     silence.probe = None;
-                    match r {
-                        Ok(Ok(est)) => {
-                            // Answered. The network may just have come back after a
-                            // blackout (the old session is fine): make the old session
-                            // speak now, and switch only if it stays silent.
-                            info!(server = %est.server, "probe answered; checking whether the old session still answers");
-                            self.poke(&cmd_tx);
-                            silence.pending = Some((est, tokio::time::Instant::now() + confirm_wait(silence.srtt)));
-                        }
-                        Ok(Err(e)) => {
-                            debug!("probe handshake: {e}");
-                            silence.next_probe = tokio::time::Instant::now() + silence.probe_wait;
-                            silence.probe_wait = silence::after_a_failed_probe(silence.probe_wait);
-                        }
-                        Err(_) => {}
-                    }
+                    self.probe_ended(r, &cmd_tx, &mut silence);
                 }
             }
         };
         drop(handle);
-        if let Some((p, _)) = silence.probe.take() {
+        if let Some(p) = silence.probe.take() {
             p.abort();
         }
-        self.mgr.session_ended();
+        self.client.paths.session_ended();
         self.status
             .send_modify(|v| v.iter_mut().for_each(|x| *x = PathStatus::Down));
         let _ = self.ledger.save();

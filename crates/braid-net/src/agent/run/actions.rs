@@ -69,7 +69,7 @@ impl Runner {
         links: &mut Links,
         (slot, id, attach): (usize, PathId, crate::pathmgr::Attach),
     ) -> bool {
-        let Some(bind) = self.mgr.bind_of(slot) else {
+        let Some(bind) = self.client.paths.bind_of(slot) else {
             return false;
         };
         let server = self.cfg.server_for(self.server, attach.addr);
@@ -98,7 +98,7 @@ impl Runner {
 
     /// Apply everything the path manager decided.
     pub(super) fn apply(&mut self, cmd: &mpsc::UnboundedSender<Cmd>, links: &mut Links) {
-        while let Some(a) = self.mgr.poll_action() {
+        while let Some(a) = self.client.paths.poll_action() {
             match a {
                 Action::Add {
                     slot,
@@ -106,7 +106,7 @@ impl Runner {
                     attach,
                     tcp: true,
                 } => {
-                    if self.mgr.udp_failed(id) {
+                    if self.client.paths.udp_failed(id) {
                         warn!(path = %self.name(slot), id, ifindex = attach.index, addr = %attach.addr, server = %self.server,
                             "no answer over UDP: trying braid over TCP (the network may block UDP)");
                     } else {
@@ -114,7 +114,7 @@ impl Runner {
                             "connecting braid over TCP again");
                     }
                     self.set_status(slot, PathStatus::Validating);
-                    let Some(bind) = self.mgr.bind_of(slot) else {
+                    let Some(bind) = self.client.paths.bind_of(slot) else {
                         continue;
                     };
                     let server = self.cfg.server_for(self.server, attach.addr);
@@ -145,7 +145,7 @@ impl Runner {
                 }
                 Action::Remove { slot, id, reason } => {
                     info!(path = %self.name(slot), id, "path down ({reason}): its data in flight goes on the other paths");
-                    if !self.mgr.is_live(slot) {
+                    if !self.client.paths.is_live(slot) {
                         self.set_status(slot, PathStatus::Down);
                     }
                     links.remove(id);

@@ -46,7 +46,7 @@ impl Runner {
             let last = counted.insert(id, total).unwrap_or(0);
             // A re-added path starts its counters again.
             let delta = if total >= last { total - last } else { total };
-            let Some(slot) = self.mgr.slot_of(id).or_else(|| {
+            let Some(slot) = self.client.paths.slot_of(id).or_else(|| {
                 let s = (id as usize) % 8;
                 (s < self.cfg.paths.len()).then_some(s)
             }) else {
