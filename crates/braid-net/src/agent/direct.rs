@@ -8,8 +8,9 @@
 //!
 //! [`open_tcp`] is the one entry point the front ends call (session stream or direct
 //! connection; a destination `--bypass`/`--pin` names goes direct even with a session up,
-//! see `direct_ruled`); [`Relay::run`] relays either. A direct connection on a path that
-//! dies is lost: nothing can move it (docs/deployment.md).
+//! see `direct_ruled`; the session stream's opening: `direct_session`); [`Relay::run`]
+//! relays either. A direct connection on a path that dies is lost: nothing can move it
+//! (docs/deployment.md).
 //!
 //! A new connection is held (at most `connsched::PROBE_WAIT`) while the first connection on
 //! a never-measured path may still measure it, so that it is placed by measured rates; the
@@ -46,7 +47,11 @@ use tracing::{info, warn};
 mod paths;
 #[path = "direct_ruled.rs"]
 mod ruled;
+#[path = "direct_session.rs"]
+mod session;
 pub(super) use paths::{measure, watch_mode};
+pub(super) use session::open_stream;
+
 /// When the agent uses direct mode.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub enum DirectMode {
@@ -581,7 +586,7 @@ pub(crate) async fn open_tcp(shared: &Shared, target: &TargetAddr) -> Result<Rel
             return d.connect(target, None).await.map(Relay::Direct);
         }
     }
-    super::front::open(shared, target)
+    open_stream(shared, target)
         .await
         .map(|(r, w, early)| Relay::Session(r, w, early))
 }

@@ -5,16 +5,17 @@
 //! flow instead (`direct::open_tcp`, `direct_udp`); destinations `--bypass`/`--pin` name
 //! go straight to them, session or not (`direct::open_tcp`, `ruled_udp`).
 //!
-//! Owns: accepting application connections, opening a stream per connection (waiting a
-//! bounded time for a session when none is up), and relaying. Must not touch: the session's
-//! paths or lifecycle (`run`), or the SOCKS/HTTP wire details (braid-proxy).
+//! Owns: accepting application connections, answering them, and relaying. Must not touch:
+//! the session's paths or lifecycle (`run`), opening a session stream (`direct_session`,
+//! through `direct::open_tcp`), or the SOCKS/HTTP wire details (braid-proxy).
 
+use super::direct;
 use super::ruled_udp::{next_back, RuledUdp};
 use super::Shared;
-use crate::bridge::{Cmd, StreamMsg, StreamReader, StreamWriter};
+use crate::bridge::Cmd;
 use braid_proxy::http::{self, ProxyRequest};
 use braid_proxy::socks5::{self, SocksRequest};
-use braid_proxy::target::{self, ReplyCode};
+use braid_proxy::target::ReplyCode;
 use braid_proxy::{datagram, AcceptBackoff, TargetAddr};
 use bytes::{Bytes, BytesMut};
 use std::future::Future;
@@ -24,7 +25,7 @@ use std::sync::Arc;
 use std::time::Duration;
 use tokio::io::AsyncReadExt;
 use tokio::net::{TcpListener, TcpStream, UdpSocket};
-use tokio::sync::{mpsc, oneshot, Semaphore};
+use tokio::sync::{mpsc, Semaphore};
 use tracing::{debug, info, warn};
 
 /// Which proxy protocol a listener speaks.
@@ -97,117 +98,6 @@ pub(super) async fn accept_loop(l: TcpListener, shared: Shared, front: Front) {
     }
 }
 
-/// The current session's command channel; with no session, wait for one up to the
-/// configured bound, then give up with "network unreachable" (SOCKS5 reply 3, HTTP 502).
-async fn session_or_wait(shared: &Shared) -> Result<mpsc::UnboundedSender<Cmd>, ReplyCode> {
-    let mut rx = shared.session.clone();
-    let wait = shared.cfg.session_wait;
-    let got = tokio::time::timeout(wait, rx.wait_for(|s| s.is_some()))
-        .await
-        .ok()
-        .and_then(|r| r.ok().and_then(|s| s.clone()));
-    match got {
-        Some(s) => Ok(s),
-        None => {
-            warn!("no session to the server after waiting {wait:?}: the connection is refused (network unreachable)");
-            Err(ReplyCode::NetworkUnreachable)
-        }
-    }
-}
-
-/// Why opening a stream failed.
-enum OpenError {
-    /// The answer (or the lack of one) to give the client.
-    Code(ReplyCode),
-    /// The session ended before the server answered: worth trying on the next session.
-    SessionGone,
-}
-
-/// Open a stream to `target` through the server; returns the stream and any bytes that
-/// came after the server's answer. If the session ends before the server answers (it
-/// stopped answering and the agent moved to a new session), the open is tried once more on
-/// the next session.
-pub(super) async fn open(
-    shared: &Shared,
-    target: &TargetAddr,
-) -> Result<(StreamReader, StreamWriter, Bytes), ReplyCode> {
-    let cmd = session_or_wait(shared).await?;
-    match open_on(shared, target, &cmd).await {
-        Ok(x) => Ok(x),
-        Err(OpenError::Code(c)) => Err(c),
-        Err(OpenError::SessionGone) => {
-            info!("the session ended while opening a stream to {target}; trying the next session");
-            let mut rx = shared.session.clone();
-            let wait = shared.cfg.session_wait;
-            let next = tokio::time::timeout(
-                wait,
-                rx.wait_for(|s| s.as_ref().is_some_and(|s| !s.same_channel(&cmd))),
-            )
-            .await
-            .ok()
-            .and_then(|r| r.ok().and_then(|s| s.clone()))
-            .ok_or(ReplyCode::NetworkUnreachable)?;
-            match open_on(shared, target, &next).await {
-                Ok(x) => Ok(x),
-                Err(OpenError::Code(c)) => Err(c),
-                Err(OpenError::SessionGone) => Err(ReplyCode::NetworkUnreachable),
-            }
-        }
-    }
-}
-
-async fn open_on(
-    shared: &Shared,
-    target: &TargetAddr,
-    cmd: &mpsc::UnboundedSender<Cmd>,
-) -> Result<(StreamReader, StreamWriter, Bytes), OpenError> {
-    let (tx, rx) = oneshot::channel();
-    cmd.send(Cmd::Open(tx))
-        .map_err(|_| OpenError::SessionGone)?;
-    let h = rx.await.map_err(|_| OpenError::SessionGone)?.map_err(|e| {
-        warn!(
-            "cannot open a stream to {target}: {e} (the server's limit on connections per agent)"
-        );
-        OpenError::Code(ReplyCode::GeneralFailure)
-    })?;
-    let (mut reader, writer) = (h.reader, h.writer);
-    let mut req = Vec::new();
-    target::emit_request(target, &mut req)
-        .map_err(|_| OpenError::Code(ReplyCode::AddressTypeNotSupported))?;
-    writer
-        .write(Bytes::from(req))
-        .await
-        .map_err(|_| OpenError::SessionGone)?;
-    let answer = async {
-        let mut head = BytesMut::new();
-        loop {
-            match target::parse_reply(&head) {
-                Ok((code, used)) if code.is_success() => return Ok(head.split_off(used).freeze()),
-                Ok((code, _)) => return Err(OpenError::Code(code)),
-                Err(braid_proxy::ParseError::Incomplete) => {}
-                Err(_) => return Err(OpenError::Code(ReplyCode::GeneralFailure)),
-            }
-            match reader.read().await {
-                Some(StreamMsg::Data(b)) => head.extend_from_slice(&b),
-                // The session task ended (`u64::MAX`) or is gone.
-                None | Some(StreamMsg::Reset(u64::MAX)) => return Err(OpenError::SessionGone),
-                _ => return Err(OpenError::Code(ReplyCode::GeneralFailure)),
-            }
-        }
-    };
-    match tokio::time::timeout(shared.cfg.open_timeout, answer).await {
-        Ok(Ok(early)) => Ok((reader, writer, early)),
-        Ok(Err(e)) => {
-            writer.reset(0);
-            Err(e)
-        }
-        Err(_) => {
-            writer.reset(0);
-            Err(OpenError::Code(ReplyCode::TtlExpired))
-        }
-    }
-}
-
 async fn socks_conn(mut tcp: TcpStream, shared: &Shared) -> Result<(), String> {
     let limits = shared.cfg.proxy_limits;
     let req =
@@ -216,7 +106,7 @@ async fn socks_conn(mut tcp: TcpStream, shared: &Shared) -> Result<(), String> {
             .map_err(|e| e.to_string())?;
     let bound = tcp.local_addr().map_err(|e| e.to_string())?;
     match req {
-        SocksRequest::Connect(target) => match super::direct::open_tcp(shared, &target).await {
+        SocksRequest::Connect(target) => match direct::open_tcp(shared, &target).await {
             Ok(relay) => {
                 socks5::reply(&mut tcp, ReplyCode::Succeeded, bound)
                     .await
@@ -252,7 +142,7 @@ async fn http_conn(mut tcp: TcpStream, shared: &Shared) -> Result<(), String> {
     } else {
         "CONNECT"
     };
-    let mut relay = match super::direct::open_tcp(shared, &target).await {
+    let mut relay = match direct::open_tcp(shared, &target).await {
         Ok(relay) => relay,
         Err(code) => {
             let _ = http::respond_error(&mut tcp, code).await;

@@ -13,7 +13,8 @@
 //! asked.
 //!
 //! Owns: the TUN device, its routing, the stack and the connection and flow tables. Must
-//! not touch: the session's lifecycle (`run`), the stream-open exchange (`front::open`).
+//! not touch: the session's lifecycle (`run`), the stream-open exchange
+//! (`direct::open_stream`).
 
 use super::tun_conn::{conn_task, ToTun, Up, CREDIT, UP_BYTES};
 use super::tun_direct::{Back, DirectFlow};
