@@ -10,6 +10,7 @@
 //! through `direct::open_tcp`), or the SOCKS/HTTP wire details (braid-proxy).
 
 use super::direct;
+use super::report::ConnGuard;
 use super::ruled_udp::{next_back, RuledUdp};
 use super::Shared;
 use crate::bridge::Cmd;
@@ -19,7 +20,7 @@ use braid_proxy::target::ReplyCode;
 use braid_proxy::{datagram, AcceptBackoff, TargetAddr};
 use bytes::{Bytes, BytesMut};
 use std::future::Future;
-use std::net::SocketAddr;
+use std::net::{IpAddr, SocketAddr};
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::Duration;
@@ -177,19 +178,14 @@ async fn udp_associate(
         }
     }
     // With rules, some datagrams go straight to their destinations (`ruled_udp`).
-    let (mut ruled, mut ruled_rx) = match &shared.direct {
+    let (ruled, mut ruled_rx) = match &shared.direct {
         Some(d) if !shared.cfg.rules.is_empty() => {
             let (r, rx) = RuledUdp::new(d.clone());
             (Some(r), Some(rx))
         }
         _ => (None, None),
     };
-    let relay = UdpSocket::bind(SocketAddr::new(bound.ip(), 0))
-        .await
-        .map_err(|e| e.to_string())?;
-    // Room for a burst of small datagrams while the session task is busy.
-    let _ = socket2::SockRef::from(&relay).set_recv_buffer_size(crate::udp::SOCKET_BUFFER);
-    crate::batch::enable_gro(&relay);
+    let relay = relay_socket(bound).await?;
     let relay_addr = relay.local_addr().map_err(|e| e.to_string())?;
     let flow = shared.next_flow.fetch_add(1, Ordering::Relaxed);
     let (tx, mut rx) = mpsc::channel::<Bytes>(1024);
@@ -206,9 +202,16 @@ async fn udp_associate(
     if ruled.is_none() {
         conn.set_rule("session".into());
     }
-    let mut client: Option<SocketAddr> = None;
-    let mut last_dest: Option<TargetAddr> = None;
-    let mut rbuf = BytesMut::new();
+    let mut a = Assoc {
+        shared,
+        relay,
+        flow,
+        conn,
+        ruled,
+        client: None,
+        last_dest: None,
+        rbuf: BytesMut::new(),
+    };
     let mut ctl = [0u8; 64];
     let result = loop {
         tokio::select! {
@@ -216,64 +219,18 @@ async fn udp_associate(
                 Ok(0) | Err(_) => break Ok(()),
                 Ok(_) => {}
             },
-            r = relay.readable() => {
+            r = a.relay.readable() => {
                 if r.is_err() {
                     break Err("relay socket failed".to_string());
                 }
-                // Take what waits on the socket (up to a batch; one receive may hold many
-                // datagrams of an application that sends with GSO) and hand the session
-                // all of it at once.
-                let session = shared.session.borrow().clone();
-                let peer = tcp.peer_addr().map(|p| p.ip()).ok();
-                for _ in 0..crate::batch::MAX_SEGMENTS {
-                    let got = match relay.try_io(tokio::io::Interest::READABLE, || {
-                        crate::batch::recv(&relay, &mut rbuf)
-                    }) {
-                        Ok(got) => got,
-                        Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => break,
-                        Err(_) => {
-                            rbuf.clear();
-                            continue;
-                        }
-                    };
-                    // Only the client that asked (same IP as its control connection) may
-                    // use it.
-                    if peer != Some(got.from.ip()) {
-                        rbuf.clear();
-                        continue;
-                    }
-                    client = Some(got.from);
-                    for d in crate::batch::split(&mut rbuf, got.segment_size) {
-                        if let (Some(r), Ok(p)) = (ruled.as_mut(), socks5::parse_udp(&d)) {
-                            let dest = p.addr.to_target_addr();
-                            if r.take(shared, session.is_some(), &conn, &dest, p.payload).await {
-                                last_dest = None;
-                                continue;
-                            }
-                        }
-                        if let Some(d) = from_client(flow, &d, &conn, &mut last_dest) {
-                            if let Some(cmd) = &session {
-                                let flow = datagram::session_flow(&d);
-                                let _ = cmd.send(Cmd::Datagram(flow, d));
-                            }
-                        }
-                    }
-                }
+                a.up(tcp.peer_addr().map(|p| p.ip()).ok()).await;
             }
             Some((from, d)) = next_back(&mut ruled_rx) => {
-                let Some(c) = client else { continue };
-                let mut out = Vec::with_capacity(d.len() + 24);
-                conn.counters().down.fetch_add(d.len() as u64, Ordering::Relaxed);
-                if socks5::emit_udp(&TargetAddr::Ip(from), &d, &mut out).is_ok() {
-                    let _ = relay.send_to(&out, c).await;
-                }
+                a.down(&TargetAddr::Ip(from), &d).await;
             }
             Some(d) = rx.recv() => {
-                let (Some(c), Ok(p)) = (client, datagram::parse(&d)) else { continue };
-                let mut out = Vec::with_capacity(d.len() + 8);
-                conn.counters().down.fetch_add(p.payload.len() as u64, Ordering::Relaxed);
-                if socks5::emit_udp(&p.addr.to_target_addr(), p.payload, &mut out).is_ok() {
-                    let _ = relay.send_to(&out, c).await;
+                if let Ok(p) = datagram::parse(&d) {
+                    a.down(&p.addr.to_target_addr(), p.payload).await;
                 }
             }
         }
@@ -284,12 +241,92 @@ async fn udp_associate(
     result
 }
 
+/// A UDP association's relay socket, on the address the client reached the proxy at.
+async fn relay_socket(bound: SocketAddr) -> Result<UdpSocket, String> {
+    let relay = UdpSocket::bind(SocketAddr::new(bound.ip(), 0))
+        .await
+        .map_err(|e| e.to_string())?;
+    // Room for a burst of small datagrams while the session task is busy.
+    let _ = socket2::SockRef::from(&relay).set_recv_buffer_size(crate::udp::SOCKET_BUFFER);
+    crate::batch::enable_gro(&relay);
+    Ok(relay)
+}
+
+/// A SOCKS5 UDP association while it relays (`udp_associate`).
+struct Assoc<'a> {
+    shared: &'a Shared,
+    relay: UdpSocket,
+    flow: u32,
+    conn: ConnGuard,
+    /// Datagrams `--bypass`/`--pin` send straight to their destinations.
+    ruled: Option<RuledUdp>,
+    /// The client's address, once it sent.
+    client: Option<SocketAddr>,
+    last_dest: Option<TargetAddr>,
+    rbuf: BytesMut,
+}
+
+impl Assoc<'_> {
+    /// Take what waits on the relay socket (up to a batch; one receive may hold many
+    /// datagrams of an application that sends with GSO) and hand the session all of it at
+    /// once; only the client that asked (`peer`, its control connection's IP) may use it.
+    async fn up(&mut self, peer: Option<IpAddr>) {
+        let session = self.shared.session.borrow().clone();
+        for _ in 0..crate::batch::MAX_SEGMENTS {
+            let got = match self.relay.try_io(tokio::io::Interest::READABLE, || {
+                crate::batch::recv(&self.relay, &mut self.rbuf)
+            }) {
+                Ok(got) => got,
+                Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => break,
+                Err(_) => {
+                    self.rbuf.clear();
+                    continue;
+                }
+            };
+            if peer != Some(got.from.ip()) {
+                self.rbuf.clear();
+                continue;
+            }
+            self.client = Some(got.from);
+            for d in crate::batch::split(&mut self.rbuf, got.segment_size) {
+                if let (Some(r), Ok(p)) = (self.ruled.as_mut(), socks5::parse_udp(&d)) {
+                    let dest = p.addr.to_target_addr();
+                    let up = session.is_some();
+                    if r.take(self.shared, up, &self.conn, &dest, p.payload).await {
+                        self.last_dest = None;
+                        continue;
+                    }
+                }
+                if let Some(d) = from_client(self.flow, &d, &self.conn, &mut self.last_dest) {
+                    if let Some(cmd) = &session {
+                        let flow = datagram::session_flow(&d);
+                        let _ = cmd.send(Cmd::Datagram(flow, d));
+                    }
+                }
+            }
+        }
+    }
+
+    /// `payload` from `from` back to the client (once it sent), counted on its connection.
+    async fn down(&self, from: &TargetAddr, payload: &[u8]) {
+        let Some(c) = self.client else { return };
+        let mut out = Vec::with_capacity(payload.len() + 24);
+        self.conn
+            .counters()
+            .down
+            .fetch_add(payload.len() as u64, Ordering::Relaxed);
+        if socks5::emit_udp(from, payload, &mut out).is_ok() {
+            let _ = self.relay.send_to(&out, c).await;
+        }
+    }
+}
+
 /// A SOCKS5 UDP datagram from the application as the session's DATAGRAM payload, counted on
 /// its connection; `None` (dropped) when it is malformed or fragmented.
 fn from_client(
     flow: u32,
     pkt: &[u8],
-    conn: &super::report::ConnGuard,
+    conn: &ConnGuard,
     last_dest: &mut Option<TargetAddr>,
 ) -> Option<Bytes> {
     let Ok(p) = socks5::parse_udp(pkt) else {
