@@ -452,35 +452,27 @@ fn health_checker(ns: String, table: String, stop: Arc<AtomicBool>) -> std::thre
 
 /// The web server on [`WEB`]: `GET /<n>` answers n bytes of [`crate::common::body`].
 fn web(ns: &str, stop: Arc<AtomicBool>) -> std::thread::JoinHandle<()> {
-    let ns = ns.to_string();
     let (tx, rx) = std::sync::mpsc::channel();
-    let t = std::thread::spawn(move || {
-        braid_testbed::netns::enter(&ns).unwrap();
-        let rt = tokio::runtime::Builder::new_current_thread()
-            .enable_all()
-            .build()
-            .unwrap();
-        rt.block_on(async move {
-            let l = tokio::net::TcpListener::bind(WEB).await.unwrap();
-            tx.send(()).unwrap();
-            let big = Arc::new(crate::common::body(8 << 20));
-            let serve = http::serve(l, move |mut s, head| {
-                let big = big.clone();
-                async move {
-                    let n = http::requested_len(&head).min(big.len());
-                    http::respond(&mut s, &big[..n]).await
-                }
-            });
-            let stopped = async {
-                while !stop.load(Ordering::SeqCst) {
-                    tokio::time::sleep(Duration::from_millis(200)).await;
-                }
-            };
-            tokio::select! {
-                _ = serve => {}
-                _ = stopped => {}
+    let t = crate::nsrig::thread_in(ns, move || async move {
+        let l = tokio::net::TcpListener::bind(WEB).await.unwrap();
+        tx.send(()).unwrap();
+        let big = Arc::new(crate::common::body(8 << 20));
+        let serve = http::serve(l, move |mut s, head| {
+            let big = big.clone();
+            async move {
+                let n = http::requested_len(&head).min(big.len());
+                http::respond(&mut s, &big[..n]).await
             }
         });
+        let stopped = async {
+            while !stop.load(Ordering::SeqCst) {
+                tokio::time::sleep(Duration::from_millis(200)).await;
+            }
+        };
+        tokio::select! {
+            _ = serve => {}
+            _ = stopped => {}
+        }
     });
     rx.recv_timeout(Duration::from_secs(5)).expect("web server");
     t
