@@ -20,15 +20,13 @@
 #![no_main]
 
 use braid_core::wire::{Header, PacketType};
-use braid_core::{Config, Instant, Session};
+use braid_core::Instant;
+use braid_testkit::pair::{Pair, SID};
 use bytes::Bytes;
 use libfuzzer_sys::fuzz_target;
-use std::collections::VecDeque;
 use std::time::Duration;
 
-const SID: u64 = 0x0123_4567_89ab_cdef;
 const TAG: usize = 16;
-const ONE_WAY: Duration = Duration::from_millis(10);
 /// How long the sessions keep running after the input (simulated time).
 const AFTER: Duration = Duration::from_secs(40);
 
@@ -36,98 +34,6 @@ const AFTER: Duration = Duration::from_secs(40);
 fn payload() -> &'static [u8] {
     static P: std::sync::OnceLock<Vec<u8>> = std::sync::OnceLock::new();
     P.get_or_init(|| (0..20_000u32).map(|i| (i * 7) as u8).collect())
-}
-
-struct Pair {
-    now: Instant,
-    client: Session,
-    server: Session,
-    /// Arrival time, to the server?, bytes.
-    wire: VecDeque<(Instant, bool, Bytes)>,
-    to_server: Vec<Bytes>,
-    to_client: Vec<Bytes>,
-    buf: Vec<u8>,
-}
-
-impl Pair {
-    fn new() -> Pair {
-        Pair {
-            now: Instant(0),
-            client: Session::connect(Config::default(), Instant(0), SID, 0),
-            server: Session::accept(Config::default(), Instant(0), SID),
-            wire: VecDeque::new(),
-            to_server: Vec::new(),
-            to_client: Vec::new(),
-            buf: vec![0u8; 2048],
-        }
-    }
-
-    fn flush(&mut self) {
-        for _ in 0..1_000 {
-            let mut any = false;
-            while let Some(t) = self.client.poll_transmit(self.now, &mut self.buf) {
-                let b = Bytes::copy_from_slice(&self.buf[..t.len]);
-                self.wire.push_back((self.now + ONE_WAY, true, b));
-                any = true;
-            }
-            while let Some(t) = self.server.poll_transmit(self.now, &mut self.buf) {
-                let b = Bytes::copy_from_slice(&self.buf[..t.len]);
-                self.wire.push_back((self.now + ONE_WAY, false, b));
-                any = true;
-            }
-            if !any {
-                return;
-            }
-        }
-        panic!("sessions keep transmitting without time passing");
-    }
-
-    fn step(&mut self) -> bool {
-        self.flush();
-        let next = [
-            self.wire.front().map(|w| w.0),
-            self.client.poll_timeout(),
-            self.server.poll_timeout(),
-        ]
-        .into_iter()
-        .flatten()
-        .min();
-        let Some(next) = next else {
-            return false;
-        };
-        self.now = self.now.max(next);
-        let now = self.now;
-        while self.wire.front().is_some_and(|w| w.0 <= now) {
-            let (_, to_server, pkt) = self.wire.pop_front().unwrap();
-            if to_server {
-                self.server.handle_datagram(now, pkt.clone());
-                self.to_server.push(pkt);
-            } else {
-                self.client.handle_datagram(now, pkt.clone());
-                self.to_client.push(pkt);
-            }
-        }
-        if self.client.poll_timeout().is_some_and(|t| t <= now) {
-            self.client.handle_timeout(now);
-        }
-        if self.server.poll_timeout().is_some_and(|t| t <= now) {
-            self.server.handle_timeout(now);
-        }
-        true
-    }
-
-    fn run(&mut self, steps: usize) {
-        self.run_until(steps, Instant(u64::MAX));
-    }
-
-    /// At most `steps` steps, none starting at or after `until`.
-    fn run_until(&mut self, steps: usize, until: Instant) {
-        for _ in 0..steps {
-            if self.now >= until || !self.step() {
-                break;
-            }
-        }
-    }
 }
 
 fn header(path: u8, pn: u64) -> Vec<u8> {
@@ -143,21 +49,14 @@ fuzz_target!(|data: &[u8]| {
     };
     let mut pair = Pair::new();
     if mode & 1 != 0 {
-        for _ in 0..200 {
-            if pair.client.is_established() && pair.server.is_established() {
-                break;
-            }
-            if !pair.step() {
-                break;
-            }
-        }
+        pair.establish(200);
     }
     let mut stream = None;
     if mode & 2 != 0 {
         if let Ok(id) = pair.client.open_stream() {
             let _ = pair.client.stream_write(id, payload());
             let _ = pair.client.stream_finish(id);
-            pair.run(4);
+            pair.run_until(4, Instant(u64::MAX));
             stream = Some(id);
         }
     }
@@ -222,7 +121,7 @@ fuzz_target!(|data: &[u8]| {
             pair.server.handle_datagram(now, Bytes::from(dgram));
         }
         if mode & 4 != 0 {
-            pair.run(3);
+            pair.run_until(3, Instant(u64::MAX));
         }
     }
 

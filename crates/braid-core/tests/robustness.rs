@@ -7,8 +7,9 @@
 //! for longer.
 //!
 //! Two sessions are driven against each other in memory through a single path with a fixed
-//! one-way delay (`Net`); a tamper hook sees every datagram before it is delivered and may
-//! deliver extra datagrams (garbage or replays) in front of it.
+//! one-way delay (`braid_testkit::pair::Pair`, which the fuzz targets share); a tamper hook
+//! sees every datagram before it is delivered and may deliver extra datagrams (garbage or
+//! replays) in front of it.
 
 use braid_core::wire::frame::emit;
 use braid_core::wire::{
@@ -16,11 +17,10 @@ use braid_core::wire::{
     VERSION,
 };
 use braid_core::{Config, Instant, Session, SessionError, Side, StreamId};
+use braid_testkit::pair::{no_tamper, Pair, Tamper, TamperCtx, SID};
 use bytes::Bytes;
 use proptest::prelude::*;
-use std::collections::VecDeque;
 use std::ops::Range;
-use std::time::Duration;
 
 // ---------------------------------------------------------------------------------------
 // Strategies and helpers for the wire format.
@@ -448,158 +448,9 @@ fn fails_to_parse(sid: u64, data: &[u8]) -> bool {
 }
 
 // ---------------------------------------------------------------------------------------
-// Two sessions in memory.
+// Two sessions in memory (`braid_testkit::pair`).
 
-const SID: u64 = 0x0123_4567_89ab_cdef;
 const TAG: usize = 16;
-const ONE_WAY: Duration = Duration::from_millis(10);
-
-/// What the tamper hook returns: datagrams to deliver, to the same destination, just before
-/// the genuine one.
-type Tamper<'a> = dyn FnMut(&mut TamperCtx<'_>) -> Vec<Bytes> + 'a;
-
-/// What the tamper hook sees.
-struct TamperCtx<'a> {
-    /// The session receiving the datagram.
-    dest: Side,
-    /// The genuine datagram about to be delivered.
-    pkt: &'a Bytes,
-    /// Genuine datagrams already delivered to `dest`, oldest first.
-    history: &'a [Bytes],
-}
-
-struct Net {
-    now: Instant,
-    client: Session,
-    server: Session,
-    /// Datagrams in flight: arrival time, destination, bytes (sorted by arrival).
-    wire: VecDeque<(Instant, Side, Bytes)>,
-    to_server: Vec<Bytes>,
-    to_client: Vec<Bytes>,
-    buf: Vec<u8>,
-}
-
-impl Net {
-    fn new() -> Net {
-        let now = Instant(0);
-        Net {
-            now,
-            client: Session::connect(Config::default(), now, SID, 0),
-            server: Session::accept(Config::default(), now, SID),
-            wire: VecDeque::new(),
-            to_server: Vec::new(),
-            to_client: Vec::new(),
-            buf: vec![0u8; 2048],
-        }
-    }
-
-    fn session(&mut self, side: Side) -> &mut Session {
-        match side {
-            Side::Client => &mut self.client,
-            Side::Server => &mut self.server,
-        }
-    }
-
-    /// Move everything both sessions want to send now onto the wire.
-    fn flush(&mut self) {
-        for _ in 0..10_000 {
-            let mut any = false;
-            while let Some(t) = self.client.poll_transmit(self.now, &mut self.buf) {
-                assert!(t.len <= self.buf.len());
-                let b = Bytes::copy_from_slice(&self.buf[..t.len]);
-                self.wire.push_back((self.now + ONE_WAY, Side::Server, b));
-                any = true;
-            }
-            while let Some(t) = self.server.poll_transmit(self.now, &mut self.buf) {
-                assert!(t.len <= self.buf.len());
-                let b = Bytes::copy_from_slice(&self.buf[..t.len]);
-                self.wire.push_back((self.now + ONE_WAY, Side::Client, b));
-                any = true;
-            }
-            if !any {
-                return;
-            }
-        }
-        panic!("sessions keep transmitting without time passing");
-    }
-
-    /// Advance to the next event (arrival or timer) and process it.
-    fn step(&mut self, tamper: &mut Tamper<'_>) -> bool {
-        self.flush();
-        let next = [
-            self.wire.front().map(|w| w.0),
-            self.client.poll_timeout(),
-            self.server.poll_timeout(),
-        ]
-        .into_iter()
-        .flatten()
-        .min();
-        let Some(next) = next else {
-            return false;
-        };
-        self.now = self.now.max(next);
-        while self.wire.front().is_some_and(|w| w.0 <= self.now) {
-            let (_, dest, pkt) = self.wire.pop_front().unwrap();
-            let history = match dest {
-                Side::Server => &self.to_server,
-                Side::Client => &self.to_client,
-            };
-            let extra = tamper(&mut TamperCtx {
-                dest,
-                pkt: &pkt,
-                history,
-            });
-            let now = self.now;
-            for e in extra {
-                self.session(dest).handle_datagram(now, e);
-            }
-            self.session(dest).handle_datagram(now, pkt.clone());
-            match dest {
-                Side::Server => self.to_server.push(pkt),
-                Side::Client => self.to_client.push(pkt),
-            }
-        }
-        let now = self.now;
-        if self.client.poll_timeout().is_some_and(|t| t <= now) {
-            self.client.handle_timeout(now);
-        }
-        if self.server.poll_timeout().is_some_and(|t| t <= now) {
-            self.server.handle_timeout(now);
-        }
-        true
-    }
-
-    /// Step until `done` or `max_steps`; returns whether `done` held.
-    fn run(
-        &mut self,
-        max_steps: usize,
-        tamper: &mut Tamper<'_>,
-        done: &mut dyn FnMut(&mut Net) -> bool,
-    ) -> bool {
-        for _ in 0..max_steps {
-            if done(self) {
-                return true;
-            }
-            if !self.step(tamper) {
-                break;
-            }
-        }
-        done(self)
-    }
-
-    fn established() -> Net {
-        let mut net = Net::new();
-        let ok = net.run(200, &mut no_tamper, &mut |n| {
-            n.client.is_established() && n.server.is_established()
-        });
-        assert!(ok, "handshake did not complete");
-        net
-    }
-}
-
-fn no_tamper(_: &mut TamperCtx<'_>) -> Vec<Bytes> {
-    Vec::new()
-}
 
 /// Deterministic payload.
 fn payload(len: usize, seed: u8) -> Vec<u8> {
@@ -611,7 +462,7 @@ fn payload(len: usize, seed: u8) -> Vec<u8> {
 /// Open a client stream, write `data`, finish it, and run until the server read the end of
 /// the stream (or a session closed, or 20,000 steps passed). Returns what the server read,
 /// or `None` if it never read the end.
-fn transfer(net: &mut Net, data: &[u8], tamper: &mut Tamper<'_>) -> (StreamId, Option<Vec<u8>>) {
+fn transfer(net: &mut Pair, data: &[u8], tamper: &mut Tamper<'_>) -> (StreamId, Option<Vec<u8>>) {
     let id = net.client.open_stream().expect("open_stream");
     assert_eq!(net.client.stream_write(id, data), Ok(data.len()));
     net.client.stream_finish(id).unwrap();
@@ -907,7 +758,7 @@ fn frame_bytes() -> impl Strategy<Value = Vec<u8>> {
 
 /// Keep a session busy for a while after an input, so that timers and sending also run
 /// on whatever state the input left.
-fn exercise(net: &mut Net, steps: usize) {
+fn exercise(net: &mut Pair, steps: usize) {
     net.run(steps, &mut no_tamper, &mut |_| false);
     let _ = net.client.stats();
     let _ = net.server.stats();
@@ -946,7 +797,7 @@ proptest! {
     fn fresh_sessions_survive_valid_headers_with_arbitrary_frames(
         packets in prop::collection::vec((0..3u8, prop_oneof![0..4u64, vi()], frame_bytes()), 1..4),
     ) {
-        let mut net = Net::new();
+        let mut net = Pair::new();
         for (path, pn, f) in &packets {
             let p = packet(SID, *path, *pn, f);
             let now = net.now;
@@ -962,7 +813,7 @@ proptest! {
             (any::<bool>(), 0..3u8, prop_oneof![0..16u64, vi()], frame_bytes()), 1..5),
         data_len in 0..20_000usize,
     ) {
-        let mut net = Net::established();
+        let mut net = Pair::established();
         let id = net.client.open_stream().unwrap();
         net.client.stream_write(id, &payload(data_len, 1)).unwrap();
         // Some of the transfer is under way.
@@ -1027,7 +878,7 @@ proptest! {
             harmless = Some(fails_to_parse(SID, &p) || cx.history.iter().any(|h| h[..] == p[..]));
             vec![Bytes::from(p)]
         };
-        let mut net = Net::new();
+        let mut net = Pair::new();
         let data = payload(30_000, 7);
         net.run(200, &mut tamper, &mut |n| n.client.is_established() && n.server.is_established());
         if net.client.is_established() {
@@ -1051,7 +902,7 @@ proptest! {
         data_len in 1..60_000usize,
     ) {
         let target = if target_server { Side::Server } else { Side::Client };
-        let mut net = Net::established();
+        let mut net = Pair::established();
         let before = net.session(target).stats().malformed_packets;
         let data = payload(data_len, 3);
         let mut count = 0u64;
@@ -1071,7 +922,7 @@ proptest! {
 
 #[test]
 fn transfer_without_interference_delivers_every_byte() {
-    let mut net = Net::established();
+    let mut net = Pair::established();
     let data = payload(250_000, 9);
     let (_, got) = transfer(&mut net, &data, &mut no_tamper);
     assert_eq!(got.as_deref(), Some(&data[..]));
@@ -1083,7 +934,7 @@ fn transfer_without_interference_delivers_every_byte() {
 /// not read (up to the session window) and falls to 0 once it has read everything.
 #[test]
 fn buffered_bytes_count_received_unread_stream_data() {
-    let mut net = Net::established();
+    let mut net = Pair::established();
     let data = payload(60_000, 3);
     let id = net.client.open_stream().expect("open_stream");
     assert_eq!(net.client.stream_write(id, &data), Ok(data.len()));
@@ -1111,7 +962,7 @@ fn buffered_bytes_count_received_unread_stream_data() {
 /// genuine datagrams).
 #[test]
 fn every_kind_of_unparseable_packet_and_replay_is_dropped_without_effect() {
-    let mut net = Net::established();
+    let mut net = Pair::established();
     let received_before = net.server.path_stats(0).unwrap().packets_received;
     let delivered_before = net.to_server.len() as u64;
     let plan: Vec<_> = (0..14u8)
@@ -1147,7 +998,7 @@ fn every_kind_of_unparseable_packet_and_replay_is_dropped_without_effect() {
 /// event, no error, no new stream.
 #[test]
 fn replaying_every_earlier_packet_is_ignored() {
-    let mut net = Net::established();
+    let mut net = Pair::established();
     let data = payload(50_000, 2);
     let (_, got) = transfer(&mut net, &data, &mut no_tamper);
     assert_eq!(got.as_deref(), Some(&data[..]));
@@ -1180,7 +1031,7 @@ fn replaying_every_earlier_packet_is_ignored() {
 /// not delivered and the packet number is not consumed.
 #[test]
 fn malformed_frame_drops_the_whole_packet_and_not_its_packet_number() {
-    let mut net = Net::established();
+    let mut net = Pair::established();
     let id = net.client.open_stream().unwrap();
     // What the client will send at offset 0, forged first with other bytes and a bad tail.
     let mut f = encode(&[F::Stream {
@@ -1256,7 +1107,7 @@ fn packet_for_another_session_is_dropped() {
 /// here so that the garbage tests above stay meaningful.
 #[test]
 fn well_formed_frame_for_unopened_local_stream_is_a_protocol_violation() {
-    let mut net = Net::established();
+    let mut net = Pair::established();
     // Stream 1 would be the server's first stream; the server never opened it.
     let f = encode(&[F::Stream {
         id: 1,
@@ -1281,7 +1132,7 @@ fn well_formed_frame_for_unopened_local_stream_is_a_protocol_violation() {
 /// the violation, so `stream_read`'s `local_max_data - consumed_data` underflowed.
 #[test]
 fn stream_read_after_reset_beyond_session_window_does_not_panic() {
-    let mut net = Net::established();
+    let mut net = Pair::established();
     let id = net.client.open_stream().unwrap();
     net.client.stream_write(id, &payload(1_439, 1)).unwrap();
     net.run(6, &mut no_tamper, &mut |_| false);
@@ -1361,7 +1212,7 @@ fn packet_header_parse_returns_bytes_consumed_for_non_minimal_packet_number() {
 #[test]
 fn reused_path_id_never_reuses_packet_numbers() {
     use std::collections::HashSet;
-    let mut net = Net::established();
+    let mut net = Pair::established();
     let mut seen: [HashSet<(u8, u64)>; 2] = [HashSet::new(), HashSet::new()];
     let mut dup = None;
     let mut record = |ctx: &mut TamperCtx<'_>| {

@@ -1,6 +1,7 @@
 //! The loopback rig: a server, link emulators and an agent on this machine, a small HTTP
 //! server, and helpers to hash and fetch.
 
+use crate::http;
 use braid_crypto::StaticKeypair;
 use braid_emu::Emulator;
 use braid_net::agent::{Agent, AgentConfig, AgentPath};
@@ -63,53 +64,30 @@ pub fn sha(data: &[u8]) -> String {
 pub async fn http_server(body: Arc<Vec<u8>>) -> SocketAddr {
     let l = TcpListener::bind("127.0.0.1:0").await.unwrap();
     let addr = l.local_addr().unwrap();
-    tokio::spawn(async move {
-        loop {
-            let Ok((mut s, _)) = l.accept().await else {
+    tokio::spawn(http::serve(l, move |mut s, head| {
+        let body = body.clone();
+        async move {
+            if head.starts_with("GET") {
+                return http::respond(&mut s, &body).await;
+            }
+            let len: usize = head
+                .lines()
+                .find_map(|l| {
+                    l.to_ascii_lowercase()
+                        .strip_prefix("content-length:")
+                        .map(|v| v.trim().parse().unwrap_or(0))
+                })
+                .unwrap_or(0);
+            if head.to_ascii_lowercase().contains("expect: 100-continue") {
+                let _ = s.write_all(b"HTTP/1.1 100 Continue\r\n\r\n").await;
+            }
+            let mut got = vec![0u8; len];
+            if s.read_exact(&mut got).await.is_err() {
                 return;
-            };
-            let body = body.clone();
-            tokio::spawn(async move {
-                let mut head = Vec::new();
-                let mut b = [0u8; 1];
-                while !head.ends_with(b"\r\n\r\n") {
-                    if s.read_exact(&mut b).await.is_err() {
-                        return;
-                    }
-                    head.push(b[0]);
-                }
-                let head = String::from_utf8_lossy(&head).to_string();
-                if head.starts_with("GET") {
-                    let h = format!(
-                        "HTTP/1.1 200 OK\r\nContent-Length: {}\r\nConnection: close\r\n\r\n",
-                        body.len()
-                    );
-                    let _ = s.write_all(h.as_bytes()).await;
-                    let _ = s.write_all(&body).await;
-                } else {
-                    let len: usize = head
-                        .lines()
-                        .find_map(|l| {
-                            l.to_ascii_lowercase()
-                                .strip_prefix("content-length:")
-                                .map(|v| v.trim().parse().unwrap_or(0))
-                        })
-                        .unwrap_or(0);
-                    if head.to_ascii_lowercase().contains("expect: 100-continue") {
-                        let _ = s.write_all(b"HTTP/1.1 100 Continue\r\n\r\n").await;
-                    }
-                    let mut got = vec![0u8; len];
-                    if s.read_exact(&mut got).await.is_err() {
-                        return;
-                    }
-                    let digest = sha(&got);
-                    let h = format!("HTTP/1.1 200 OK\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{digest}", digest.len());
-                    let _ = s.write_all(h.as_bytes()).await;
-                }
-                let _ = s.shutdown().await;
-            });
+            }
+            http::respond(&mut s, sha(&got).as_bytes()).await;
         }
-    });
+    }));
     addr
 }
 

@@ -65,6 +65,12 @@ impl Net {
 
     /// [`Net::new`] with namespaces named `PREFIX<id>-c` and `PREFIX<id>-s`.
     pub fn with_prefix(prefix: &str) -> Net {
+        Net::with_rates(prefix, &[RATE, RATE])
+    }
+
+    /// [`Net::with_prefix`] with one link per rate (in tc's units, e.g. `40mbit`): link `i`
+    /// shaped to `rates[i]`.
+    pub fn with_rates(prefix: &str, rates: &[&str]) -> Net {
         static N: AtomicU32 = AtomicU32::new(0);
         let id = format!(
             "{}{}",
@@ -80,14 +86,19 @@ impl Net {
             sh(ip_ns(ns, &["link", "set", "lo", "up"]));
         }
         sh(ip_ns(&net.s, &["addr", "add", "10.0.0.1/32", "dev", "lo"]));
-        for i in 0..2 {
-            net.make_link(i);
+        for (i, rate) in rates.iter().enumerate() {
+            net.make_link_at(i, rate);
         }
         net
     }
 
-    /// Create veth pair `i` with its addresses, route and rate limit.
+    /// Create veth pair `i` with its addresses, route and rate limit ([`RATE`]).
     pub fn make_link(&self, i: usize) {
+        self.make_link_at(i, RATE);
+    }
+
+    /// [`Net::make_link`] shaped to `rate` (tc's units).
+    pub fn make_link_at(&self, i: usize, rate: &str) {
         let (p, s) = (format!("p{i}"), format!("s{i}"));
         sh(run(
             "ip",
@@ -111,7 +122,7 @@ impl Net {
             &self.s,
             "tc",
             &[
-                "qdisc", "add", "dev", &s, "root", "tbf", "rate", RATE, "burst", "20kb", "latency",
+                "qdisc", "add", "dev", &s, "root", "tbf", "rate", rate, "burst", "20kb", "latency",
                 "30ms",
             ],
         ));
@@ -135,14 +146,7 @@ impl Net {
 
     /// Bytes received by the client on interface `p<i>` (0 if it does not exist).
     pub fn rx_bytes(&self, i: usize) -> u64 {
-        exec_ns(
-            &self.c,
-            "cat",
-            &[&format!("/sys/class/net/p{i}/statistics/rx_bytes")],
-        )
-        .ok()
-        .and_then(|s| s.trim().parse().ok())
-        .unwrap_or(0)
+        rx_bytes_in(&self.c, i)
     }
 
     pub fn ip_c(&self, args: &[&str]) {
@@ -204,6 +208,18 @@ impl Net {
     }
 }
 
+/// Bytes received on interface `p<i>` in namespace `ns` (0 if it does not exist).
+pub fn rx_bytes_in(ns: &str, i: usize) -> u64 {
+    exec_ns(
+        ns,
+        "cat",
+        &[&format!("/sys/class/net/p{i}/statistics/rx_bytes")],
+    )
+    .ok()
+    .and_then(|s| s.trim().parse().ok())
+    .unwrap_or(0)
+}
+
 /// Run `body` in namespace `ns` on a fresh runtime.
 pub fn on<T, F, Fut>(ns: &str, f: F) -> T
 where
@@ -211,7 +227,20 @@ where
     F: FnOnce() -> Fut + Send + 'static,
     Fut: Future<Output = T>,
 {
-    let (ns, name) = (ns.to_string(), ns.to_string());
+    thread_in(ns, f)
+        .join()
+        .unwrap_or_else(|_| panic!("the side in {ns} panicked"))
+}
+
+/// [`on`] without waiting: `f` runs on a thread of its own, in namespace `ns`, on a fresh
+/// runtime; join the handle for its result.
+pub fn thread_in<T, F, Fut>(ns: &str, f: F) -> std::thread::JoinHandle<T>
+where
+    T: Send + 'static,
+    F: FnOnce() -> Fut + Send + 'static,
+    Fut: Future<Output = T>,
+{
+    let ns = ns.to_string();
     std::thread::spawn(move || {
         braid_testbed::netns::enter(&ns).unwrap();
         tokio::runtime::Builder::new_current_thread()
@@ -220,8 +249,6 @@ where
             .unwrap()
             .block_on(f())
     })
-    .join()
-    .unwrap_or_else(|_| panic!("the side in {name} panicked"))
 }
 
 /// A LAN host behind the client namespace (as behind a router): namespace `<client>-l`

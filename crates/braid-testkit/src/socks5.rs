@@ -94,6 +94,21 @@ pub async fn connect<'a>(socks: SocketAddr, to: impl Into<Dest<'a>>) -> Result<T
     }
 }
 
+/// A CONNECT where failing is an outcome, not a test failure (soak and limit tests count
+/// failures): any I/O error, or a refusal as an error naming its reply code.
+pub async fn try_connect<'a>(
+    socks: SocketAddr,
+    to: impl Into<Dest<'a>>,
+) -> std::io::Result<TcpStream> {
+    let mut s = TcpStream::connect(socks).await?;
+    match request(&mut s, 1, to.into()).await? {
+        (0, _) => Ok(s),
+        (code, _) => Err(std::io::Error::other(format!(
+            "SOCKS5 CONNECT refused with code {code}"
+        ))),
+    }
+}
+
 /// A CONNECT that must succeed.
 pub async fn open<'a>(socks: SocketAddr, to: impl Into<Dest<'a>>) -> TcpStream {
     let to = to.into();

@@ -5,7 +5,7 @@ use crate::ids::PathId;
 use crate::path::Path;
 use crate::stream::{RecvOutcome, StreamId};
 use crate::time::Instant;
-use crate::wire::{parse_header, Frame, FrameIter, Header, PacketType};
+use crate::wire::{parse_header, Frame, FrameIter, Header, HelloParams, PacketType};
 use bytes::Bytes;
 use smallvec::SmallVec;
 
@@ -163,77 +163,22 @@ impl Session {
                 code,
                 final_size,
             } => self.on_reset_stream(id, code, final_size),
-            Frame::StopSending { id, code } => {
-                if let Some(st) = self.stream_for_frame(id, true) {
-                    if st.send.stopped.is_none() && st.send.reset.is_none() {
-                        st.send.stopped = Some(code);
-                        self.events.push_back(Event::StreamStopped { id, code });
-                        let _ = self.stream_reset(id, code);
-                    }
-                }
-            }
+            Frame::StopSending { id, code } => self.on_stop_sending(id, code),
             Frame::MaxData(m) => {
                 if m > self.peer_max_data {
                     self.peer_max_data = m;
                     self.requeue_sendable();
                 }
             }
-            Frame::MaxStreamData { id, max } => {
-                if let Some(st) = self.stream_for_frame(id, true) {
-                    if max > st.send.peer_max {
-                        st.send.peer_max = max;
-                        if st.send.has_pending() && !st.queued {
-                            st.queued = true;
-                            self.send_queue.push_back(id);
-                        }
-                    }
-                }
-            }
+            Frame::MaxStreamData { id, max } => self.on_max_stream_data(id, max),
             Frame::MaxStreams(n) => self.peer_max_streams = self.peer_max_streams.max(n),
-            Frame::Hello(params) => {
-                if self.state == State::Handshaking {
-                    self.peer_params = Some(params);
-                    self.peer_max_data = params.max_data;
-                    self.peer_max_streams = params.max_streams;
-                    self.state = State::Established;
-                    if self.side == Side::Server {
-                        self.pending.hello = true;
-                        self.adopt_client_choices(now, &params);
-                    } else {
-                        // Validate the other paths now that the server knows the session.
-                        for p in self.paths.values_mut() {
-                            if !p.validated && p.challenge.is_some() {
-                                p.challenge_due = true;
-                            }
-                        }
-                    }
-                    self.names_on_hello();
-                    self.events.push_back(Event::Established);
-                } else if self.side == Side::Server {
-                    // The client sends HELLO again: it did not get ours.
-                    self.pending.hello = true;
-                }
-            }
+            Frame::Hello(params) => self.on_hello(now, params),
             Frame::PathChallenge(token) => {
                 if let Some(p) = self.paths.get_mut(&pid) {
                     p.response_due = Some(token);
                 }
             }
-            Frame::PathResponse(token) => {
-                if let Some(p) = self.paths.get_mut(&pid) {
-                    if p.challenge == Some(token) {
-                        p.challenge = None;
-                        p.challenge_due = false;
-                        p.validated = true;
-                        if let Some(sent) = p.challenge_sent {
-                            if !p.rtt.has_sample() {
-                                p.rtt.update(now - sent, std::time::Duration::ZERO);
-                            }
-                        }
-                        self.events.push_back(Event::PathValidated(pid));
-                    }
-                }
-            }
+            Frame::PathResponse(token) => self.on_path_response(now, pid, token),
             Frame::Close { code, reason } => {
                 let reason = String::from_utf8_lossy(reason).into_owned();
                 let err = SessionError::PeerClosed { code, reason };
@@ -261,23 +206,7 @@ impl Session {
                     power_mw,
                     rate_kbps,
                 };
-                match self.paths.get_mut(&path) {
-                    Some(p) if !p.abandoned => {
-                        if seq > p.peer_cost_seq {
-                            p.peer_cost_seq = seq;
-                            p.cost = Some(cost);
-                        }
-                    }
-                    // Abandoned: moot.
-                    Some(_) => {}
-                    // Not here yet: keep it for when the path appears (at most one per id).
-                    None => {
-                        let e = self.early_costs.entry(path).or_insert((seq, cost));
-                        if seq >= e.0 {
-                            *e = (seq, cost);
-                        }
-                    }
-                }
+                self.on_path_cost(path, seq, cost);
             }
             Frame::DatagramSeq { seq, data } => {
                 if self.datagrams_seen.first(seq) {
@@ -288,6 +217,98 @@ impl Session {
             }
             Frame::PathName { path, name } => self.on_path_name(path, name),
             Frame::Datagram(d) => self.on_datagram(packet, d),
+        }
+    }
+
+    /// STOP_SENDING: the peer reads no more of stream `id`; reset our side with its code.
+    fn on_stop_sending(&mut self, id: StreamId, code: u64) {
+        if let Some(st) = self.stream_for_frame(id, true) {
+            if st.send.stopped.is_none() && st.send.reset.is_none() {
+                st.send.stopped = Some(code);
+                self.events.push_back(Event::StreamStopped { id, code });
+                let _ = self.stream_reset(id, code);
+            }
+        }
+    }
+
+    /// MAX_STREAM_DATA: more room on stream `id`; queue it if it has bytes waiting.
+    fn on_max_stream_data(&mut self, id: StreamId, max: u64) {
+        if let Some(st) = self.stream_for_frame(id, true) {
+            if max > st.send.peer_max {
+                st.send.peer_max = max;
+                if st.send.has_pending() && !st.queued {
+                    st.queued = true;
+                    self.send_queue.push_back(id);
+                }
+            }
+        }
+    }
+
+    /// HELLO: the handshake completes with the peer's parameters (a server adopts the
+    /// client's choices; a client validates its other paths); a repeated HELLO from the
+    /// client means it did not get ours.
+    fn on_hello(&mut self, now: Instant, params: HelloParams) {
+        if self.state == State::Handshaking {
+            self.peer_params = Some(params);
+            self.peer_max_data = params.max_data;
+            self.peer_max_streams = params.max_streams;
+            self.state = State::Established;
+            if self.side == Side::Server {
+                self.pending.hello = true;
+                self.adopt_client_choices(now, &params);
+            } else {
+                // Validate the other paths now that the server knows the session.
+                for p in self.paths.values_mut() {
+                    if !p.validated && p.challenge.is_some() {
+                        p.challenge_due = true;
+                    }
+                }
+            }
+            self.names_on_hello();
+            self.events.push_back(Event::Established);
+        } else if self.side == Side::Server {
+            // The client sends HELLO again: it did not get ours.
+            self.pending.hello = true;
+        }
+    }
+
+    /// PATH_RESPONSE on path `pid`: the answer to its challenge validates it (and gives its
+    /// first RTT sample when it has none).
+    fn on_path_response(&mut self, now: Instant, pid: PathId, token: [u8; 8]) {
+        if let Some(p) = self.paths.get_mut(&pid) {
+            if p.challenge == Some(token) {
+                p.challenge = None;
+                p.challenge_due = false;
+                p.validated = true;
+                if let Some(sent) = p.challenge_sent {
+                    if !p.rtt.has_sample() {
+                        p.rtt.update(now - sent, std::time::Duration::ZERO);
+                    }
+                }
+                self.events.push_back(Event::PathValidated(pid));
+            }
+        }
+    }
+
+    /// PATH_COST for `path` (newest sequence number wins); kept for later when the path is
+    /// not here yet (at most one per id), moot when it was abandoned.
+    fn on_path_cost(&mut self, path: PathId, seq: u64, cost: crate::path::PathCost) {
+        match self.paths.get_mut(&path) {
+            Some(p) if !p.abandoned => {
+                if seq > p.peer_cost_seq {
+                    p.peer_cost_seq = seq;
+                    p.cost = Some(cost);
+                }
+            }
+            // Abandoned: moot.
+            Some(_) => {}
+            // Not here yet: keep it for when the path appears (at most one per id).
+            None => {
+                let e = self.early_costs.entry(path).or_insert((seq, cost));
+                if seq >= e.0 {
+                    *e = (seq, cost);
+                }
+            }
         }
     }
 

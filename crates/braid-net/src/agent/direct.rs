@@ -8,45 +8,50 @@
 //!
 //! [`open_tcp`] is the one entry point the front ends call (session stream or direct
 //! connection; a destination `--bypass`/`--pin` names goes direct even with a session up,
-//! see `direct_ruled`); [`Relay::run`] relays either. A direct connection on a path that
-//! dies is lost: nothing can move it (docs/deployment.md).
+//! see `direct_ruled`; the session stream's opening: `direct_session`); [`Relay::run`]
+//! relays either. A direct connection on a path that dies is lost: nothing can move it
+//! (docs/deployment.md).
 //!
 //! A new connection is held (at most `connsched::PROBE_WAIT`) while the first connection on
 //! a never-measured path may still measure it, so that it is placed by measured rates; the
 //! rates measured are remembered in the state file and start the next run
 //! (`direct_paths`).
 //!
-//! Owns: the scheduler's state, binding and connecting direct sockets, direct relaying,
-//! the mode shown in logs and status. Must not touch: the session (`run`), the SOCKS/HTTP
-//! wire (braid-proxy, `front`), the status board's layout. The paths' kernel view, caps,
-//! remembered rates and status: `direct_paths`.
+//! Owns: the scheduler's state, binding and connecting direct sockets, the mode shown in
+//! logs and status. Must not touch: the session (`run`), the SOCKS/HTTP wire (braid-proxy,
+//! `front`), the status board's layout. The paths' kernel view, caps, remembered rates and
+//! status: `direct_paths`; relaying a connection: `direct_relay`.
 
 use super::dns;
-use super::report::{ConnGuard, Counters};
+use super::report::Counters;
 use super::{AgentConfig, Shared};
-use crate::bridge::{StreamReader, StreamWriter};
 use crate::policy::{Cap, CapLedger};
 use crate::udp::PathBind;
 use braid_core::connsched::{ConnId, ConnPolicy, ConnSched, PathInput};
 use braid_proxy::target::ReplyCode;
 use braid_proxy::TargetAddr;
-use bytes::Bytes;
 use std::collections::HashMap;
 use std::io;
 use std::net::SocketAddr;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::Ordering;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
-use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 use tokio::net::{TcpSocket, TcpStream};
 use tokio::time::Instant;
 use tracing::{info, warn};
 
 #[path = "direct_paths.rs"]
 mod paths;
+#[path = "direct_relay.rs"]
+mod relay;
 #[path = "direct_ruled.rs"]
 mod ruled;
+#[path = "direct_session.rs"]
+mod session;
 pub(super) use paths::{measure, watch_mode};
+pub(crate) use relay::Relay;
+pub(super) use session::open_stream;
+
 /// When the agent uses direct mode.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub enum DirectMode {
@@ -320,43 +325,11 @@ impl Direct {
             };
             tried.push(path);
             // Resolution failures are the name's (or the resolver's), not the path's.
-            let addrs = match tokio::time::timeout(self.open_timeout, self.resolve(path, target))
-                .await
-            {
-                Ok(Ok(a)) if !a.is_empty() => a,
-                r => {
-                    self.end(id);
-                    let why = match r {
-                        Ok(Err(e)) => e.to_string(),
-                        Ok(Ok(_)) => "no address".to_string(),
-                        Err(_) => "timed out".to_string(),
-                    };
-                    warn!(path = %self.names[path], %dest, "direct mode: cannot resolve: {why}");
-                    return Err(ReplyCode::HostUnreachable);
-                }
+            let Some(addrs) = self.resolve_on(path, target).await else {
+                self.end(id);
+                return Err(ReplyCode::HostUnreachable);
             };
-            let r = tokio::time::timeout(self.open_timeout, async {
-                let mut last = io::Error::new(io::ErrorKind::NotFound, "no address");
-                // No interface now (down, gone, an auto slot without one): the network is
-                // unreachable over this path (SOCKS5 reply 3), as a pinned connection's
-                // client is told.
-                let bind = self.bind(path).ok_or_else(|| {
-                    io::Error::new(
-                        io::ErrorKind::NetworkUnreachable,
-                        "the path has no interface now",
-                    )
-                })?;
-                for a in addrs {
-                    match connect_bound(&bind, a).await {
-                        Ok(s) => return Ok(s),
-                        Err(e) => last = e,
-                    }
-                }
-                Err(last)
-            })
-            .await
-            .unwrap_or_else(|_| Err(io::Error::new(io::ErrorKind::TimedOut, "timed out")));
-            match r {
+            match self.connect_on(path, addrs).await {
                 Ok(stream) => {
                     info!(path = %self.names[path], %dest, "direct connection opened");
                     return Ok(DirectConn {
@@ -390,6 +363,47 @@ impl Direct {
             }
         }
         Err(code)
+    }
+}
+
+impl Direct {
+    /// [`Direct::resolve`] for a connection on path `path`, within the open timeout;
+    /// `None` (logged) when the name has no address or cannot be resolved.
+    async fn resolve_on(&self, path: usize, target: &TargetAddr) -> Option<Vec<SocketAddr>> {
+        let why = match tokio::time::timeout(self.open_timeout, self.resolve(path, target)).await {
+            Ok(Ok(a)) if !a.is_empty() => return Some(a),
+            Ok(Err(e)) => e.to_string(),
+            Ok(Ok(_)) => "no address".to_string(),
+            Err(_) => "timed out".to_string(),
+        };
+        warn!(path = %self.names[path], dest = %target, "direct mode: cannot resolve: {why}");
+        None
+    }
+
+    /// A TCP connection over path `path` to the first of `addrs` that answers, within the
+    /// open timeout.
+    async fn connect_on(&self, path: usize, addrs: Vec<SocketAddr>) -> io::Result<TcpStream> {
+        tokio::time::timeout(self.open_timeout, async {
+            let mut last = io::Error::new(io::ErrorKind::NotFound, "no address");
+            // No interface now (down, gone, an auto slot without one): the network is
+            // unreachable over this path (SOCKS5 reply 3), as a pinned connection's
+            // client is told.
+            let bind = self.bind(path).ok_or_else(|| {
+                io::Error::new(
+                    io::ErrorKind::NetworkUnreachable,
+                    "the path has no interface now",
+                )
+            })?;
+            for a in addrs {
+                match connect_bound(&bind, a).await {
+                    Ok(s) => return Ok(s),
+                    Err(e) => last = e,
+                }
+            }
+            Err(last)
+        })
+        .await
+        .unwrap_or_else(|_| Err(io::Error::new(io::ErrorKind::TimedOut, "timed out")))
     }
 }
 
@@ -448,125 +462,6 @@ pub(crate) struct DirectConn {
     rule: String,
 }
 
-/// What [`open_tcp`] opened: a stream of the session, or a direct connection.
-pub(crate) enum Relay {
-    /// A stream of the session, with any bytes that came after the server's answer.
-    Session(StreamReader, StreamWriter, Bytes),
-    /// A direct connection on one path.
-    Direct(DirectConn),
-}
-
-impl Relay {
-    /// Relay between the application's connection and this until both ends close (or
-    /// nothing moves for `idle`), counting bytes on `conn` (shown as `session` or the
-    /// path's name in `braid status`).
-    pub async fn run(self, app: TcpStream, conn: &ConnGuard, idle: Duration) {
-        match self {
-            Relay::Session(reader, writer, early) => {
-                conn.set_path("session".into());
-                conn.set_rule("session".into());
-                let c = conn.counters();
-                crate::splice::splice_counted(app, reader, writer, early, idle, &c.up, &c.down)
-                    .await;
-            }
-            Relay::Direct(d) => d.run(app, conn, idle).await,
-        }
-    }
-
-    /// Sends `data` to the target ahead of the relay (the HTTP proxy's rewritten request
-    /// head for a plain-HTTP request).
-    pub async fn send(&mut self, data: &[u8]) -> Result<(), String> {
-        match self {
-            Relay::Session(_, writer, _) => writer
-                .write(Bytes::copy_from_slice(data))
-                .await
-                .map_err(|_| "the session ended".to_string()),
-            Relay::Direct(d) => d.stream.write_all(data).await.map_err(|e| e.to_string()),
-        }
-    }
-
-    /// [`Relay::run`] for an application side that is a byte stream other than a socket
-    /// (TUN mode's connections); only a direct connection is relayed this way.
-    pub async fn run_stream<S: AsyncRead + AsyncWrite + Send>(
-        self,
-        app: S,
-        conn: &ConnGuard,
-        idle: Duration,
-    ) {
-        if let Relay::Direct(d) = self {
-            d.run(app, conn, idle).await;
-        }
-    }
-}
-
-impl DirectConn {
-    /// The path's name.
-    pub fn path_name(&self) -> &str {
-        self._guard.0.name(self.path)
-    }
-
-    /// Relay between `app` (any byte stream: a proxied connection, a TUN stack's stream)
-    /// and the destination until both ends close (or nothing moves for `idle`), counting
-    /// bytes on `conn` (which shows the path's name).
-    pub async fn run<S: AsyncRead + AsyncWrite + Send>(
-        self,
-        app: S,
-        conn: &ConnGuard,
-        idle: Duration,
-    ) {
-        let direct = self._guard.0.clone();
-        let name = self.path_name().to_string();
-        conn.set_path(name.clone());
-        conn.set_rule(self.rule.clone());
-        let counters = conn.shared_counters();
-        direct.watch(self._guard.1, counters.clone());
-        let (ar, aw) = tokio::io::split(app);
-        let (rr, rw) = self.stream.into_split();
-        let last = AtomicU64::new(0);
-        let t0 = Instant::now();
-        let both = async {
-            tokio::join!(
-                pipe(ar, rw, &counters.up, &last, t0),
-                pipe(rr, aw, &counters.down, &last, t0)
-            )
-        };
-        let watchdog = async {
-            loop {
-                tokio::time::sleep(idle / 4).await;
-                let since =
-                    (t0.elapsed().as_millis() as u64).saturating_sub(last.load(Ordering::Relaxed));
-                if Duration::from_millis(since) >= idle {
-                    return;
-                }
-            }
-        };
-        tokio::select! {
-            _ = both => {}
-            _ = watchdog => info!(path = %name, "direct connection idle for {idle:?}: closed"),
-        }
-    }
-}
-
-/// Copy `r` to `w` until `r` ends (then half-close `w`), counting bytes.
-async fn pipe<R: AsyncRead + Unpin, W: AsyncWrite + Unpin>(
-    mut r: R,
-    mut w: W,
-    count: &AtomicU64,
-    last: &AtomicU64,
-    t0: Instant,
-) -> io::Result<()> {
-    let mut buf = vec![0u8; 64 << 10];
-    loop {
-        let n = r.read(&mut buf).await?;
-        if n == 0 {
-            return w.shutdown().await;
-        }
-        w.write_all(&buf[..n]).await?;
-        count.fetch_add(n as u64, Ordering::Relaxed);
-        last.store(t0.elapsed().as_millis() as u64, Ordering::Relaxed);
-    }
-}
-
 /// The one function the front ends (and TUN mode) call for a new TCP connection: a
 /// destination a rule names goes straight to it (`--bypass`: on a path the scheduler
 /// picks; `--pin`: on its path or not at all), whether or not a session is up; otherwise a
@@ -581,7 +476,7 @@ pub(crate) async fn open_tcp(shared: &Shared, target: &TargetAddr) -> Result<Rel
             return d.connect(target, None).await.map(Relay::Direct);
         }
     }
-    super::front::open(shared, target)
+    open_stream(shared, target)
         .await
         .map(|(r, w, early)| Relay::Session(r, w, early))
 }

@@ -6,7 +6,7 @@
 //!
 //! Owns: choosing the stream's target and reading answers out of the TCP byte stream (each
 //! message behind a two-byte length). Must not touch: opening streams and direct
-//! connections (`direct::open_tcp`, `front::open`), relaying (the callers).
+//! connections (`direct::open_tcp`, `direct::open_stream`), relaying (the callers).
 
 use super::direct::{self, Relay};
 use super::Shared;
@@ -33,7 +33,7 @@ pub(super) async fn open(shared: &Shared, asked: Option<SocketAddr>) -> Result<R
     match asked {
         Some(a) if ruled || direct_now => direct::open_tcp(shared, &TargetAddr::Ip(a)).await,
         None if direct_now => Err(ReplyCode::NetworkUnreachable),
-        _ => super::front::open(shared, &server_resolver())
+        _ => direct::open_stream(shared, &server_resolver())
             .await
             .map(|(r, w, early)| Relay::Session(r, w, early)),
     }

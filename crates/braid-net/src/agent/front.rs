@@ -5,26 +5,28 @@
 //! flow instead (`direct::open_tcp`, `direct_udp`); destinations `--bypass`/`--pin` name
 //! go straight to them, session or not (`direct::open_tcp`, `ruled_udp`).
 //!
-//! Owns: accepting application connections, opening a stream per connection (waiting a
-//! bounded time for a session when none is up), and relaying. Must not touch: the session's
-//! paths or lifecycle (`run`), or the SOCKS/HTTP wire details (braid-proxy).
+//! Owns: accepting application connections, answering them, and relaying. Must not touch:
+//! the session's paths or lifecycle (`run`), opening a session stream (`direct_session`,
+//! through `direct::open_tcp`), or the SOCKS/HTTP wire details (braid-proxy).
 
+use super::direct;
+use super::report::ConnGuard;
 use super::ruled_udp::{next_back, RuledUdp};
 use super::Shared;
-use crate::bridge::{Cmd, StreamMsg, StreamReader, StreamWriter};
+use crate::bridge::Cmd;
 use braid_proxy::http::{self, ProxyRequest};
 use braid_proxy::socks5::{self, SocksRequest};
-use braid_proxy::target::{self, ReplyCode};
+use braid_proxy::target::ReplyCode;
 use braid_proxy::{datagram, AcceptBackoff, TargetAddr};
 use bytes::{Bytes, BytesMut};
 use std::future::Future;
-use std::net::SocketAddr;
+use std::net::{IpAddr, SocketAddr};
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::Duration;
 use tokio::io::AsyncReadExt;
 use tokio::net::{TcpListener, TcpStream, UdpSocket};
-use tokio::sync::{mpsc, oneshot, Semaphore};
+use tokio::sync::{mpsc, Semaphore};
 use tracing::{debug, info, warn};
 
 /// Which proxy protocol a listener speaks.
@@ -97,117 +99,6 @@ pub(super) async fn accept_loop(l: TcpListener, shared: Shared, front: Front) {
     }
 }
 
-/// The current session's command channel; with no session, wait for one up to the
-/// configured bound, then give up with "network unreachable" (SOCKS5 reply 3, HTTP 502).
-async fn session_or_wait(shared: &Shared) -> Result<mpsc::UnboundedSender<Cmd>, ReplyCode> {
-    let mut rx = shared.session.clone();
-    let wait = shared.cfg.session_wait;
-    let got = tokio::time::timeout(wait, rx.wait_for(|s| s.is_some()))
-        .await
-        .ok()
-        .and_then(|r| r.ok().and_then(|s| s.clone()));
-    match got {
-        Some(s) => Ok(s),
-        None => {
-            warn!("no session to the server after waiting {wait:?}: the connection is refused (network unreachable)");
-            Err(ReplyCode::NetworkUnreachable)
-        }
-    }
-}
-
-/// Why opening a stream failed.
-enum OpenError {
-    /// The answer (or the lack of one) to give the client.
-    Code(ReplyCode),
-    /// The session ended before the server answered: worth trying on the next session.
-    SessionGone,
-}
-
-/// Open a stream to `target` through the server; returns the stream and any bytes that
-/// came after the server's answer. If the session ends before the server answers (it
-/// stopped answering and the agent moved to a new session), the open is tried once more on
-/// the next session.
-pub(super) async fn open(
-    shared: &Shared,
-    target: &TargetAddr,
-) -> Result<(StreamReader, StreamWriter, Bytes), ReplyCode> {
-    let cmd = session_or_wait(shared).await?;
-    match open_on(shared, target, &cmd).await {
-        Ok(x) => Ok(x),
-        Err(OpenError::Code(c)) => Err(c),
-        Err(OpenError::SessionGone) => {
-            info!("the session ended while opening a stream to {target}; trying the next session");
-            let mut rx = shared.session.clone();
-            let wait = shared.cfg.session_wait;
-            let next = tokio::time::timeout(
-                wait,
-                rx.wait_for(|s| s.as_ref().is_some_and(|s| !s.same_channel(&cmd))),
-            )
-            .await
-            .ok()
-            .and_then(|r| r.ok().and_then(|s| s.clone()))
-            .ok_or(ReplyCode::NetworkUnreachable)?;
-            match open_on(shared, target, &next).await {
-                Ok(x) => Ok(x),
-                Err(OpenError::Code(c)) => Err(c),
-                Err(OpenError::SessionGone) => Err(ReplyCode::NetworkUnreachable),
-            }
-        }
-    }
-}
-
-async fn open_on(
-    shared: &Shared,
-    target: &TargetAddr,
-    cmd: &mpsc::UnboundedSender<Cmd>,
-) -> Result<(StreamReader, StreamWriter, Bytes), OpenError> {
-    let (tx, rx) = oneshot::channel();
-    cmd.send(Cmd::Open(tx))
-        .map_err(|_| OpenError::SessionGone)?;
-    let h = rx.await.map_err(|_| OpenError::SessionGone)?.map_err(|e| {
-        warn!(
-            "cannot open a stream to {target}: {e} (the server's limit on connections per agent)"
-        );
-        OpenError::Code(ReplyCode::GeneralFailure)
-    })?;
-    let (mut reader, writer) = (h.reader, h.writer);
-    let mut req = Vec::new();
-    target::emit_request(target, &mut req)
-        .map_err(|_| OpenError::Code(ReplyCode::AddressTypeNotSupported))?;
-    writer
-        .write(Bytes::from(req))
-        .await
-        .map_err(|_| OpenError::SessionGone)?;
-    let answer = async {
-        let mut head = BytesMut::new();
-        loop {
-            match target::parse_reply(&head) {
-                Ok((code, used)) if code.is_success() => return Ok(head.split_off(used).freeze()),
-                Ok((code, _)) => return Err(OpenError::Code(code)),
-                Err(braid_proxy::ParseError::Incomplete) => {}
-                Err(_) => return Err(OpenError::Code(ReplyCode::GeneralFailure)),
-            }
-            match reader.read().await {
-                Some(StreamMsg::Data(b)) => head.extend_from_slice(&b),
-                // The session task ended (`u64::MAX`) or is gone.
-                None | Some(StreamMsg::Reset(u64::MAX)) => return Err(OpenError::SessionGone),
-                _ => return Err(OpenError::Code(ReplyCode::GeneralFailure)),
-            }
-        }
-    };
-    match tokio::time::timeout(shared.cfg.open_timeout, answer).await {
-        Ok(Ok(early)) => Ok((reader, writer, early)),
-        Ok(Err(e)) => {
-            writer.reset(0);
-            Err(e)
-        }
-        Err(_) => {
-            writer.reset(0);
-            Err(OpenError::Code(ReplyCode::TtlExpired))
-        }
-    }
-}
-
 async fn socks_conn(mut tcp: TcpStream, shared: &Shared) -> Result<(), String> {
     let limits = shared.cfg.proxy_limits;
     let req =
@@ -216,7 +107,7 @@ async fn socks_conn(mut tcp: TcpStream, shared: &Shared) -> Result<(), String> {
             .map_err(|e| e.to_string())?;
     let bound = tcp.local_addr().map_err(|e| e.to_string())?;
     match req {
-        SocksRequest::Connect(target) => match super::direct::open_tcp(shared, &target).await {
+        SocksRequest::Connect(target) => match direct::open_tcp(shared, &target).await {
             Ok(relay) => {
                 socks5::reply(&mut tcp, ReplyCode::Succeeded, bound)
                     .await
@@ -252,7 +143,7 @@ async fn http_conn(mut tcp: TcpStream, shared: &Shared) -> Result<(), String> {
     } else {
         "CONNECT"
     };
-    let mut relay = match super::direct::open_tcp(shared, &target).await {
+    let mut relay = match direct::open_tcp(shared, &target).await {
         Ok(relay) => relay,
         Err(code) => {
             let _ = http::respond_error(&mut tcp, code).await;
@@ -287,19 +178,14 @@ async fn udp_associate(
         }
     }
     // With rules, some datagrams go straight to their destinations (`ruled_udp`).
-    let (mut ruled, mut ruled_rx) = match &shared.direct {
+    let (ruled, mut ruled_rx) = match &shared.direct {
         Some(d) if !shared.cfg.rules.is_empty() => {
             let (r, rx) = RuledUdp::new(d.clone());
             (Some(r), Some(rx))
         }
         _ => (None, None),
     };
-    let relay = UdpSocket::bind(SocketAddr::new(bound.ip(), 0))
-        .await
-        .map_err(|e| e.to_string())?;
-    // Room for a burst of small datagrams while the session task is busy.
-    let _ = socket2::SockRef::from(&relay).set_recv_buffer_size(crate::udp::SOCKET_BUFFER);
-    crate::batch::enable_gro(&relay);
+    let relay = relay_socket(bound).await?;
     let relay_addr = relay.local_addr().map_err(|e| e.to_string())?;
     let flow = shared.next_flow.fetch_add(1, Ordering::Relaxed);
     let (tx, mut rx) = mpsc::channel::<Bytes>(1024);
@@ -316,9 +202,16 @@ async fn udp_associate(
     if ruled.is_none() {
         conn.set_rule("session".into());
     }
-    let mut client: Option<SocketAddr> = None;
-    let mut last_dest: Option<TargetAddr> = None;
-    let mut rbuf = BytesMut::new();
+    let mut a = Assoc {
+        shared,
+        relay,
+        flow,
+        conn,
+        ruled,
+        client: None,
+        last_dest: None,
+        rbuf: BytesMut::new(),
+    };
     let mut ctl = [0u8; 64];
     let result = loop {
         tokio::select! {
@@ -326,64 +219,18 @@ async fn udp_associate(
                 Ok(0) | Err(_) => break Ok(()),
                 Ok(_) => {}
             },
-            r = relay.readable() => {
+            r = a.relay.readable() => {
                 if r.is_err() {
                     break Err("relay socket failed".to_string());
                 }
-                // Take what waits on the socket (up to a batch; one receive may hold many
-                // datagrams of an application that sends with GSO) and hand the session
-                // all of it at once.
-                let session = shared.session.borrow().clone();
-                let peer = tcp.peer_addr().map(|p| p.ip()).ok();
-                for _ in 0..crate::batch::MAX_SEGMENTS {
-                    let got = match relay.try_io(tokio::io::Interest::READABLE, || {
-                        crate::batch::recv(&relay, &mut rbuf)
-                    }) {
-                        Ok(got) => got,
-                        Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => break,
-                        Err(_) => {
-                            rbuf.clear();
-                            continue;
-                        }
-                    };
-                    // Only the client that asked (same IP as its control connection) may
-                    // use it.
-                    if peer != Some(got.from.ip()) {
-                        rbuf.clear();
-                        continue;
-                    }
-                    client = Some(got.from);
-                    for d in crate::batch::split(&mut rbuf, got.segment_size) {
-                        if let (Some(r), Ok(p)) = (ruled.as_mut(), socks5::parse_udp(&d)) {
-                            let dest = p.addr.to_target_addr();
-                            if r.take(shared, session.is_some(), &conn, &dest, p.payload).await {
-                                last_dest = None;
-                                continue;
-                            }
-                        }
-                        if let Some(d) = from_client(flow, &d, &conn, &mut last_dest) {
-                            if let Some(cmd) = &session {
-                                let flow = datagram::session_flow(&d);
-                                let _ = cmd.send(Cmd::Datagram(flow, d));
-                            }
-                        }
-                    }
-                }
+                a.up(tcp.peer_addr().map(|p| p.ip()).ok()).await;
             }
             Some((from, d)) = next_back(&mut ruled_rx) => {
-                let Some(c) = client else { continue };
-                let mut out = Vec::with_capacity(d.len() + 24);
-                conn.counters().down.fetch_add(d.len() as u64, Ordering::Relaxed);
-                if socks5::emit_udp(&TargetAddr::Ip(from), &d, &mut out).is_ok() {
-                    let _ = relay.send_to(&out, c).await;
-                }
+                a.down(&TargetAddr::Ip(from), &d).await;
             }
             Some(d) = rx.recv() => {
-                let (Some(c), Ok(p)) = (client, datagram::parse(&d)) else { continue };
-                let mut out = Vec::with_capacity(d.len() + 8);
-                conn.counters().down.fetch_add(p.payload.len() as u64, Ordering::Relaxed);
-                if socks5::emit_udp(&p.addr.to_target_addr(), p.payload, &mut out).is_ok() {
-                    let _ = relay.send_to(&out, c).await;
+                if let Ok(p) = datagram::parse(&d) {
+                    a.down(&p.addr.to_target_addr(), p.payload).await;
                 }
             }
         }
@@ -394,12 +241,92 @@ async fn udp_associate(
     result
 }
 
+/// A UDP association's relay socket, on the address the client reached the proxy at.
+async fn relay_socket(bound: SocketAddr) -> Result<UdpSocket, String> {
+    let relay = UdpSocket::bind(SocketAddr::new(bound.ip(), 0))
+        .await
+        .map_err(|e| e.to_string())?;
+    // Room for a burst of small datagrams while the session task is busy.
+    let _ = socket2::SockRef::from(&relay).set_recv_buffer_size(crate::udp::SOCKET_BUFFER);
+    crate::batch::enable_gro(&relay);
+    Ok(relay)
+}
+
+/// A SOCKS5 UDP association while it relays (`udp_associate`).
+struct Assoc<'a> {
+    shared: &'a Shared,
+    relay: UdpSocket,
+    flow: u32,
+    conn: ConnGuard,
+    /// Datagrams `--bypass`/`--pin` send straight to their destinations.
+    ruled: Option<RuledUdp>,
+    /// The client's address, once it sent.
+    client: Option<SocketAddr>,
+    last_dest: Option<TargetAddr>,
+    rbuf: BytesMut,
+}
+
+impl Assoc<'_> {
+    /// Take what waits on the relay socket (up to a batch; one receive may hold many
+    /// datagrams of an application that sends with GSO) and hand the session all of it at
+    /// once; only the client that asked (`peer`, its control connection's IP) may use it.
+    async fn up(&mut self, peer: Option<IpAddr>) {
+        let session = self.shared.session.borrow().clone();
+        for _ in 0..crate::batch::MAX_SEGMENTS {
+            let got = match self.relay.try_io(tokio::io::Interest::READABLE, || {
+                crate::batch::recv(&self.relay, &mut self.rbuf)
+            }) {
+                Ok(got) => got,
+                Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => break,
+                Err(_) => {
+                    self.rbuf.clear();
+                    continue;
+                }
+            };
+            if peer != Some(got.from.ip()) {
+                self.rbuf.clear();
+                continue;
+            }
+            self.client = Some(got.from);
+            for d in crate::batch::split(&mut self.rbuf, got.segment_size) {
+                if let (Some(r), Ok(p)) = (self.ruled.as_mut(), socks5::parse_udp(&d)) {
+                    let dest = p.addr.to_target_addr();
+                    let up = session.is_some();
+                    if r.take(self.shared, up, &self.conn, &dest, p.payload).await {
+                        self.last_dest = None;
+                        continue;
+                    }
+                }
+                if let Some(d) = from_client(self.flow, &d, &self.conn, &mut self.last_dest) {
+                    if let Some(cmd) = &session {
+                        let flow = datagram::session_flow(&d);
+                        let _ = cmd.send(Cmd::Datagram(flow, d));
+                    }
+                }
+            }
+        }
+    }
+
+    /// `payload` from `from` back to the client (once it sent), counted on its connection.
+    async fn down(&self, from: &TargetAddr, payload: &[u8]) {
+        let Some(c) = self.client else { return };
+        let mut out = Vec::with_capacity(payload.len() + 24);
+        self.conn
+            .counters()
+            .down
+            .fetch_add(payload.len() as u64, Ordering::Relaxed);
+        if socks5::emit_udp(from, payload, &mut out).is_ok() {
+            let _ = self.relay.send_to(&out, c).await;
+        }
+    }
+}
+
 /// A SOCKS5 UDP datagram from the application as the session's DATAGRAM payload, counted on
 /// its connection; `None` (dropped) when it is malformed or fragmented.
 fn from_client(
     flow: u32,
     pkt: &[u8],
-    conn: &super::report::ConnGuard,
+    conn: &ConnGuard,
     last_dest: &mut Option<TargetAddr>,
 ) -> Option<Bytes> {
     let Ok(p) = socks5::parse_udp(pkt) else {

@@ -7,7 +7,7 @@
 //! through a path.
 //!
 //! Owns: the resolver port's sockets and what a query becomes. Must not touch: the flows
-//! (`lan_udp`), the stream-open exchange (`front::open`), accepting TCP (`front`).
+//! (`lan_udp`), the stream-open exchange (`direct::open_stream`), accepting TCP (`front`).
 
 use super::direct::Relay;
 use super::dns_tcp::{self, Answers};

@@ -13,15 +13,14 @@
 //! asked.
 //!
 //! Owns: the TUN device, its routing, the stack and the connection and flow tables. Must
-//! not touch: the session's lifecycle (`run`), the stream-open exchange (`front::open`).
+//! not touch: the session's lifecycle (`run`), the stream-open exchange
+//! (`direct::open_stream`).
 
 use super::tun_conn::{conn_task, ToTun, Up, CREDIT, UP_BYTES};
-use super::tun_direct::{Back, DirectFlow};
+use super::tun_direct::Back;
 use super::Shared;
-use crate::bridge::Cmd;
-use crate::rules::Route;
 use braid_core::time::Instant;
-use braid_proxy::{datagram, TargetAddr};
+use braid_proxy::datagram;
 use braid_tun::device::TunDevice;
 use braid_tun::routing::{Cidr, Routing, RoutingConfig};
 use braid_tun::stack::{ConnId, Event, StackConfig, TunStack};
@@ -52,6 +51,9 @@ const FLOW_IDLE: Duration = Duration::from_secs(120);
 const MAX_FLOWS: usize = 4096;
 /// UDP to this port is a DNS query, resolved by the server's resolver.
 const DNS_PORT: u16 = super::dns_tcp::PORT;
+
+#[path = "tun_udp.rs"]
+mod udp;
 
 /// The device's MTU: the largest IP packet whose UDP payload, with the flow header and an
 /// IPv6 address, still fits one datagram of the session.
@@ -104,13 +106,6 @@ struct Conn {
     app_blocked: bool,
 }
 
-struct Flow {
-    id: u32,
-    last: std::time::Instant,
-    /// Direct mode: the flow's own path socket (it started while no session was up).
-    direct: Option<DirectFlow>,
-}
-
 /// Runs TUN mode until the agent stops; the device and its routes go with it.
 pub(super) async fn run(tun: Tun, shared: Shared) {
     let Tun { dev, routing, mtu } = tun;
@@ -138,10 +133,7 @@ pub(super) async fn run(tun: Tun, shared: Shared) {
     let (dgram_tx, mut dgram_rx) = mpsc::channel::<Bytes>(1024);
     let (back_tx, mut back_rx) = mpsc::channel::<Back>(1024);
     let mut conns: HashMap<ConnId, Conn> = HashMap::new();
-    // Flows by the application's socket; a DNS query's flow also by the resolver it asked
-    // (its answer must come back from that address).
-    let mut flows: HashMap<(SocketAddr, Option<SocketAddr>), Flow> = HashMap::new();
-    let mut flow_apps: HashMap<u32, (SocketAddr, Option<SocketAddr>)> = HashMap::new();
+    let mut flows = udp::Flows::new(dgram_tx, back_tx);
     let mut buf = vec![0u8; 65_536];
     let mut sweep = tokio::time::interval(Duration::from_secs(10));
     loop {
@@ -166,73 +158,16 @@ pub(super) async fn run(tun: Tun, shared: Shared) {
                     handle_ctl(&mut stack, &mut conns, m, now(), &mut buf);
                 }
             }
-            Some(d) = dgram_rx.recv() => {
-                let Ok(p) = datagram::parse(&d) else { continue };
-                let (Some(&key), TargetAddr::Ip(from)) = (flow_apps.get(&p.flow_id), p.addr.to_target_addr()) else { continue };
-                if let Some(f) = flows.get_mut(&key) { f.last = std::time::Instant::now(); }
-                let (app, asked) = key;
-                // A DNS answer from the server's resolver, as from the resolver asked.
-                let from = asked.unwrap_or(from);
-                if asked.is_some() {
-                    shared.learn(p.payload);
-                }
-                if let Err(e) = stack.send_udp(from, app, p.payload) {
-                    debug!("a datagram for {app} dropped: {e}");
-                }
-            }
-            Some((app, from, payload)) = back_rx.recv() => {
-                // A direct flow's answer: as from its sender (for DNS, the resolver asked).
-                if from.port() == DNS_PORT {
-                    shared.learn(&payload);
-                }
-                for key in [(app, Some(from)), (app, None)] {
-                    if let Some(f) = flows.get_mut(&key) {
-                        f.last = std::time::Instant::now();
-                        break;
-                    }
-                }
-                if let Err(e) = stack.send_udp(from, app, &payload) {
-                    debug!("a datagram for {app} dropped: {e}");
-                }
-            }
+            Some(d) = dgram_rx.recv() => flows.session_datagram(&shared, &mut stack, &d),
+            Some(back) = back_rx.recv() => flows.direct_answer(&shared, &mut stack, back),
             _ = tokio::time::sleep(wake) => stack.handle_timeout(now()),
-            _ = sweep.tick() => {
-                flows.retain(|_, f| {
-                    let keep = f.last.elapsed() < FLOW_IDLE;
-                    if !keep {
-                        flow_apps.remove(&f.id);
-                        if let Ok(mut m) = shared.flows.lock() { m.remove(&f.id); }
-                    }
-                    keep
-                });
-            }
+            _ = sweep.tick() => flows.sweep(&shared),
         }
         while let Some(e) = stack.poll_event() {
             match e {
                 Event::TcpOpened { id, src, dst } => {
                     debug!(%src, %dst, "TUN: a new connection");
-                    let (up_tx, up_rx) = mpsc::unbounded_channel();
-                    let credit = Arc::new(Semaphore::new(CREDIT));
-                    let up_queued = Arc::new(AtomicUsize::new(0));
-                    conns.insert(
-                        id,
-                        Conn {
-                            up: up_tx,
-                            up_queued: up_queued.clone(),
-                            credit: credit.clone(),
-                            down: VecDeque::new(),
-                            fin_pending: false,
-                            app_blocked: false,
-                        },
-                    );
-                    tokio::spawn(conn_task(
-                        shared.clone(),
-                        id,
-                        dst,
-                        (up_rx, up_queued),
-                        ctl_tx.clone(),
-                        credit,
-                    ));
+                    open_conn(&mut conns, &shared, id, dst, &ctl_tx);
                 }
                 Event::TcpReadable { id } => read_app(&mut stack, &mut conns, id, now(), &mut buf),
                 Event::TcpEof { id } => {
@@ -250,81 +185,7 @@ pub(super) async fn run(tun: Tun, shared: Shared) {
                     }
                 }
                 Event::UdpDatagram { src, dst, payload } => {
-                    // DNS is resolved at the server side, whichever resolver was asked
-                    // (a local one too: the routing sends every query here).
-                    let dns = dst.port() == DNS_PORT;
-                    // A destination a rule names gets a direct flow of its own per
-                    // application socket (`--bypass`, `--pin`).
-                    let route = shared.route_ip(dst.ip());
-                    let ruled = route != Route::Default && shared.direct.is_some();
-                    let key = (src, (dns || ruled).then_some(dst));
-                    let full = flows.len() >= MAX_FLOWS;
-                    let flow = match flows.get_mut(&key) {
-                        Some(f) => {
-                            f.last = std::time::Instant::now();
-                            f
-                        }
-                        None if full => {
-                            debug!(%src, "TUN: too many UDP flows; a datagram dropped");
-                            continue;
-                        }
-                        None => {
-                            let id = shared.next_flow.fetch_add(1, Ordering::Relaxed);
-                            if let Ok(mut m) = shared.flows.lock() {
-                                m.insert(id, dgram_tx.clone());
-                            }
-                            flow_apps.insert(id, key);
-                            flows.entry(key).or_insert(Flow {
-                                id,
-                                last: std::time::Instant::now(),
-                                direct: None,
-                            })
-                        }
-                    };
-                    let session = shared.session.borrow().clone();
-                    if let (true, None, Some(d)) = (ruled, &flow.direct, &shared.direct) {
-                        flow.direct = DirectFlow::start(
-                            d,
-                            &shared.board,
-                            src,
-                            flow.id,
-                            back_tx.clone(),
-                            &route,
-                        );
-                        if flow.direct.is_none() {
-                            continue;
-                        }
-                    }
-                    if let (None, None, Some(d)) = (&session, &flow.direct, shared.fallback()) {
-                        // No session: this flow goes on a path of its own (a flow that
-                        // began in the session moves here when the session is gone).
-                        flow.direct = DirectFlow::start(
-                            d,
-                            &shared.board,
-                            src,
-                            flow.id,
-                            back_tx.clone(),
-                            &route,
-                        );
-                    }
-                    if let Some(df) = &flow.direct {
-                        df.send(dst, payload);
-                        continue;
-                    }
-                    let flow = flow.id;
-                    let target = if dns {
-                        TargetAddr::Domain(datagram::SERVER_RESOLVER.into(), DNS_PORT)
-                    } else {
-                        TargetAddr::Ip(dst)
-                    };
-                    let mut out = Vec::with_capacity(payload.len() + 32);
-                    if datagram::emit(flow, &target, &payload, &mut out).is_ok() {
-                        if let Some(cmd) = session {
-                            // One session flow per application socket and destination.
-                            let flow = datagram::session_flow(&out);
-                            let _ = cmd.send(Cmd::Datagram(flow, Bytes::from(out)));
-                        }
-                    }
+                    flows.app_datagram(&shared, src, dst, payload)
                 }
             }
         }
@@ -334,6 +195,39 @@ pub(super) async fn run(tun: Tun, shared: Shared) {
             }
         }
     }
+}
+
+/// A connection the stack terminated: its entry and the task that opens its stream (or
+/// direct connection) to `dst` and relays it (`tun_conn`).
+fn open_conn(
+    conns: &mut HashMap<ConnId, Conn>,
+    shared: &Shared,
+    id: ConnId,
+    dst: SocketAddr,
+    ctl_tx: &mpsc::UnboundedSender<ToTun>,
+) {
+    let (up_tx, up_rx) = mpsc::unbounded_channel();
+    let credit = Arc::new(Semaphore::new(CREDIT));
+    let up_queued = Arc::new(AtomicUsize::new(0));
+    conns.insert(
+        id,
+        Conn {
+            up: up_tx,
+            up_queued: up_queued.clone(),
+            credit: credit.clone(),
+            down: VecDeque::new(),
+            fin_pending: false,
+            app_blocked: false,
+        },
+    );
+    tokio::spawn(conn_task(
+        shared.clone(),
+        id,
+        dst,
+        (up_rx, up_queued),
+        ctl_tx.clone(),
+        credit,
+    ));
 }
 
 /// Application bytes of `id` toward its stream, as far as the stream's queue takes them.

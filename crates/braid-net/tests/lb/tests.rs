@@ -36,16 +36,7 @@ where
     Fut: Future<Output = (Lb, T)>,
 {
     let ns = lb.a.clone();
-    std::thread::spawn(move || {
-        braid_testbed::netns::enter(&ns).unwrap();
-        tokio::runtime::Builder::new_current_thread()
-            .enable_all()
-            .build()
-            .unwrap()
-            .block_on(f(lb))
-    })
-    .join()
-    .expect("the agents' side panicked")
+    crate::nsrig::on(&ns, move || f(lb))
 }
 
 /// Start `n` agents and wait until each has a session with both paths up.

@@ -11,14 +11,14 @@ use braid_crypto::StaticKeypair;
 use braid_net::agent::{Agent, AgentConfig, AgentPath, ConnPolicy, DirectMode};
 use braid_net::policy::parse_path_spec;
 use braid_net::server::{Server, ServerConfig};
-use braid_testbed::cmd::{exec_ns, ip_ns, run};
+use braid_testkit::http;
+pub(crate) use braid_testkit::netns::{rx_bytes_in, skip, thread_in, Net};
+use braid_testkit::netns::{spawn_in, Stop};
 use common::{body, curl, sha};
 use std::collections::HashMap;
 use std::net::SocketAddr;
-use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
 const RATES_MBIT: [f64; 2] = [40.0, 20.0];
 /// TCP payload per byte tbf counts on a 1500-byte MTU veth (1448 of 1514 with timestamps).
@@ -26,135 +26,16 @@ pub(crate) const PAYLOAD: f64 = 1448.0 / 1514.0;
 pub(crate) const HTTP_PORT: u16 = 8080;
 const BRAID: &str = "10.0.0.1:4433";
 
-pub(crate) fn skip() -> bool {
-    if let Some(why) = braid_testbed::unavailable_reason() {
-        eprintln!("skipped: {why}");
-        return true;
-    }
-    false
+/// The namespaces of these tests: link `i` shaped to `RATES_MBIT[i]`.
+fn net() -> Net {
+    net_with_rates("bdr", &RATES_MBIT)
 }
 
-fn sh(r: braid_testbed::Result<String>) {
-    if let Err(e) = r {
-        panic!("{e}");
-    }
-}
-
-/// Two namespaces and two rate-limited veth pairs; removed on drop.
-pub(crate) struct Net {
-    pub(crate) c: String,
-    s: String,
-}
-
-impl Drop for Net {
-    fn drop(&mut self) {
-        for ns in [&self.c, &self.s] {
-            let _ = run("ip", &["netns", "del", ns]);
-        }
-    }
-}
-
-impl Net {
-    fn new() -> Net {
-        Net::with_rates("bdr", &RATES_MBIT)
-    }
-
-    /// Namespaces `PREFIX<id>-c` and `-s`, link `i` shaped to `rates[i]` Mbit/s.
-    pub(crate) fn with_rates(prefix: &str, rates: &[f64]) -> Net {
-        static N: AtomicU32 = AtomicU32::new(0);
-        let id = format!(
-            "{}{}",
-            std::process::id() % 100_000,
-            N.fetch_add(1, Ordering::Relaxed)
-        );
-        let net = Net {
-            c: format!("{prefix}{id}-c"),
-            s: format!("{prefix}{id}-s"),
-        };
-        for ns in [&net.c, &net.s] {
-            sh(run("ip", &["netns", "add", ns]));
-            sh(ip_ns(ns, &["link", "set", "lo", "up"]));
-        }
-        sh(ip_ns(&net.s, &["addr", "add", "10.0.0.1/32", "dev", "lo"]));
-        for (i, rate) in rates.iter().enumerate() {
-            let (p, s) = (format!("p{i}"), format!("s{i}"));
-            sh(run(
-                "ip",
-                &[
-                    "link", "add", &p, "netns", &net.c, "type", "veth", "peer", "name", &s,
-                    "netns", &net.s,
-                ],
-            ));
-            sh(ip_ns(
-                &net.c,
-                &["addr", "add", &format!("10.{}.0.1/24", i + 1), "dev", &p],
-            ));
-            sh(ip_ns(
-                &net.s,
-                &["addr", "add", &format!("10.{}.0.2/24", i + 1), "dev", &s],
-            ));
-            sh(ip_ns(&net.c, &["link", "set", &p, "up"]));
-            sh(ip_ns(&net.s, &["link", "set", &s, "up"]));
-            // The server address through either link (the lower metric is the default).
-            let metric = (i + 1).to_string();
-            sh(ip_ns(
-                &net.c,
-                &["route", "add", "10.0.0.1/32", "dev", &p, "metric", &metric],
-            ));
-            sh(exec_ns(
-                &net.s,
-                "tc",
-                &[
-                    "qdisc",
-                    "add",
-                    "dev",
-                    &s,
-                    "root",
-                    "tbf",
-                    "rate",
-                    &format!("{rate}mbit"),
-                    "burst",
-                    "20kb",
-                    "latency",
-                    "30ms",
-                ],
-            ));
-        }
-        net
-    }
-
-    /// Bytes received by the client on `p<i>`.
-    pub(crate) fn rx(&self, i: usize) -> u64 {
-        rx_in(&self.c, i)
-    }
-
-    /// Run `f` on a fresh runtime on a thread in namespace `ns`.
-    pub(crate) fn in_ns<T: Send + 'static, Fut: std::future::Future<Output = T>>(
-        ns: &str,
-        f: impl FnOnce() -> Fut + Send + 'static,
-    ) -> std::thread::JoinHandle<T> {
-        let ns = ns.to_string();
-        std::thread::spawn(move || {
-            braid_testbed::netns::enter(&ns).unwrap();
-            tokio::runtime::Builder::new_current_thread()
-                .enable_all()
-                .build()
-                .unwrap()
-                .block_on(f())
-        })
-    }
-}
-
-/// Bytes received on `p<i>` in namespace `ns`.
-pub(crate) fn rx_in(ns: &str, i: usize) -> u64 {
-    exec_ns(
-        ns,
-        "cat",
-        &[&format!("/sys/class/net/p{i}/statistics/rx_bytes")],
-    )
-    .ok()
-    .and_then(|s| s.trim().parse().ok())
-    .unwrap_or(0)
+/// Namespaces `PREFIX<id>-c` and `-s`, link `i` shaped to `rates[i]` Mbit/s.
+pub(crate) fn net_with_rates(prefix: &str, rates: &[f64]) -> Net {
+    let rates: Vec<String> = rates.iter().map(|r| format!("{r}mbit")).collect();
+    let rates: Vec<&str> = rates.iter().map(String::as_str).collect();
+    Net::with_rates(prefix, &rates)
 }
 
 /// The bodies served: `GET /N` answers `body(N)`.
@@ -169,41 +50,21 @@ pub(crate) fn body_of(bodies: &Bodies, n: usize) -> Arc<Vec<u8>> {
         .clone()
 }
 
-/// An HTTP server on 10.0.0.1:8080 in the server namespace (runs until the process ends).
-pub(crate) fn http(net: &Net, bodies: Bodies) {
-    let (tx, rx) = std::sync::mpsc::channel();
-    let _ = Net::in_ns(&net.s, move || async move {
+/// An HTTP server on 10.0.0.1:8080 in the server namespace, until the returned [`Stop`]
+/// drops.
+pub(crate) fn http(net: &Net, bodies: Bodies) -> Stop {
+    let ((), stop) = spawn_in(&net.s, move |ready| async move {
         let l = tokio::net::TcpListener::bind(("10.0.0.1", HTTP_PORT))
             .await
             .unwrap();
-        tx.send(()).unwrap();
-        while let Ok((mut s, _)) = l.accept().await {
-            let bodies = bodies.clone();
-            tokio::spawn(async move {
-                let mut head = Vec::new();
-                let mut b = [0u8; 1];
-                while !head.ends_with(b"\r\n\r\n") {
-                    if s.read_exact(&mut b).await.is_err() {
-                        return;
-                    }
-                    head.push(b[0]);
-                }
-                let line = String::from_utf8_lossy(&head).to_string();
-                let n: usize = line
-                    .split_whitespace()
-                    .nth(1)
-                    .and_then(|p| p.trim_start_matches('/').parse().ok())
-                    .unwrap_or(0);
-                let data = body_of(&bodies, n);
-                let h =
-                    format!("HTTP/1.1 200 OK\r\nContent-Length: {n}\r\nConnection: close\r\n\r\n");
-                let _ = s.write_all(h.as_bytes()).await;
-                let _ = s.write_all(&data).await;
-                let _ = s.shutdown().await;
-            });
-        }
+        ready.send(()).unwrap();
+        http::serve(l, move |mut s, head| {
+            let data = body_of(&bodies, http::requested_len(&head));
+            async move { http::respond(&mut s, &data).await }
+        })
+        .await;
     });
-    rx.recv_timeout(Duration::from_secs(10)).unwrap();
+    stop
 }
 
 pub(crate) fn paths(specs: &[&str]) -> Vec<AgentPath> {
@@ -295,9 +156,9 @@ pub(crate) async fn pool(
 /// link received.
 fn aggregate(net: &Net, bodies: &Bodies, cfg: AgentConfig, label: &'static str) -> (f64, [u64; 2]) {
     const SIZE: usize = 4 << 20;
-    let rx0 = [net.rx(0), net.rx(1)];
+    let rx0 = [net.rx_bytes(0), net.rx_bytes(1)];
     let b = bodies.clone();
-    let (once, (bytes, t)) = Net::in_ns(&net.c, move || async move {
+    let (once, (bytes, t)) = thread_in(&net.c, move || async move {
         let agent = Agent::start(cfg).await.unwrap();
         let socks = agent.socks.unwrap();
         batch(socks, &b, 2, SIZE).await;
@@ -308,7 +169,7 @@ fn aggregate(net: &Net, bodies: &Bodies, cfg: AgentConfig, label: &'static str) 
     })
     .join()
     .unwrap();
-    let rx = [net.rx(0) - rx0[0], net.rx(1) - rx0[1]];
+    let rx = [net.rx_bytes(0) - rx0[0], net.rx_bytes(1) - rx0[1]];
     let sum: f64 = RATES_MBIT.iter().sum();
     let ceiling = sum * PAYLOAD;
     let agg1 = mbit(8 * SIZE, once);
@@ -350,9 +211,9 @@ fn direct_mode_adds_up_links_and_operetta_alpha_0_uses_the_cheapest() {
         return;
     }
     log();
-    let net = Net::new();
+    let net = net();
     let bodies: Bodies = Arc::default();
-    http(&net, bodies.clone());
+    let _web = http(&net, bodies.clone());
     let direct = |specs: &[&str], policy: ConnPolicy| {
         let mut cfg = AgentConfig::direct_only(paths(specs)).unwrap();
         cfg.socks = Some("127.0.0.1:0".parse().unwrap());
@@ -375,8 +236,8 @@ fn direct_mode_adds_up_links_and_operetta_alpha_0_uses_the_cheapest() {
     let specs = ["a=p0,power=3", "b=p1,power=0.5"];
     let cfg = direct(&specs, ConnPolicy::Operetta { alpha: 0.0 });
     let b = bodies.clone();
-    let rx0 = [net.rx(0), net.rx(1)];
-    let board = Net::in_ns(&net.c, move || async move {
+    let rx0 = [net.rx_bytes(0), net.rx_bytes(1)];
+    let board = thread_in(&net.c, move || async move {
         let agent = Agent::start(cfg).await.unwrap();
         let socks = agent.socks.unwrap();
         let status = agent.status();
@@ -398,7 +259,7 @@ fn direct_mode_adds_up_links_and_operetta_alpha_0_uses_the_cheapest() {
     })
     .join()
     .unwrap();
-    let rx = [net.rx(0) - rx0[0], net.rx(1) - rx0[1]];
+    let rx = [net.rx_bytes(0) - rx0[0], net.rx_bytes(1) - rx0[1]];
     eprintln!(
         "operetta alpha 0: p0 {} KB, p1 {} KB; paths seen {:?}",
         rx[0] >> 10,
@@ -443,9 +304,9 @@ fn a_server_that_appears_later_is_used_by_new_connections_within_5_s() {
         return;
     }
     log();
-    let net = Net::new();
+    let net = net();
     let bodies: Bodies = Arc::default();
-    http(&net, bodies.clone());
+    let _web = http(&net, bodies.clone());
     const OLD: usize = 16 << 20;
     const NEW: usize = 2 << 20;
     let want_old = sha(&body_of(&bodies, OLD));
@@ -464,7 +325,7 @@ fn a_server_that_appears_later_is_used_by_new_connections_within_5_s() {
     let (go_tx, go_rx) = std::sync::mpsc::channel::<()>();
     let (stop_tx, stop_rx) = tokio::sync::oneshot::channel::<()>();
     let agent_pub = agent_key.public();
-    let server = Net::in_ns(&net.s, move || async move {
+    let server = thread_in(&net.s, move || async move {
         let _ = tokio::task::spawn_blocking(move || go_rx.recv()).await;
         let cfg = ServerConfig::new(BRAID.parse().unwrap(), server_key, vec![agent_pub]);
         let server = Server::bind(cfg).await.unwrap();
@@ -473,7 +334,7 @@ fn a_server_that_appears_later_is_used_by_new_connections_within_5_s() {
             _ = stop_rx => {}
         }
     });
-    Net::in_ns(&net.c, move || async move {
+    thread_in(&net.c, move || async move {
         let agent = Agent::start(cfg).await.unwrap();
         let socks = agent.socks.unwrap();
         let status = agent.status();

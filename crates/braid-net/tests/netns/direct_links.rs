@@ -5,7 +5,10 @@
 //! first 8 downloads already split by them. `braid status` shows both paths up with their
 //! rates. Without root or namespaces each test prints why it skips.
 
-use crate::direct::{batch, http, log, mbit, paths, pool, rx_in, skip, Bodies, Net, PAYLOAD};
+use crate::direct::{
+    batch, http, log, mbit, net_with_rates, paths, pool, rx_bytes_in, skip, thread_in, Bodies,
+    PAYLOAD,
+};
 use braid_net::agent::{Agent, AgentConfig, StatusBoard};
 use braid_net::status::ShownState;
 use std::path::{Path, PathBuf};
@@ -57,11 +60,11 @@ async fn placement(board: Arc<StatusBoard>) -> Option<(Duration, Vec<String>)> {
 /// 8 downloads of [`SIZE`] at once through `socks` (each checked by SHA-256).
 async fn at_once(ns: &str, agent: &Agent, bodies: &Bodies, label: &str) -> Batch {
     let socks = agent.socks.unwrap();
-    let rx0 = [rx_in(ns, 0), rx_in(ns, 1)];
+    let rx0 = [rx_bytes_in(ns, 0), rx_bytes_in(ns, 1)];
     let watch = tokio::spawn(placement(agent.status()));
     let t = batch(socks, bodies, 8, SIZE).await;
     let placed = watch.await.unwrap();
-    let rx = [rx_in(ns, 0) - rx0[0], rx_in(ns, 1) - rx0[1]];
+    let rx = [rx_bytes_in(ns, 0) - rx0[0], rx_bytes_in(ns, 1) - rx0[1]];
     let sum: f64 = RATES.iter().sum();
     let share = mbit(8 * SIZE, t) / sum;
     let p0 = rx[0] as f64 / (rx[0] + rx[1]) as f64;
@@ -98,9 +101,9 @@ fn direct_mode_places_connections_by_measured_and_remembered_rates() {
     }
     log();
     let t0 = Instant::now();
-    let net = Net::with_rates("direct", &RATES);
+    let net = net_with_rates("direct", &RATES);
     let bodies: Bodies = Arc::default();
-    http(&net, bodies.clone());
+    let _web = http(&net, bodies.clone());
     let dir: PathBuf = std::env::temp_dir().join(format!("direct-rates-{}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();
     let state = dir.join("state");
@@ -109,7 +112,7 @@ fn direct_mode_places_connections_by_measured_and_remembered_rates() {
     let sum: f64 = RATES.iter().sum();
 
     let (c, b, ns) = (cfg(&specs, &state), bodies.clone(), net.c.clone());
-    let first = Net::in_ns(&net.c, move || async move {
+    let first = thread_in(&net.c, move || async move {
         let agent = Agent::start(c).await.unwrap();
         let socks = agent.socks.unwrap();
         // A fresh agent: the first connection on each link measures it.
@@ -149,7 +152,7 @@ fn direct_mode_places_connections_by_measured_and_remembered_rates() {
 
     // A restarted agent: the state file's rates place its first connections.
     let (c, b, ns) = (cfg(&specs, &state), bodies.clone(), net.c.clone());
-    let restarted = Net::in_ns(&net.c, move || async move {
+    let restarted = thread_in(&net.c, move || async move {
         let agent = Agent::start(c).await.unwrap();
         at_once(&ns, &agent, &b, "restarted agent").await
     })
@@ -210,7 +213,7 @@ fn direct_mode_takes_auto_paths_and_honours_caps() {
     }
     log();
     let t0 = Instant::now();
-    let net = Net::with_rates("directa", &RATES);
+    let net = net_with_rates("directa", &RATES);
     for (i, metric) in [(1, "10"), (2, "20")] {
         let via = format!("10.{i}.0.2");
         let dev = format!("p{}", i - 1);
@@ -223,7 +226,7 @@ fn direct_mode_takes_auto_paths_and_honours_caps() {
         .unwrap();
     }
     let bodies: Bodies = Arc::default();
-    http(&net, bodies.clone());
+    let _web = http(&net, bodies.clone());
     let dir: PathBuf = std::env::temp_dir().join(format!("direct-caps-{}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();
     let state = dir.join("state");
@@ -231,11 +234,11 @@ fn direct_mode_takes_auto_paths_and_honours_caps() {
 
     // Auto slots.
     let (c, b, ns) = (cfg(&["auto"], &state), bodies.clone(), net.c.clone());
-    let (rx, shown) = Net::in_ns(&net.c, move || async move {
+    let (rx, shown) = thread_in(&net.c, move || async move {
         let agent = Agent::start(c).await.unwrap();
-        let rx0 = [rx_in(&ns, 0), rx_in(&ns, 1)];
+        let rx0 = [rx_bytes_in(&ns, 0), rx_bytes_in(&ns, 1)];
         batch(agent.socks.unwrap(), &b, 8, 1 << 20).await;
-        let rx = [rx_in(&ns, 0) - rx0[0], rx_in(&ns, 1) - rx0[1]];
+        let rx = [rx_bytes_in(&ns, 0) - rx0[0], rx_bytes_in(&ns, 1) - rx0[1]];
         let shown: Vec<(String, Option<String>, Option<ShownState>)> = agent
             .status()
             .snapshot()
@@ -265,17 +268,17 @@ fn direct_mode_takes_auto_paths_and_honours_caps() {
     // A cap of 1 MB a day on b: after the first batch it is over; the second avoids it.
     let specs = ["a=p0", "b=p1,cap=1MB/day"];
     let (c, b, ns) = (cfg(&specs, &state), bodies.clone(), net.c.clone());
-    let (first, second, capped) = Net::in_ns(&net.c, move || async move {
+    let (first, second, capped) = thread_in(&net.c, move || async move {
         let agent = Agent::start(c).await.unwrap();
         let socks = agent.socks.unwrap();
-        let rx0 = rx_in(&ns, 1);
+        let rx0 = rx_bytes_in(&ns, 1);
         batch(socks, &b, 8, 1 << 20).await;
-        let first = rx_in(&ns, 1) - rx0;
+        let first = rx_bytes_in(&ns, 1) - rx0;
         tokio::time::sleep(Duration::from_millis(300)).await;
         let capped = agent.status().snapshot().paths[1].state;
-        let rx0 = rx_in(&ns, 1);
+        let rx0 = rx_bytes_in(&ns, 1);
         batch(socks, &b, 8, 1 << 20).await;
-        (first, rx_in(&ns, 1) - rx0, capped)
+        (first, rx_bytes_in(&ns, 1) - rx0, capped)
     })
     .join()
     .unwrap();

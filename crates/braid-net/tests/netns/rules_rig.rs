@@ -13,6 +13,7 @@ use crate::common::body;
 use crate::nsrig::{self, Net};
 use braid_crypto::StaticKeypair;
 use braid_net::server::{Server, ServerBoard, ServerConfig};
+use braid_testkit::http;
 use braid_testkit::socks5::Dest;
 use std::net::{IpAddr, Ipv4Addr, SocketAddr};
 use std::sync::{Arc, Mutex};
@@ -165,27 +166,15 @@ pub fn serve(
 
 /// Serves the whole body to every GET, recording the peer.
 async fn web_server(l: TcpListener, data: Arc<Vec<u8>>, peers: Peers) {
-    while let Ok((mut s, peer)) = l.accept().await {
+    http::serve(l, move |mut s, _| {
         let local = s.local_addr().map(|a| a.ip()).unwrap();
-        peers.lock().unwrap().push((local, peer));
+        if let Ok(peer) = s.peer_addr() {
+            peers.lock().unwrap().push((local, peer));
+        }
         let data = data.clone();
-        tokio::spawn(async move {
-            let mut head = Vec::new();
-            let mut b = [0u8; 1];
-            while !head.ends_with(b"\r\n\r\n") {
-                if s.read_exact(&mut b).await.is_err() {
-                    return;
-                }
-                head.push(b[0]);
-            }
-            let h = format!(
-                "HTTP/1.1 200 OK\r\nContent-Length: {}\r\nConnection: close\r\n\r\n",
-                data.len()
-            );
-            let _ = s.write_all(h.as_bytes()).await;
-            let _ = s.write_all(&data).await;
-        });
-    }
+        async move { http::respond(&mut s, &data).await }
+    })
+    .await
 }
 
 /// Answers each datagram with as many bytes, starting with the sender's address and a

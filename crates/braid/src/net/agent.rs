@@ -335,15 +335,7 @@ pub(crate) struct AgentSettings {
 
 /// Turn flags and the config file into an agent configuration, reading the key files.
 pub(crate) fn agent_settings(a: AgentArgs) -> Result<AgentSettings> {
-    let mut f: AgentArgs = load(a.config.as_deref())?;
-    let file = a.config.as_deref();
-    f.server_pub = match f.server_pub {
-        Some(k) if inline_key(&k).is_some() => Some(k),
-        p => beside(file, p),
-    };
-    f.key = beside(file, f.key);
-    f.state_file = beside(file, f.state_file);
-    f.control = beside(file, f.control);
+    let f = agent_file(a.config.as_deref())?;
     let servers = either(a.servers, f.servers);
     // A name with A and AAAA records, or `ADDR,ADDR`: one server reachable over both
     // families (paths of either family join its session).
@@ -381,13 +373,7 @@ pub(crate) fn agent_settings(a: AgentArgs) -> Result<AgentSettings> {
         either(a.tun_routes, f.tun_routes),
         either(a.tun_exclude, f.tun_exclude),
     )?;
-    let socks_auth = match (a.socks_user.or(f.socks_user), a.socks_pass.or(f.socks_pass)) {
-        (Some(u), Some(p)) => {
-            AuthPolicy::user_pass(u, p).map_err(|e| anyhow::anyhow!("SOCKS5 credentials: {e}"))?
-        }
-        (None, None) => AuthPolicy::NoAuth,
-        _ => bail!("--socks-user and --socks-pass go together"),
-    };
+    let socks_auth = socks_auth(a.socks_user.or(f.socks_user), a.socks_pass.or(f.socks_pass))?;
     let transport = transport(
         a.scheduler.or(f.scheduler),
         a.cc.or(f.cc),
@@ -410,18 +396,7 @@ pub(crate) fn agent_settings(a: AgentArgs) -> Result<AgentSettings> {
     } else {
         braid_net::agent::ConnPolicy::Throughput
     };
-    let base = match (server_pub, key) {
-        (Some(p), Some(k)) => AgentConfig::new(
-            addrs.first().copied().unwrap_or(([127, 0, 0, 1], 0).into()),
-            match inline_key(&p) {
-                Some(k) if !p.exists() => k,
-                _ => braid_crypto::read_public_key(&p)?,
-            },
-            Arc::new(braid_crypto::read_private_key(&k)?),
-            Vec::new(),
-        ),
-        _ => AgentConfig::direct_only(Vec::new())?,
-    };
+    let base = with_keys(&addrs, server_pub, key)?;
     let cfg = AgentConfig {
         servers: addrs,
         server_other_family: other_family,
@@ -463,6 +438,53 @@ pub(crate) fn agent_settings(a: AgentArgs) -> Result<AgentSettings> {
             a.dashboard_public || f.dashboard_public,
         )?,
         log_level,
+    })
+}
+
+/// The config file `file` (none: every setting unset), its file names taken as relative
+/// to its folder; `server_pub` stays as it is when it is the key itself.
+fn agent_file(file: Option<&Path>) -> Result<AgentArgs> {
+    let mut f: AgentArgs = load(file)?;
+    f.server_pub = match f.server_pub {
+        Some(k) if inline_key(&k).is_some() => Some(k),
+        p => beside(file, p),
+    };
+    f.key = beside(file, f.key);
+    f.state_file = beside(file, f.state_file);
+    f.control = beside(file, f.control);
+    Ok(f)
+}
+
+/// `--socks-user` and `--socks-pass`: both or neither.
+fn socks_auth(user: Option<String>, pass: Option<String>) -> Result<AuthPolicy> {
+    Ok(match (user, pass) {
+        (Some(u), Some(p)) => {
+            AuthPolicy::user_pass(u, p).map_err(|e| anyhow::anyhow!("SOCKS5 credentials: {e}"))?
+        }
+        (None, None) => AuthPolicy::NoAuth,
+        _ => bail!("--socks-user and --socks-pass go together"),
+    })
+}
+
+/// An agent configuration with the server's public key and this agent's key read (from
+/// their files, or `server_pub` as the key itself), for the first server address; with
+/// neither key, a direct-only one.
+fn with_keys(
+    addrs: &[SocketAddr],
+    server_pub: Option<PathBuf>,
+    key: Option<PathBuf>,
+) -> Result<AgentConfig> {
+    Ok(match (server_pub, key) {
+        (Some(p), Some(k)) => AgentConfig::new(
+            addrs.first().copied().unwrap_or(([127, 0, 0, 1], 0).into()),
+            match inline_key(&p) {
+                Some(k) if !p.exists() => k,
+                _ => braid_crypto::read_public_key(&p)?,
+            },
+            Arc::new(braid_crypto::read_private_key(&k)?),
+            Vec::new(),
+        ),
+        _ => AgentConfig::direct_only(Vec::new())?,
     })
 }
 

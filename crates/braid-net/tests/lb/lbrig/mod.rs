@@ -22,6 +22,7 @@ use braid_net::agent::{AgentConfig, AgentPath};
 use braid_net::policy::parse_path_spec;
 use braid_testbed::cmd::{exec_ns, ip_ns, run, sysctl_ns};
 use braid_testbed::procs::Helper;
+use braid_testkit::http;
 use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
@@ -451,52 +452,27 @@ fn health_checker(ns: String, table: String, stop: Arc<AtomicBool>) -> std::thre
 
 /// The web server on [`WEB`]: `GET /<n>` answers n bytes of [`crate::common::body`].
 fn web(ns: &str, stop: Arc<AtomicBool>) -> std::thread::JoinHandle<()> {
-    let ns = ns.to_string();
     let (tx, rx) = std::sync::mpsc::channel();
-    let t = std::thread::spawn(move || {
-        braid_testbed::netns::enter(&ns).unwrap();
-        let rt = tokio::runtime::Builder::new_current_thread()
-            .enable_all()
-            .build()
-            .unwrap();
-        rt.block_on(async move {
-            let l = tokio::net::TcpListener::bind(WEB).await.unwrap();
-            tx.send(()).unwrap();
-            let big = Arc::new(crate::common::body(8 << 20));
-            loop {
-                if stop.load(Ordering::SeqCst) {
-                    return;
-                }
-                let Ok(Ok((mut s, _))) =
-                    tokio::time::timeout(Duration::from_millis(200), l.accept()).await
-                else {
-                    continue;
-                };
-                let big = big.clone();
-                tokio::spawn(async move {
-                    let mut head = Vec::new();
-                    let mut b = [0u8; 1];
-                    while !head.ends_with(b"\r\n\r\n") {
-                        if s.read_exact(&mut b).await.is_err() {
-                            return;
-                        }
-                        head.push(b[0]);
-                    }
-                    let head = String::from_utf8_lossy(&head);
-                    let n: usize = head
-                        .split_whitespace()
-                        .nth(1)
-                        .and_then(|p| p.trim_start_matches('/').parse().ok())
-                        .unwrap_or(0)
-                        .min(big.len());
-                    let h = format!(
-                        "HTTP/1.1 200 OK\r\nContent-Length: {n}\r\nConnection: close\r\n\r\n"
-                    );
-                    let _ = s.write_all(h.as_bytes()).await;
-                    let _ = s.write_all(&big[..n]).await;
-                });
+    let t = crate::nsrig::thread_in(ns, move || async move {
+        let l = tokio::net::TcpListener::bind(WEB).await.unwrap();
+        tx.send(()).unwrap();
+        let big = Arc::new(crate::common::body(8 << 20));
+        let serve = http::serve(l, move |mut s, head| {
+            let big = big.clone();
+            async move {
+                let n = http::requested_len(&head).min(big.len());
+                http::respond(&mut s, &big[..n]).await
             }
         });
+        let stopped = async {
+            while !stop.load(Ordering::SeqCst) {
+                tokio::time::sleep(Duration::from_millis(200)).await;
+            }
+        };
+        tokio::select! {
+            _ = serve => {}
+            _ = stopped => {}
+        }
     });
     rx.recv_timeout(Duration::from_secs(5)).expect("web server");
     t

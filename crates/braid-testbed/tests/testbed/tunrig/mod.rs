@@ -113,6 +113,35 @@ impl Drop for Rig {
     }
 }
 
+/// `braid server` in namespace `ns`, listening on `listen`, with the rig's keys and its log
+/// in `dir`; its resolver is the UDP responder (DNS queries end there).
+fn spawn_server(ns: &str, bin: &Path, dir: &Path, listen: &str) -> Helper {
+    let p = |f: &str| dir.join(f).display().to_string();
+    let args: Vec<String> = [
+        "server",
+        "--listen",
+        listen,
+        "--key",
+        &p("server.key"),
+        "--authorized",
+        &p("agent.pub"),
+        "--control",
+        &p("server.sock"),
+        "--resolver",
+        &format!("{DEST4}:{UDP_PORT}"),
+        "--log-level",
+        "info",
+    ]
+    .iter()
+    .map(|s| s.to_string())
+    .collect();
+    let log = dir.join("server.log");
+    must(
+        Helper::spawn("braid server", ns, bin, &args, &log),
+        &format!("braid server on {listen}"),
+    )
+}
+
 fn must<T, E: std::fmt::Display>(r: Result<T, E>, what: &str) -> T {
     r.unwrap_or_else(|e| panic!("{what}: {e}"))
 }
@@ -248,36 +277,8 @@ impl Rig {
             let prefix = dir.path().join(who).display().to_string();
             must(run(&binstr, &["keygen", "--out", &prefix]), "keygen");
         }
-        let p = |f: &str| dir.path().join(f).display().to_string();
-        let srv_args: Vec<String> = [
-            "server",
-            "--listen",
-            &format!("0.0.0.0:{BRAID_PORT}"),
-            "--key",
-            &p("server.key"),
-            "--authorized",
-            &p("agent.pub"),
-            "--control",
-            &p("server.sock"),
-            // The server side's resolver: the UDP responder (DNS queries end there).
-            "--resolver",
-            &format!("{DEST4}:{UDP_PORT}"),
-            "--log-level",
-            "info",
-        ]
-        .iter()
-        .map(|s| s.to_string())
-        .collect();
-        let server = must(
-            Helper::spawn(
-                "braid server",
-                &topo.server,
-                &bin,
-                &srv_args,
-                &dir.path().join("server.log"),
-            ),
-            "braid server",
-        );
+        let listen = format!("0.0.0.0:{BRAID_PORT}");
+        let server = spawn_server(&topo.server, &bin, dir.path(), &listen);
         let lan = with_lan.then(|| make_lan(&topo));
         Rig {
             topo,

@@ -106,30 +106,7 @@ impl Rig {
     /// Restarts the braid server listening on `listen`.
     fn relisten(&mut self, listen: &str) {
         self.server.stop();
-        let p = |f: &str| self.path(f);
-        let args: Vec<String> = [
-            "server",
-            "--listen",
-            listen,
-            "--key",
-            &p("server.key"),
-            "--authorized",
-            &p("agent.pub"),
-            "--control",
-            &p("server.sock"),
-            "--resolver",
-            &format!("{DEST4}:{UDP_PORT}"),
-            "--log-level",
-            "info",
-        ]
-        .iter()
-        .map(|s| s.to_string())
-        .collect();
-        let log = self.dir.path().join("server.log");
-        self.server = must(
-            Helper::spawn("braid server", &self.topo.server, &self.bin, &args, &log),
-            "braid server on [::]",
-        );
+        self.server = spawn_server(&self.topo.server, &self.bin, self.dir.path(), listen);
     }
 
     /// `braid agent --tun` with path `l0` bound to link 0's IPv6 address (an IPv6-only

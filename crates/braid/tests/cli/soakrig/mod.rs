@@ -226,28 +226,7 @@ pub async fn echo_server() -> SocketAddr {
 }
 
 /// A SOCKS5 CONNECT to `to` through `socks`; the connection once the proxy said yes.
-pub async fn socks_connect(socks: SocketAddr, to: SocketAddr) -> std::io::Result<TcpStream> {
-    let mut s = TcpStream::connect(socks).await?;
-    s.write_all(&[5, 1, 0]).await?;
-    let mut r = [0u8; 2];
-    s.read_exact(&mut r).await?;
-    let SocketAddr::V4(w) = to else {
-        panic!("IPv4 only")
-    };
-    let mut req = vec![5, 1, 0, 1];
-    req.extend_from_slice(&w.ip().octets());
-    req.extend_from_slice(&w.port().to_be_bytes());
-    s.write_all(&req).await?;
-    let mut rep = [0u8; 10];
-    s.read_exact(&mut rep).await?;
-    if rep[1] != 0 {
-        return Err(std::io::Error::other(format!(
-            "SOCKS5 CONNECT refused with code {}",
-            rep[1]
-        )));
-    }
-    Ok(s)
-}
+pub use braid_testkit::socks5::try_connect as socks_connect;
 
 /// Write `n` bytes and read them back (through an echo server).
 pub async fn echo_round(s: &mut TcpStream, n: usize) -> std::io::Result<()> {
