@@ -181,11 +181,20 @@ pub(crate) fn keyed_builder<'a>(
     prologue: &'a [u8],
     key: &'a StaticKeypair,
 ) -> Result<snow::Builder<'a>, HandshakeError> {
-    let params = NOISE_PARAMS.parse().map_err(noise("setup"))?;
-    snow::Builder::with_resolver(params, dh::resolver(key.prepared()))
+    snow::Builder::with_resolver(params()?, dh::resolver(key.prepared()))
         .prologue(prologue)
         .and_then(|b| b.local_private_key(key.private_bytes()))
         .map_err(noise("setup"))
+}
+
+/// [`NOISE_PARAMS`] parsed, once per process rather than once per handshake.
+fn params() -> Result<snow::params::NoiseParams, HandshakeError> {
+    static PARAMS: std::sync::OnceLock<snow::params::NoiseParams> = std::sync::OnceLock::new();
+    if let Some(p) = PARAMS.get() {
+        return Ok(p.clone());
+    }
+    let p: snow::params::NoiseParams = NOISE_PARAMS.parse().map_err(noise("setup"))?;
+    Ok(PARAMS.get_or_init(|| p).clone())
 }
 
 /// A handshake packet: header (type 1, pn 0) and the Noise message.

@@ -431,6 +431,7 @@ impl Server {
                 keys: self.keys.clone(),
                 peers: self.peers.clone(),
                 inbound: inbound::Ports::new(self.cfg.forward.clone(), self.cfg.listen.ip()),
+                system_resolver: relay::SystemResolver::default(),
             },
             steering: self.steering,
             handoff,

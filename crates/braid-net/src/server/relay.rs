@@ -116,14 +116,19 @@ pub async fn udp_flows(
     (session, ports): (u64, Arc<SessionPorts>),
     open_flows: Arc<std::sync::atomic::AtomicUsize>,
 ) {
+    // Nothing more is allocated before the session's first datagram: most sessions send
+    // none, and every handshake starts this task.
+    let mut batch: Vec<Bytes> = Vec::new();
+    if rx.recv_many(&mut batch, crate::batch::MAX_SEGMENTS).await == 0 {
+        return;
+    }
     let budget = UdpBudget::new(UDP_RETURN_BYTES);
     // Each flow's socket, and whether it is an IPv6 (dual-stack) one.
     let mut flows: HashMap<u32, (Arc<UdpSocket>, bool)> = HashMap::new();
     let mut returns = tokio::task::JoinSet::new();
     let mut refused_flows = 0u64;
-    let mut batch: Vec<Bytes> = Vec::with_capacity(crate::batch::MAX_SEGMENTS);
     let mut run = Run::default();
-    while rx.recv_many(&mut batch, crate::batch::MAX_SEGMENTS).await > 0 {
+    loop {
         for d in batch.drain(..) {
             let Ok(p) = datagram::parse(&d) else {
                 debug!("dropped a malformed proxied datagram");
@@ -193,6 +198,9 @@ pub async fn udp_flows(
             }
         }
         run.flush().await;
+        if rx.recv_many(&mut batch, crate::batch::MAX_SEGMENTS).await == 0 {
+            break;
+        }
     }
     // Dropping the set aborts the return tasks, which closes the flows' sockets.
     drop(returns);
@@ -281,6 +289,36 @@ pub fn system_resolver() -> Option<SocketAddr> {
     parse_resolv_conf(&text)
 }
 
+/// How long [`SystemResolver`] keeps what it read from `/etc/resolv.conf`.
+pub const RESOLV_CONF_TTL: std::time::Duration = std::time::Duration::from_secs(5);
+
+/// The system's name server for new sessions, read from `/etc/resolv.conf` at most once a
+/// [`RESOLV_CONF_TTL`] rather than once per session (an open, a stat and a read on every
+/// handshake); an edit of the file reaches the sessions started after that.
+#[derive(Debug, Default)]
+pub struct SystemResolver {
+    cached: std::sync::Mutex<Option<(std::time::Instant, Option<SocketAddr>)>>,
+}
+
+impl SystemResolver {
+    /// The name server, as [`system_resolver`] gives it.
+    pub fn get(&self) -> Option<SocketAddr> {
+        self.get_with(system_resolver)
+    }
+
+    fn get_with(&self, read: impl FnOnce() -> Option<SocketAddr>) -> Option<SocketAddr> {
+        let mut c = self.cached.lock().unwrap_or_else(|p| p.into_inner());
+        match *c {
+            Some((at, r)) if at.elapsed() < RESOLV_CONF_TTL => r,
+            _ => {
+                let r = read();
+                *c = Some((std::time::Instant::now(), r));
+                r
+            }
+        }
+    }
+}
+
 fn parse_resolv_conf(text: &str) -> Option<SocketAddr> {
     text.lines()
         .filter_map(|l| l.trim().strip_prefix("nameserver"))
@@ -323,6 +361,29 @@ async fn udp_return(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// The file is read once per TTL, not once per session (each read costs syscalls on
+    /// every handshake).
+    #[test]
+    fn the_system_resolver_is_read_once_per_ttl() {
+        let (cache, reads) = (SystemResolver::default(), std::cell::Cell::new(0));
+        let addr: SocketAddr = "10.0.0.53:53".parse().unwrap();
+        let read = || {
+            reads.set(reads.get() + 1);
+            Some(addr)
+        };
+        for _ in 0..3 {
+            assert_eq!(cache.get_with(read), Some(addr));
+        }
+        assert_eq!(reads.get(), 1);
+        // Past the TTL it reads again.
+        if let Ok(mut c) = cache.cached.lock() {
+            let old = std::time::Instant::now().checked_sub(RESOLV_CONF_TTL * 2);
+            *c = old.map(|t| (t, None));
+        }
+        assert_eq!(cache.get_with(read), Some(addr));
+        assert_eq!(reads.get(), 2);
+    }
 
     #[test]
     fn resolv_conf_first_nameserver() {

@@ -1,6 +1,7 @@
 //! Starting a session on the server: the session task (`driver::SessionTask`) with its
-//! packet protection, the watch on its first exchange, its path addresses, its streams to
-//! TCP targets and its UDP flows, and its entry on the status board.
+//! packet protection, what the worker checks of its first exchange ([`FirstExchange`]),
+//! its path addresses, its streams to TCP targets and its UDP flows, and its entry on the
+//! status board.
 //!
 //! Owns: what one session is made of on the server and the tasks around it. Must not
 //! touch: the handshake policy (the endpoint's), the receive loop (the worker's), the
@@ -9,17 +10,48 @@
 pub(super) use super::path_addr::{PathAddr, PathAddrs};
 use super::report::{self, ServerBoard};
 use super::{inbound, relay, ServerConfig};
-use crate::bridge::StreamHandle;
+use crate::bridge::{Cmd, SessionFn, StreamHandle};
 use crate::driver::{AddressHook, Clock, Incoming, PathSender, SessionTask};
 use crate::protect::{Aead, KeyStats, RekeyInbox};
 use crate::tcp::{Outbound, TcpPeers};
-use braid_core::{Event, PathId, Session};
+use braid_core::{PathId, Session};
 use braid_crypto::{PublicKey, SessionKeys};
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use tokio::sync::mpsc;
 use tracing::{debug, info, warn};
+
+/// A new session's first exchange, due at `due`: the worker keeps these in order (every
+/// session has the same timeout) and calls [`FirstExchange::check`] when one is due,
+/// instead of a timer task per session.
+pub(super) struct FirstExchange {
+    /// When the session must have completed its first exchange.
+    pub due: tokio::time::Instant,
+    id: u64,
+    established: Arc<AtomicBool>,
+    cmd: mpsc::UnboundedSender<Cmd>,
+}
+
+impl FirstExchange {
+    /// Due now: nothing if the session is established (or gone); else its task, which
+    /// has the core, checks, and sends the session id to `expire` if the core's handshake
+    /// has not completed.
+    pub fn check(self, expire: &mpsc::UnboundedSender<u64>) {
+        if self.established.load(Ordering::Relaxed) {
+            return;
+        }
+        let (flag, expire, id) = (self.established, expire.clone(), self.id);
+        let f = move |s: &mut Session, _now| {
+            if s.is_established() {
+                flag.store(true, Ordering::Relaxed);
+            } else {
+                let _ = expire.send(id);
+            }
+        };
+        let _ = self.cmd.send(Cmd::Session(SessionFn(Box::new(f))));
+    }
+}
 
 /// What every session of a server needs.
 pub(super) struct SessionCtx {
@@ -29,19 +61,26 @@ pub(super) struct SessionCtx {
     pub peers: TcpPeers,
     /// The server's inbound ports.
     pub inbound: Arc<inbound::Ports>,
+    /// The system's name server (for a server without `resolver`).
+    pub system_resolver: relay::SystemResolver,
 }
 
 /// Start session `id`, first seen on path `path` from `from` (and to the local address in
-/// it), on the current runtime, sending through `out`. Its end goes to `ends.0`, an
-/// unfinished first exchange to `ends.1`. Returns where its packets go, its path addresses
-/// and where rotated keys go.
+/// it), on the current runtime, sending through `out`. Its end goes to `done`. Returns
+/// where its packets go, its path addresses, where rotated keys go and its first exchange
+/// (for the worker to check when it is due).
 pub(super) fn spawn_session(
     ctx: &SessionCtx,
     out: &Outbound,
     (id, first_path, from): (u64, PathId, PathAddr),
     (client, keys): (PublicKey, SessionKeys),
-    (done, expire): (mpsc::UnboundedSender<u64>, mpsc::UnboundedSender<u64>),
-) -> (mpsc::Sender<Incoming>, PathAddrs, Arc<RekeyInbox>) {
+    done: mpsc::UnboundedSender<u64>,
+) -> (
+    mpsc::Sender<Incoming>,
+    PathAddrs,
+    Arc<RekeyInbox>,
+    FirstExchange,
+) {
     let cfg = &ctx.cfg;
     let inbox = Arc::new(RekeyInbox::default());
     let mut tcfg = cfg.transport.clone();
@@ -50,6 +89,7 @@ pub(super) fn spawn_session(
     tcfg.max_streams = cfg.max_streams;
     tcfg.session_window = cfg.max_buffered;
     let clock = Clock::new();
+    let due = tokio::time::Instant::now() + cfg.first_exchange_timeout;
     let mut session = Session::accept(tcfg, clock.now(), id);
     // Each path's datagrams fit its address family's header (`crate::pmtu`).
     let limit = |peer| crate::pmtu::datagram_limit(peer, None);
@@ -58,31 +98,19 @@ pub(super) fn spawn_session(
     let (cmd_tx, cmd_rx) = mpsc::unbounded_channel();
     let (acc_tx, mut acc_rx) = mpsc::unbounded_channel::<StreamHandle>();
     let (dg_tx, dg_rx) = mpsc::channel::<bytes::Bytes>(1024);
-    // Watch for the first exchange; then stop listening (later events are discarded).
-    let (ev_tx, mut ev_rx) = mpsc::unbounded_channel::<Event>();
-    let first = cfg.first_exchange_timeout;
+    // Whether the core completed its handshake: set by the address hook on an
+    // authenticated packet, and by the worker's check when the first exchange is due
+    // (`FirstExchange`); no task or channel of its own.
     let established = Arc::new(AtomicBool::new(false));
-    let done_first = established.clone();
-    tokio::spawn(async move {
-        let established = tokio::time::timeout(first, async {
-            while let Some(ev) = ev_rx.recv().await {
-                if matches!(ev, Event::Established) {
-                    done_first.store(true, Ordering::Relaxed);
-                    return true;
-                }
-            }
-            false
-        })
-        .await;
-        if !matches!(established, Ok(true)) {
-            let _ = expire.send(id);
-        }
-    });
+    let seen = established.clone();
     let addrs: PathAddrs = Arc::new(Mutex::new(HashMap::new()));
     addrs.lock().map(|mut m| m.insert(first_path, from)).ok();
     let hook_addrs = addrs.clone();
     let tcp = ctx.peers.clone();
     let hook: AddressHook = Box::new(move |s: &mut Session, now, path, from, local| {
+        if !seen.load(Ordering::Relaxed) && s.is_established() {
+            seen.store(true, Ordering::Relaxed);
+        }
         let Ok(mut m) = hook_addrs.lock() else {
             return false;
         };
@@ -126,7 +154,7 @@ pub(super) fn spawn_session(
             open_streams: open.clone(),
             udp_flows: udp_flows.clone(),
             addrs: addrs.clone(),
-            established,
+            established: established.clone(),
             inbound: ports.clone(),
         },
     );
@@ -144,11 +172,11 @@ pub(super) fn spawn_session(
         accepted: Some(acc_tx),
         datagrams: Some(dg_tx),
         on_packet: Some(hook),
-        events: Some(ev_tx),
+        events: None,
         clock,
     };
     let connect_timeout = cfg.connect_timeout;
-    let resolver = cfg.resolver.or_else(relay::system_resolver);
+    let resolver = cfg.resolver.or_else(|| ctx.system_resolver.get());
     let stream_ports = ports.clone();
     let max_streams = cfg.max_streams as usize;
     tokio::spawn(async move {
@@ -174,21 +202,31 @@ pub(super) fn spawn_session(
     let flow_ports = ports.clone();
     tokio::spawn(relay::udp_flows(
         dg_rx,
-        cmd_tx,
+        cmd_tx.clone(),
         limits,
         (id, flow_ports),
         udp_flows,
     ));
     let board = ctx.board.clone();
+    // The task's future made here, not inside the spawned block: a `task` captured by the
+    // block would keep its own slot beside the future it moves into (twice the bytes
+    // allocated for every session).
+    let run = task.run();
     tokio::spawn(async move {
-        if let Some(e) = task.run().await {
+        if let Some(e) = run.await {
             info!(session = format_args!("{id:016x}"), "session ended: {e}");
         }
         board.remove(id);
         ports.release();
         let _ = done.send(id);
     });
-    (in_tx, addrs, inbox)
+    let first = FirstExchange {
+        due,
+        id,
+        established,
+        cmd: cmd_tx,
+    };
+    (in_tx, addrs, inbox, first)
 }
 
 /// Sends on the worker's socket (or down a TCP connection) to each path's current peer

@@ -10,13 +10,14 @@
 //! sessions' protocol (the session tasks').
 
 use super::endpoint::{Endpoint, Outcome, SessionHandle, Shared};
-use super::session::{spawn_session, PathAddr, SessionCtx};
+use super::session::{spawn_session, FirstExchange, PathAddr, SessionCtx};
 use super::steer::Steering;
 use crate::driver::Incoming;
 use crate::protect::RekeyInbox;
 use crate::tcp::Outbound;
 use braid_crypto::parse_header;
 use bytes::BytesMut;
+use std::collections::VecDeque;
 use std::io;
 use std::net::SocketAddr;
 use std::path::PathBuf;
@@ -97,6 +98,8 @@ pub(super) struct Worker {
     endpoint: Endpoint<Handle>,
     common: Arc<Common>,
     warned: bool,
+    /// New sessions' first exchanges, in the order they are due (one timeout for all).
+    first: VecDeque<FirstExchange>,
 }
 
 impl Worker {
@@ -128,6 +131,7 @@ impl Worker {
             endpoint,
             common,
             warned: false,
+            first: VecDeque::new(),
         })
     }
 
@@ -150,7 +154,17 @@ impl Worker {
         let (socket, control) = (self.socket.clone(), self.control.clone());
         let mut control_left = CONTROL_PER_PERIOD;
         let mut refill = tokio::time::Instant::now() + CONTROL_PERIOD;
+        // One timer for every session's first exchange, set to the earliest due.
+        let far = || tokio::time::Instant::now() + Duration::from_secs(86_400);
+        let first_due = tokio::time::sleep_until(far());
+        tokio::pin!(first_due);
+        let mut armed = None;
         loop {
+            let next = self.first.front().map(|f| f.due);
+            if next != armed {
+                armed = next;
+                first_due.as_mut().reset(next.unwrap_or_else(far));
+            }
             tokio::select! {
                 r = crate::batch::recv_async(&socket, &mut buf) => match r {
                     Ok(r) => {
@@ -186,6 +200,14 @@ impl Worker {
                 },
                 Some(id) = expire_rx.recv() => {
                     self.endpoint.session_expired(id);
+                }
+                _ = &mut first_due, if armed.is_some() => {
+                    let now = tokio::time::Instant::now();
+                    while self.first.front().is_some_and(|f| f.due <= now) {
+                        if let Some(f) = self.first.pop_front() {
+                            f.check(&ends.1);
+                        }
+                    }
                 }
                 _ = tick.tick() => self.endpoint.tick(std::time::Instant::now()),
             }
@@ -225,13 +247,14 @@ impl Worker {
                 self.persist_guard();
                 let _ = self.out.send_to(&session.reply, from, local);
                 let first = (session.id, session.path, PathAddr { peer: from, local });
-                let (tx, addrs, inbox) = spawn_session(
+                let (tx, addrs, inbox, first) = spawn_session(
                     &self.common.session,
                     &self.out,
                     first,
                     (session.client, keys),
-                    (ends.0.clone(), ends.1.clone()),
+                    ends.0.clone(),
                 );
+                self.first.push_back(first);
                 self.endpoint.insert(session, Handle { tx, inbox, addrs });
             }
             Outcome::Rotate {
