@@ -246,7 +246,10 @@ fn sighup_reloads_authorized_keys_keeping_listed_sessions_and_ending_removed_one
     // session of any kind.
     let v = status(&s.server_sock).unwrap();
     let sessions = v["sessions"].as_array().unwrap();
-    let established: Vec<_> = sessions.iter().filter(|x| x["established"] == true).collect();
+    let established: Vec<_> = sessions
+        .iter()
+        .filter(|x| x["established"] == true)
+        .collect();
     assert_eq!(established.len(), 1, "{v}");
     assert_eq!(established[0]["id"], a_session, "{v}");
     assert!(
