@@ -2,7 +2,7 @@
 //! server, and helpers to hash and fetch.
 
 use crate::http;
-use braid_crypto::StaticKeypair;
+use braid_crypto::{PublicKey, StaticKeypair};
 use braid_emu::Emulator;
 use braid_net::agent::{Agent, AgentConfig, AgentPath};
 use braid_net::server::{Server, ServerBoard, ServerConfig};
@@ -15,6 +15,21 @@ use std::sync::Arc;
 use std::time::Duration;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpListener;
+
+/// A server's settings on `127.0.0.1:0` with a fresh key, authorizing one fresh agent key:
+/// the settings (to change before `Server::bind`), the server's public key and the agent's
+/// key pair.
+pub fn loopback_server() -> (ServerConfig, PublicKey, Arc<StaticKeypair>) {
+    let server_key = StaticKeypair::generate().unwrap();
+    let server_pub = server_key.public();
+    let agent_key = Arc::new(StaticKeypair::generate().unwrap());
+    let cfg = ServerConfig::new(
+        "127.0.0.1:0".parse().unwrap(),
+        server_key,
+        vec![agent_key.public()],
+    );
+    (cfg, server_pub, agent_key)
+}
 
 const LINKS: &str = r#"
 name = "e2e"
@@ -150,14 +165,7 @@ impl RigBuilder {
             .with_env_filter(tracing_subscriber::EnvFilter::from_env("BRAID_TEST_LOG"))
             .with_test_writer()
             .try_init();
-        let server_key = StaticKeypair::generate().unwrap();
-        let agent_key = StaticKeypair::generate().unwrap();
-        let server_pub = server_key.public();
-        let scfg = ServerConfig::new(
-            "127.0.0.1:0".parse().unwrap(),
-            server_key,
-            vec![agent_key.public()],
-        );
+        let (scfg, server_pub, agent_key) = loopback_server();
         let server = Server::bind(scfg).await.unwrap();
         let server_addr = server.local_addr().unwrap();
         let server_board = server.status();
@@ -184,7 +192,6 @@ impl RigBuilder {
             paths.push(p);
             emus.push(emu);
         }
-        let agent_key = Arc::new(agent_key);
         let mut acfg = AgentConfig::new(server_addr, server_pub, agent_key.clone(), paths);
         acfg.socks = Some("127.0.0.1:0".parse().unwrap());
         acfg.http = Some("127.0.0.1:0".parse().unwrap());

@@ -1,12 +1,10 @@
 //! The agent's proxy front ends against clients that hold connections without using them
 //! (slowloris): a connection limit, a handshake deadline and an idle timeout.
 
-use braid_crypto::StaticKeypair;
 use braid_net::agent::{Agent, AgentConfig, AgentPath};
-use braid_net::server::{Server, ServerConfig};
+use braid_net::server::Server;
 use braid_net::udp::PathBind;
 use braid_proxy::ProxyLimits;
-use std::sync::Arc;
 use std::time::{Duration, Instant};
 use tokio::io::AsyncReadExt;
 use tokio::net::{TcpListener, TcpStream};
@@ -29,14 +27,7 @@ async fn closed_within(s: &mut TcpStream, wait: Duration) -> bool {
 /// client gets through; a tunnel that carries nothing is closed after the idle timeout.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn slowloris_clients_are_cut_by_the_connection_limit_and_the_deadlines() {
-    let server_key = StaticKeypair::generate().unwrap();
-    let server_pub = server_key.public();
-    let agent_key = Arc::new(StaticKeypair::generate().unwrap());
-    let cfg = ServerConfig::new(
-        "127.0.0.1:0".parse().unwrap(),
-        server_key,
-        vec![agent_key.public()],
-    );
+    let (cfg, server_pub, agent_key) = braid_testkit::loopback::loopback_server();
     let server = Server::bind(cfg).await.unwrap();
     let addr = server.local_addr().unwrap();
     let _t = tokio::spawn(server.run());

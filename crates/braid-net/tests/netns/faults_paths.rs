@@ -12,10 +12,9 @@
 use crate::common;
 use crate::nsrig;
 
-use braid_crypto::StaticKeypair;
 use braid_emu::Emulator;
 use braid_net::agent::{Agent, AgentConfig, AgentPath, PathStatus};
-use braid_net::server::{HandshakeCounters, Server, ServerConfig};
+use braid_net::server::{HandshakeCounters, Server};
 use braid_net::udp::PathBind;
 use common::{body, http_server};
 use nsrig::{agent_cfg, check, download, setup, skip, sleep, start, wait};
@@ -41,14 +40,7 @@ async fn rig(paths: &[&str], size: usize) -> Rig {
         .with_env_filter(tracing_subscriber::EnvFilter::from_env("BRAID_TEST_LOG"))
         .with_test_writer()
         .try_init();
-    let server_key = StaticKeypair::generate().unwrap();
-    let server_pub = server_key.public();
-    let agent_key = Arc::new(StaticKeypair::generate().unwrap());
-    let cfg = ServerConfig::new(
-        "127.0.0.1:0".parse().unwrap(),
-        server_key,
-        vec![agent_key.public()],
-    );
+    let (cfg, server_pub, agent_key) = braid_testkit::loopback::loopback_server();
     let server = Server::bind(cfg).await.unwrap();
     let addr = server.local_addr().unwrap();
     let (counters, server_keys) = (server.counters(), server.key_stats());
