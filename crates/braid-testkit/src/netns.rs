@@ -352,14 +352,9 @@ pub fn agent_cfg(
     agent_cfg_to(SERVER.parse().unwrap(), paths, key, server_pub)
 }
 
-/// [`agent_cfg`] for the braid server at `server`.
-pub fn agent_cfg_to(
-    server: SocketAddr,
-    paths: &[&str],
-    key: Arc<StaticKeypair>,
-    server_pub: braid_crypto::PublicKey,
-) -> AgentConfig {
-    let paths = paths
+/// The agent's paths from `--path` specs (`NAME=IFACE_OR_IP[,options]`), with their policies.
+pub fn agent_paths(specs: &[&str]) -> Vec<AgentPath> {
+    specs
         .iter()
         .map(|p| {
             let s = parse_path_spec(p).unwrap();
@@ -368,8 +363,17 @@ pub fn agent_cfg_to(
                 ..AgentPath::new(s.name, s.bind)
             }
         })
-        .collect();
-    let mut cfg = AgentConfig::new(server, server_pub, key, paths);
+        .collect()
+}
+
+/// [`agent_cfg`] for the braid server at `server`.
+pub fn agent_cfg_to(
+    server: SocketAddr,
+    paths: &[&str],
+    key: Arc<StaticKeypair>,
+    server_pub: braid_crypto::PublicKey,
+) -> AgentConfig {
+    let mut cfg = AgentConfig::new(server, server_pub, key, agent_paths(paths));
     cfg.socks = Some("127.0.0.1:0".parse().unwrap());
     cfg
 }

@@ -9,7 +9,6 @@ use crate::common;
 
 use braid_crypto::StaticKeypair;
 use braid_net::agent::{Agent, AgentConfig, AgentPath, ConnPolicy, DirectMode};
-use braid_net::policy::parse_path_spec;
 use braid_net::server::{Server, ServerConfig};
 use braid_testkit::http;
 pub(crate) use braid_testkit::netns::{rx_bytes_in, skip, thread_in, Net};
@@ -68,16 +67,7 @@ pub(crate) fn http(net: &Net, bodies: Bodies) -> Stop {
 }
 
 pub(crate) fn paths(specs: &[&str]) -> Vec<AgentPath> {
-    specs
-        .iter()
-        .map(|p| {
-            let s = parse_path_spec(p).unwrap();
-            AgentPath {
-                policy: s.policy,
-                ..AgentPath::new(s.name, s.bind)
-            }
-        })
-        .collect()
+    braid_testkit::netns::agent_paths(specs)
 }
 
 /// `n` parallel curl downloads of `size` bytes through `socks`; each is checked by
