@@ -259,6 +259,11 @@ pub struct Session {
     /// Path ids whose transport the driver says is reliable (TCP), kept across a path's
     /// incarnations (`set_path_reliable`).
     reliable: BTreeSet<PathId>,
+    /// Path ids whose PATH_ABANDON is on its way (sent, neither acknowledged nor lost).
+    /// A path re-added under such an id holds its challenge until the peer has the
+    /// abandonment: the abandonment may travel on another path and arrive after the new
+    /// incarnation's first packets, and would then end the new incarnation at the peer.
+    abandon_in_flight: BTreeSet<PathId>,
     /// Path ids whose datagrams the driver limited below `max_datagram_size` (their
     /// address family's or interface's MTU), kept across incarnations
     /// (`set_path_max_datagram`).
@@ -318,6 +323,7 @@ impl Session {
             early_costs: BTreeMap::new(),
             redundant_sent: BTreeMap::new(),
             reliable: BTreeSet::new(),
+            abandon_in_flight: BTreeSet::new(),
             max_datagrams: BTreeMap::new(),
             stash: send::Stash::default(),
             max_burst: 10,
@@ -468,6 +474,9 @@ impl Session {
                     }
                 }
                 SentFrame::Hello => {}
+                SentFrame::PathAbandon(p) => {
+                    self.abandon_in_flight.remove(&p);
+                }
                 _ => {}
             }
         }
@@ -516,6 +525,9 @@ impl Session {
                     }
                 }
                 SentFrame::PathAbandon(p) => {
+                    // Sent again while the path stays abandoned; moot if it was re-added
+                    // (the peer did not get it, as far as this end can tell).
+                    self.abandon_in_flight.remove(&p);
                     if self.paths.get(&p).is_some_and(|p| p.abandoned) {
                         self.pending.path_abandon.insert(p);
                     }

@@ -259,10 +259,17 @@ impl Session {
     pub(super) fn validation_ready(&self, p: &crate::path::Path) -> bool {
         let handshaking_client = self.side == Side::Client && self.state == State::Handshaking;
         !p.abandoned
-            && (p.challenge_due || p.response_due.is_some())
+            && (self.challenge_ready(p) || p.response_due.is_some())
             // Before the server knows the session, only the path carrying HELLO may speak.
             && (!handshaking_client || p.id == self.first_path())
             && self.amplification_ok(p.id, 64)
+    }
+
+    /// The path's challenge is due and may go: not while the abandonment of an earlier
+    /// incarnation under its id is on its way (the peer could take the challenge for the
+    /// old incarnation, then end the new one when the abandonment arrives).
+    fn challenge_ready(&self, p: &crate::path::Path) -> bool {
+        p.challenge_due && !self.abandon_in_flight.contains(&p.id)
     }
 
     fn send_validation(&mut self, now: Instant, buf: &mut [u8]) -> Option<Transmit> {
@@ -280,6 +287,10 @@ impl Session {
             self.pending.hello = false;
             pkt.ack_eliciting = true;
         }
+        let challenge = self
+            .paths
+            .get(&pid)
+            .is_some_and(|p| self.challenge_ready(p));
         let p = self.paths.get_mut(&pid)?;
         if let Some(token) = p.response_due.take() {
             emit::path_token(&mut pkt.w, true, &token)?;
@@ -288,7 +299,7 @@ impl Session {
             // under its anti-amplification limit.
             pkt.pad_to = padded;
         }
-        if p.challenge_due {
+        if challenge {
             if let Some(token) = p.challenge {
                 emit::path_token(&mut pkt.w, false, &token)?;
                 p.challenge_due = false;

@@ -115,6 +115,10 @@ fn with_udp_blocked_on_every_link_the_session_starts_over_tcp() {
     if skip() || no_nft() {
         return;
     }
+    let _ = tracing_subscriber::fmt()
+        .with_env_filter(tracing_subscriber::EnvFilter::from_env("BRAID_TEST_LOG"))
+        .with_test_writer()
+        .try_init();
     let s = setup(8 << 20);
     let net = s.net.clone();
     nft_drop(&net.c, "output", "meta l4proto udp");

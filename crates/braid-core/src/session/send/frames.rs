@@ -123,6 +123,7 @@ impl Session {
                 break;
             }
             self.pending.path_abandon.remove(&pid);
+            self.abandon_in_flight.insert(pid);
             wrote.push(SentFrame::PathAbandon(pid));
         }
         while let Some(&pid) = self.pending.path_blackout.first() {
