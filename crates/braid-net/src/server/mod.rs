@@ -451,7 +451,7 @@ impl Server {
         }
         let w0 = Worker::new(0, first, common)?;
         tokio::select! {
-            r = w0.run(first_inbox) => r,
+            r = worker::spawn(w0, first_inbox) => r,
             Some(i) = threads.died.recv() => Err(std::io::Error::other(format!("server worker {i} stopped"))),
         }
     }

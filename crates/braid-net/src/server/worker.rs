@@ -194,12 +194,20 @@ impl Worker {
                     Err(_) => cbuf.clear(),
                 },
                 Some(pkt) = inbox.recv() => self.packet(pkt, false, &ends),
-                Some(id) = done_rx.recv() => if self.endpoint.session_ended(id) {
-                    let active = self.common.shared.sessions();
-                    info!(session = format_args!("{id:016x}"), active, worker = self.index, "session ended");
-                },
+                // Ends and expiries come in bursts as long as handshakes do: all that
+                // wait are taken at once (one a turn fell behind a flood of handshakes,
+                // and the sessions they end lived on).
+                Some(id) = done_rx.recv() => {
+                    self.ended(id);
+                    while let Ok(id) = done_rx.try_recv() {
+                        self.ended(id);
+                    }
+                }
                 Some(id) = expire_rx.recv() => {
                     self.endpoint.session_expired(id);
+                    while let Ok(id) = expire_rx.try_recv() {
+                        self.endpoint.session_expired(id);
+                    }
                 }
                 _ = &mut first_due, if armed.is_some() => {
                     let now = tokio::time::Instant::now();
@@ -284,11 +292,45 @@ impl Worker {
         }
     }
 
+    /// Session `id`'s task ended.
+    fn ended(&mut self, id: u64) {
+        if self.endpoint.session_ended(id) {
+            let active = self.common.shared.sessions();
+            info!(
+                session = format_args!("{id:016x}"),
+                active,
+                worker = self.index,
+                "session ended"
+            );
+        }
+    }
+
     /// Tell the task that writes the replay guard to its state file that it changed.
     fn persist_guard(&self) {
         if let Some(tx) = &self.common.state_tx {
             tx.send_modify(|n| *n += 1);
         }
+    }
+}
+
+/// Run worker `w` as a task of the current runtime, not inside the caller's future: the
+/// runtime polls the future it blocks on before every 61 tasks (tokio's `event_interval`),
+/// so a worker run there, busy with a stream of packets, held its own sessions' tasks to
+/// 61 polls per turn of its receive loop. Under 4000 handshakes a second their first
+/// exchange checks ran at a sixth of that rate, and every session lived until the load
+/// stopped (30 KiB each). A task of its own, it takes its turn with them. The task is
+/// aborted when the returned future is dropped.
+pub(super) async fn spawn(w: Worker, inbox: mpsc::Receiver<Handoff>) -> io::Result<()> {
+    struct AbortOnDrop(tokio::task::JoinHandle<io::Result<()>>);
+    impl Drop for AbortOnDrop {
+        fn drop(&mut self) {
+            self.0.abort();
+        }
+    }
+    let mut task = AbortOnDrop(tokio::spawn(w.run(inbox)));
+    match (&mut task.0).await {
+        Ok(r) => r,
+        Err(e) => Err(io::Error::other(format!("the worker task failed: {e}"))),
     }
 }
 
@@ -351,7 +393,7 @@ impl Threads {
                         Err(e) => return warn!(worker = index, "cannot start: {e}"),
                     };
                     tokio::select! {
-                        r = w.run(inbox) => if let Err(e) = r {
+                        r = spawn(w, inbox) => if let Err(e) = r {
                             warn!(worker = index, "stopped: {e}");
                         },
                         _ = stop_rx => {}

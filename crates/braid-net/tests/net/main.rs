@@ -5,6 +5,7 @@ use braid_testkit::loopback as common;
 
 mod bad_input;
 mod end_to_end;
+mod expiry_under_load;
 mod faults;
 mod faults_server_restart;
 mod flood_watch;
