@@ -12,6 +12,7 @@
 
 mod dgram;
 mod names;
+mod pathmap;
 mod paths;
 mod recv;
 mod send;
@@ -213,7 +214,7 @@ pub struct Session {
     error: Option<SessionError>,
     close_frame: Option<(u64, String)>,
     close_sent_on: BTreeSet<PathId>,
-    paths: BTreeMap<PathId, Path>,
+    paths: pathmap::PathMap,
     /// The path the client's handshake goes on.
     first_path: PathId,
     sched: Box<dyn Scheduler>,
@@ -288,7 +289,7 @@ impl Session {
             error: None,
             close_frame: None,
             close_sent_on: BTreeSet::new(),
-            paths: BTreeMap::new(),
+            paths: pathmap::PathMap::default(),
             first_path: 0,
             sched,
             rng,
