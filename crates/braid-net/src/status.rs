@@ -503,6 +503,11 @@ pub struct ServerStatus {
     pub handshakes_accepted: u64,
     /// Handshakes refused (unknown key, replay, ...) since start.
     pub handshakes_refused: u64,
+    /// Handshakes accepted whose agent has sent no packet yet (not in `sessions`; each
+    /// holds a slot of `limits.sessions`, counted in its `used`, and ends 10 s after its
+    /// handshake unless a packet comes).
+    #[serde(default)]
+    pub handshakes_waiting: u64,
     /// Sums over sessions.
     pub totals: Totals,
 }

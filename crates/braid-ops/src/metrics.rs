@@ -347,6 +347,12 @@ fn server(r: &mut Registry, s: &ServerStatus) {
     );
     gauge(
         r,
+        "braid_handshakes_waiting",
+        "Handshakes accepted whose agent has sent no packet yet (each holds a session slot)",
+        s.handshakes_waiting as f64,
+    );
+    gauge(
+        r,
         "braid_session_streams_max",
         "Most streams per session (--max-streams)",
         s.limits.streams_per_session.max as f64,

@@ -287,11 +287,15 @@ fn render_server(s: &ServerStatus) -> String {
     let l = &s.limits;
     let _ = writeln!(
         out,
-        "server on {}, up {:.0} s; sessions {}/{}, busiest session {}/{} streams; handshakes accepted {}, refused {}",
+        "server on {}, up {:.0} s; sessions {}/{}{}, busiest session {}/{} streams; handshakes accepted {}, refused {}",
         s.listen,
         s.uptime_s,
         l.sessions.used,
         l.sessions.max,
+        match s.handshakes_waiting {
+            0 => String::new(),
+            n => format!(" ({n} waiting for the agent's first packet)"),
+        },
         l.streams_per_session.used,
         l.streams_per_session.max,
         s.handshakes_accepted,

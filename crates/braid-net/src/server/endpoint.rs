@@ -16,6 +16,12 @@
 //! budget, and a flood of one captured message 1 (one session id) reaches one worker and
 //! gets its share only.
 //!
+//! A session whose handshake is done has no task yet: the endpoint keeps its keys until
+//! its first transport packet arrives ([`Outcome::Start`]), and forgets it if none comes
+//! within the first-exchange timeout ([`Endpoint::expire_due`]). A handshake that is never
+//! followed by a packet (a flood of valid initiations, an agent that went away) thus costs
+//! its Noise step and a table entry, not a session.
+//!
 //! Must not touch: sockets, tokio, spawning, clocks (the caller passes `now` and
 //! `now_ms`), the session's protocol and the cryptography (braid-crypto's). The caller
 //! does what an [`Outcome`] says: delivers, sends, creates the session and
@@ -38,8 +44,9 @@ use braid_crypto::{
     parse_header, CookieChecker, HandshakeError, Header, Mac1Key, PacketType, PublicKey,
     RandomError, Responder, SessionKeys,
 };
-use std::collections::HashMap;
-use std::net::SocketAddr;
+use std::collections::{HashMap, VecDeque};
+use std::net::{IpAddr, SocketAddr};
+use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::Instant;
 
@@ -80,22 +87,20 @@ impl Gate {
     }
 }
 
-/// A new session: the caller creates it with the keys, sends `reply` to `from` and then
-/// calls [`Endpoint::insert`] with it and its handle.
+/// A session to start ([`Outcome::Start`]): the caller creates its task with the keys,
+/// calls [`Endpoint::started`] with its handle, then hands it the packet.
 #[derive(Debug)]
-pub struct Accepted {
+pub struct NewSession {
     /// The session id (the agent chose it).
     pub id: u64,
     /// The path message 1 came on.
     pub path: PathId,
     /// Where message 1 came from (the first path's address).
     pub from: SocketAddr,
+    /// The server address message 1 was sent to, where the socket said it.
+    pub local: Option<IpAddr>,
     /// The agent's key.
     pub client: PublicKey,
-    /// Message 2, to send to `from`.
-    pub reply: Vec<u8>,
-    /// Message 1 without mac2, to recognise a retransmission.
-    request: Vec<u8>,
 }
 
 /// What to do with a datagram.
@@ -110,21 +115,35 @@ pub enum Outcome<'a, H> {
         /// The packet.
         bytes: Vec<u8>,
     },
-    /// A handshake accepted: create the session with `keys`, send `session.reply`, then
-    /// [`Endpoint::insert`] it.
-    Accept {
+    /// A handshake accepted: send `reply` to `to`. The endpoint keeps the keys; the
+    /// session starts with its first transport packet ([`Outcome::Start`]). The replay
+    /// guard changed.
+    Accepted {
+        /// The session id.
+        id: u64,
+        /// The agent's key.
+        client: PublicKey,
+        /// Its packets' cipher.
+        cipher: braid_crypto::Cipher,
+        /// Message 2.
+        reply: &'a [u8],
+        /// Where message 1 came from.
+        to: SocketAddr,
+    },
+    /// The first transport packet of an accepted session: create its task with `keys`,
+    /// give its handle to [`Endpoint::started`], then hand it this packet.
+    Start {
         /// Everything but the keys.
-        session: Accepted,
+        session: NewSession,
         /// The session's packet keys.
         keys: SessionKeys,
     },
-    /// A key rotation of a live session: give `keys` to `session`, then send `reply` to
-    /// `to`.
+    /// A key rotation: give `keys` to the session's task (`None`: the session has no task
+    /// yet, and the endpoint keeps the new keys for it), then send `reply` to `to`. The
+    /// replay guard changed.
     Rotate {
-        /// The session's handle.
-        session: &'a H,
-        /// Its new keys.
-        keys: SessionKeys,
+        /// The session's handle and its new keys.
+        session: Option<(&'a H, SessionKeys)>,
         /// Message 2.
         reply: Vec<u8>,
         /// Where message 1 came from.
@@ -136,8 +155,22 @@ pub enum Outcome<'a, H> {
     Drop(Dropped),
 }
 
+/// A session of the table: its keys until its first packet, then its task's handle.
+enum State<H> {
+    Pending(Box<SessionKeys>),
+    /// Its task is being made (from [`Outcome::Start`] to [`Endpoint::started`]).
+    Starting,
+    Live(H),
+}
+
 struct Entry<H> {
-    handle: H,
+    state: State<H>,
+    /// The path message 1 came on, and the server address it was sent to.
+    path: PathId,
+    local: Option<IpAddr>,
+    /// Which first-exchange record is this entry's (an id may come back after its entry
+    /// ended; its old record must not judge the new one).
+    serial: u64,
     /// The agent key that opened the session: only it may rotate its keys.
     client: PublicKey,
     /// Where the agent's newest message 1 came from: only there (or from another of its
@@ -172,9 +205,45 @@ fn unknown_session<'a, H>(
     Outcome::Drop(Dropped::UnknownSession)
 }
 
+impl<H: SessionHandle> Entry<H> {
+    /// Is `addr` where the agent's newest message 1 came from, or a path address of its
+    /// session?
+    fn knows(&self, addr: SocketAddr) -> bool {
+        self.from == addr || matches!(&self.state, State::Live(h) if h.has_address(addr))
+    }
+
+    /// The first transport packet of session `id`, pending: its task is to be made now.
+    fn start<'a>(&mut self, id: u64) -> Outcome<'a, H> {
+        let State::Pending(keys) = std::mem::replace(&mut self.state, State::Starting) else {
+            return Outcome::Drop(Dropped::UnknownSession);
+        };
+        let session = NewSession {
+            id,
+            path: self.path,
+            from: self.from,
+            local: self.local,
+            client: self.client,
+        };
+        Outcome::Start {
+            session,
+            keys: *keys,
+        }
+    }
+}
+
+/// When a new session's first exchange is due (every session has the same timeout, so the
+/// records are in the order they are due).
+struct Due {
+    at: Instant,
+    id: u64,
+    serial: u64,
+}
+
 /// One worker's endpoint.
 pub struct Endpoint<H> {
     sessions: HashMap<u64, Entry<H>>,
+    first: VecDeque<Due>,
+    serial: u64,
     shared: Arc<Shared>,
     gate: Gate,
     steering: Steering,
@@ -193,6 +262,8 @@ impl<H: SessionHandle> Endpoint<H> {
     ) -> Result<Endpoint<H>, RandomError> {
         Ok(Endpoint {
             sessions: HashMap::new(),
+            first: VecDeque::new(),
+            serial: 0,
             gate: Gate::new(&shared, steering.workers(), now_ms)?,
             steering,
             worker,
@@ -225,17 +296,19 @@ impl<H: SessionHandle> Endpoint<H> {
         from: SocketAddr,
         packet: &[u8],
     ) -> Outcome<'_, H> {
-        self.handle_parsed(now, now_ms, from, packet, parse_header(packet).ok())
+        let header = parse_header(packet).ok();
+        self.handle_parsed(now, now_ms, (from, None), packet, header)
     }
 
     /// [`Endpoint::handle`] for a packet whose header the caller parsed already:
     /// `header` must be `parse_header(packet).ok()` (the receive path parses each header
-    /// once and carries it to the session).
+    /// once and carries it to the session). `local` is the server address it was sent to,
+    /// where the socket says it.
     pub fn handle_parsed(
         &mut self,
         now: Instant,
         now_ms: u64,
-        from: SocketAddr,
+        (from, local): (SocketAddr, Option<IpAddr>),
         pkt: &[u8],
         header: Option<Header>,
     ) -> Outcome<'_, H> {
@@ -253,8 +326,15 @@ impl<H: SessionHandle> Endpoint<H> {
         }
         match h.ptype {
             PacketType::Transport => {
-                if let Some(e) = self.sessions.get(&h.session_id) {
-                    return Outcome::Deliver(&e.handle);
+                if let Some(e) = self.sessions.get_mut(&h.session_id) {
+                    if matches!(e.state, State::Pending(_)) {
+                        self.shared.counters.waiting.fetch_sub(1, Ordering::Relaxed);
+                        return e.start(h.session_id);
+                    }
+                    return match &e.state {
+                        State::Live(handle) => Outcome::Deliver(handle),
+                        _ => Outcome::Drop(Dropped::UnknownSession),
+                    };
                 }
                 let c = &self.shared.counters;
                 unknown_session(&mut self.log, &mut self.gate.hints, c, (now, from), pkt, &h)
@@ -268,7 +348,7 @@ impl<H: SessionHandle> Endpoint<H> {
                 });
                 Outcome::Drop(Dropped::NotBraid)
             }
-            PacketType::Handshake => self.handshake(now, now_ms, from, pkt, &h),
+            PacketType::Handshake => self.handshake(now, now_ms, (from, local), pkt, &h),
         }
     }
 
@@ -276,7 +356,7 @@ impl<H: SessionHandle> Endpoint<H> {
         &mut self,
         now: Instant,
         now_ms: u64,
-        from: SocketAddr,
+        (from, local): (SocketAddr, Option<IpAddr>),
         pkt: &[u8],
         h: &Header,
     ) -> Outcome<'_, H> {
@@ -293,7 +373,7 @@ impl<H: SessionHandle> Endpoint<H> {
         self.gate.load.record(now);
         let body = &pkt[..pkt.len() - braid_crypto::cookie::MAC_LEN];
         if let Some(e) = self.sessions.get(&sid) {
-            let known = e.from == from || e.handle.has_address(from);
+            let known = e.knows(from);
             if known && e.request == body {
                 // Our reply was lost and the agent sent its message 1 again: the same
                 // reply, to one of its addresses only, within its address's budget.
@@ -327,7 +407,7 @@ impl<H: SessionHandle> Endpoint<H> {
             let bytes = braid_crypto::session_limit_refusal(h);
             return Outcome::Send { to: from, bytes };
         }
-        self.new_session(now, now_ms, from, pkt, h)
+        self.new_session(now, now_ms, (from, local), pkt, h)
     }
 
     /// The Noise step for a new session whose slot is reserved: accepted, or refused (the
@@ -336,7 +416,7 @@ impl<H: SessionHandle> Endpoint<H> {
         &mut self,
         now: Instant,
         now_ms: u64,
-        from: SocketAddr,
+        (from, local): (SocketAddr, Option<IpAddr>),
         pkt: &[u8],
         h: &Header,
     ) -> Outcome<'_, H> {
@@ -346,15 +426,39 @@ impl<H: SessionHandle> Endpoint<H> {
             Ok((client, keys, reply)) => {
                 HandshakeCounters::bump(&c.accepted);
                 HandshakeCounters::bump(&c.replies);
-                let session = Accepted {
-                    id: h.session_id,
+                HandshakeCounters::bump(&c.waiting);
+                self.serial += 1;
+                let (id, serial) = (h.session_id, self.serial);
+                let at = now + shared.first_exchange_timeout;
+                self.first.push_back(Due { at, id, serial });
+                let cipher = keys.cipher();
+                let e = Entry {
+                    state: State::Pending(Box::new(keys)),
                     path: h.path_id,
-                    from,
+                    local,
+                    serial,
                     client,
-                    reply,
+                    from,
                     request: pkt[..pkt.len() - braid_crypto::cookie::MAC_LEN].to_vec(),
+                    reply,
                 };
-                Outcome::Accept { session, keys }
+                let e = match self.sessions.entry(id) {
+                    std::collections::hash_map::Entry::Occupied(mut o) => {
+                        // Cannot happen (a handshake for a live id is a retransmission or
+                        // a rotation), but keep the count right if it does.
+                        shared.release_session();
+                        o.insert(e);
+                        o.into_mut()
+                    }
+                    std::collections::hash_map::Entry::Vacant(v) => v.insert(e),
+                };
+                Outcome::Accepted {
+                    id,
+                    client,
+                    cipher,
+                    reply: &e.reply,
+                    to: from,
+                }
             }
             Err(e) => {
                 shared.release_session();
@@ -463,9 +567,16 @@ impl<H: SessionHandle> Endpoint<H> {
                     e.from = from;
                     e.request = pkt[..pkt.len() - braid_crypto::cookie::MAC_LEN].to_vec();
                     e.reply = reply.clone();
+                    let session = match &mut e.state {
+                        State::Live(handle) => Some((&*handle, keys)),
+                        State::Pending(k) => {
+                            **k = keys;
+                            None
+                        }
+                        State::Starting => None,
+                    };
                     return Outcome::Rotate {
-                        session: &e.handle,
-                        keys,
+                        session,
                         reply,
                         to: from,
                     };
@@ -483,20 +594,41 @@ impl<H: SessionHandle> Endpoint<H> {
         Outcome::Drop(Dropped::RotationRefused)
     }
 
-    /// Add the session an [`Outcome::Accept`] asked for, with its handle (its slot of
-    /// `max_sessions` was taken when the handshake was accepted).
-    pub fn insert(&mut self, s: Accepted, handle: H) {
-        let e = Entry {
-            handle,
-            client: s.client,
-            from: s.from,
-            request: s.request,
-            reply: s.reply,
-        };
-        if self.sessions.insert(s.id, e).is_some() {
-            // Cannot happen (a handshake for a live id is a retransmission or rotation),
-            // but keep the count right if it does.
-            self.shared.release_session();
+    /// The task of the session an [`Outcome::Start`] asked for runs: its packets go to
+    /// `handle` from now on.
+    pub fn started(&mut self, id: u64, handle: H) {
+        if let Some(e) = self.sessions.get_mut(&id) {
+            e.state = State::Live(handle);
+        }
+    }
+
+    /// When the earliest first exchange is due ([`Endpoint::expire_due`]).
+    pub fn next_due(&self) -> Option<Instant> {
+        self.first.front().map(|d| d.at)
+    }
+
+    /// Every first exchange due at `now`: a session that never sent a packet is forgotten
+    /// (counted and logged, its slot given back); a started one goes to `check`, whose
+    /// task knows whether its core completed its handshake (and calls
+    /// [`Endpoint::session_expired`] if not).
+    pub fn expire_due(&mut self, now: Instant, mut check: impl FnMut(u64, &H)) {
+        while self.first.front().is_some_and(|d| d.at <= now) {
+            let Some(d) = self.first.pop_front() else {
+                break;
+            };
+            match self.sessions.get(&d.id) {
+                Some(e) if e.serial == d.serial => match &e.state {
+                    State::Live(h) => check(d.id, h),
+                    State::Pending(_) => {
+                        self.shared.counters.waiting.fetch_sub(1, Ordering::Relaxed);
+                        self.session_expired(d.id);
+                    }
+                    State::Starting => {
+                        self.session_expired(d.id);
+                    }
+                },
+                _ => {}
+            }
         }
     }
 

@@ -88,18 +88,48 @@ impl Rig {
         self.ep.handle(self.t0, self.ms, from, pkt)
     }
 
-    /// Accept session `sid` of agent `a` from `from`, as the worker would.
+    /// Accept session `sid` of agent `a` from `from` and start it with its first packet,
+    /// as the worker would; returns message 2.
     fn accept(&mut self, a: usize, sid: u64, from: SocketAddr, dt: u64) -> Vec<u8> {
+        let reply = self.handshake(a, sid, from, dt);
+        self.start(sid, from, H(vec![from]));
+        reply
+    }
+
+    /// Accept session `sid` of agent `a` from `from`; returns message 2.
+    fn handshake(&mut self, a: usize, sid: u64, from: SocketAddr, dt: u64) -> Vec<u8> {
         let (_, m1) = self.m1(a, sid, dt);
-        match self.handle(from, &m1) {
-            Outcome::Accept { session, .. } => {
-                let reply = session.reply.clone();
-                self.ep.insert(session, H(vec![from]));
-                reply
+        self.handshake_with(&m1, sid, from)
+    }
+
+    /// Accept message 1 `m1` of session `sid` from `from`; returns message 2.
+    fn handshake_with(&mut self, m1: &[u8], sid: u64, from: SocketAddr) -> Vec<u8> {
+        match self.handle(from, m1) {
+            Outcome::Accepted { reply, to, id, .. } => {
+                assert_eq!((to, id), (from, sid));
+                reply.to_vec()
             }
             _ => panic!("not accepted"),
         }
     }
+
+    /// Session `sid`'s first transport packet from `from`: its task is made (`handle`).
+    fn start(&mut self, sid: u64, from: SocketAddr, handle: H) -> NewSession {
+        let p = transport(sid);
+        let Outcome::Start { session, .. } = self.handle(from, &p) else {
+            panic!("the first packet did not start the session");
+        };
+        self.ep.started(sid, handle);
+        session
+    }
+}
+
+/// A transport packet of session `sid` (its contents are the session task's to check).
+fn transport(sid: u64) -> Vec<u8> {
+    let mut p = Vec::new();
+    write_header(&mut p, PacketType::Transport, sid, 0, 1).unwrap();
+    p.resize(60, 0);
+    p
 }
 
 fn dropped<H>(o: &Outcome<'_, H>) -> Option<Dropped> {
@@ -114,14 +144,8 @@ fn a_retransmitted_message_1_gets_the_cached_reply_only_from_a_known_address() {
     let mut r = rig(16, 1000, 10);
     let a = addr("192.0.2.1:5000");
     let (_, m1) = r.m1(0, 7, 0);
-    let reply = match r.handle(a, &m1) {
-        Outcome::Accept { session, .. } => {
-            let reply = session.reply.clone();
-            r.ep.insert(session, H(vec![a, addr("198.51.100.9:7")]));
-            reply
-        }
-        _ => panic!("not accepted"),
-    };
+    let reply = r.handshake_with(&m1, 7, a);
+    r.start(7, a, H(vec![a, addr("198.51.100.9:7")]));
     match r.handle(a, &m1) {
         Outcome::Send { to, bytes } => assert_eq!((to, bytes), (a, reply.clone())),
         _ => panic!("no cached reply"),
@@ -148,7 +172,7 @@ fn a_flood_from_one_address_is_rate_limited() {
     for i in 0..20u64 {
         let (_, m1) = r.m1(0, 100 + i, i + 1);
         match r.handle(a, &m1) {
-            Outcome::Accept { .. } => accepted += 1,
+            Outcome::Accepted { .. } => accepted += 1,
             o => assert_eq!(dropped(&o), Some(Dropped::RateLimited)),
         }
     }
@@ -158,7 +182,7 @@ fn a_flood_from_one_address_is_rate_limited() {
     let (_, m1) = r.m1(1, 999, 1);
     assert!(matches!(
         r.handle(addr("192.0.2.2:1"), &m1),
-        Outcome::Accept { .. }
+        Outcome::Accepted { .. }
     ));
 }
 
@@ -182,7 +206,7 @@ fn under_load_a_cookie_comes_first_and_message_1_with_mac2_gets_in() {
     assert_eq!(HandshakeCounters::get(&r.counters.cookies), 1);
     hs.handle_cookie_reply(&cookie).unwrap();
     let m1 = hs.message1();
-    assert!(matches!(r.handle(a, &m1), Outcome::Accept { .. }));
+    assert!(matches!(r.handle(a, &m1), Outcome::Accepted { .. }));
     // The cookie is bound to the address it was sent to.
     let (mut hs, m1) = r.m1(1, 43, 2);
     let Outcome::Send { bytes, .. } = r.handle(a, &m1) else {
@@ -238,7 +262,7 @@ fn an_agent_offering_no_accepted_cipher_is_told_which_the_server_accepts() {
     let m1 = offer(&r, 7, 3, Cipher::Aes256Gcm);
     assert!(matches!(
         r.handle(addr("192.0.2.1:5000"), &m1),
-        Outcome::Accept { .. }
+        Outcome::Accepted { .. }
     ));
 }
 
@@ -262,7 +286,7 @@ fn at_the_session_limit_a_handshake_is_refused_and_told_so() {
     let (_, m1) = r.m1(1, 3, 2);
     assert!(matches!(
         r.handle(addr("192.0.2.2:5000"), &m1),
-        Outcome::Accept { .. }
+        Outcome::Accepted { .. }
     ));
 }
 
@@ -340,9 +364,7 @@ fn transport_packets_of_a_live_session_are_delivered_and_others_forwarded() {
     let theirs = (1..).find(|&s| steering.worker_of(s) == 1).unwrap();
     let a = addr("192.0.2.1:5000");
     r.accept(0, mine, a, 1);
-    let mut p = Vec::new();
-    write_header(&mut p, PacketType::Transport, mine, 0, 1).unwrap();
-    p.resize(60, 0);
+    let p = transport(mine);
     assert!(matches!(r.handle(a, &p), Outcome::Deliver(h) if h.0 == vec![a]));
     let (_, m1) = r.m1(1, theirs, 1);
     assert!(matches!(r.handle(a, &m1), Outcome::Forward(1)));
@@ -367,10 +389,7 @@ fn two_workers_share_an_address_budget_and_the_session_limit() {
         let w = steering.worker_of(sid);
         let ep = if w == 0 { &mut r.ep } else { &mut other };
         match ep.handle(r.t0, r.ms, a, &m1) {
-            Outcome::Accept { session, .. } => {
-                accepted[w] += 1;
-                ep.insert(session, H(vec![a]));
-            }
+            Outcome::Accepted { .. } => accepted[w] += 1,
             o => assert_eq!(dropped(&o), Some(Dropped::RateLimited)),
         }
     }
@@ -380,10 +399,9 @@ fn two_workers_share_an_address_budget_and_the_session_limit() {
     let b = addr("192.0.2.2:5000");
     let on = |w: usize| (100..).find(|&s| steering.worker_of(s) == w).unwrap();
     let (_, m1) = r.m1(1, on(0), 100);
-    let Outcome::Accept { session, .. } = r.ep.handle(r.t0, r.ms, b, &m1) else {
+    let Outcome::Accepted { .. } = r.ep.handle(r.t0, r.ms, b, &m1) else {
         panic!("the last slot was not given");
     };
-    r.ep.insert(session, H(vec![b]));
     let (_, m1) = r.m1(0, on(1), 101);
     match other.handle(r.t0, r.ms, b, &m1) {
         Outcome::Send { bytes, .. } => {
@@ -411,4 +429,127 @@ fn a_refused_handshake_gives_its_session_slot_back() {
     assert_eq!(r.ep.shared().sessions(), 0);
     r.accept(1, 9, addr("192.0.2.2:5000"), 1);
     assert_eq!(r.ep.shared().sessions(), 1);
+}
+
+/// A handshake that no packet follows (a flood of valid initiations, an agent gone) makes
+/// no session: the endpoint keeps its keys, answers a retransmitted message 1, and forgets
+/// it when its first exchange is due, giving its slot back.
+#[test]
+fn a_handshake_no_packet_follows_makes_no_session_and_expires_when_due() {
+    let mut r = rig(4, 1000, 10);
+    let a = addr("192.0.2.1:5000");
+    let (_, m1) = r.m1(0, 7, 1);
+    let reply = r.handshake_with(&m1, 7, a);
+    assert_eq!(r.ep.shared().sessions(), 1, "its slot is taken");
+    assert_eq!(HandshakeCounters::get(&r.counters.waiting), 1);
+    let due = r.t0 + Duration::from_secs(10);
+    assert_eq!(r.ep.next_due(), Some(due));
+    match r.handle(a, &m1) {
+        Outcome::Send { to, bytes } => assert_eq!((to, bytes), (a, reply)),
+        _ => panic!("no cached reply for a pending session"),
+    }
+    let mut checked = Vec::new();
+    r.ep.expire_due(due - Duration::from_millis(1), |id, _| checked.push(id));
+    assert_eq!(r.ep.len(), 1, "not before it is due");
+    r.ep.expire_due(due, |id, _| checked.push(id));
+    assert!(checked.is_empty(), "no task to ask");
+    assert_eq!((r.ep.len(), r.ep.shared().sessions()), (0, 0));
+    assert_eq!(HandshakeCounters::get(&r.counters.unfinished), 1);
+    assert_eq!(HandshakeCounters::get(&r.counters.waiting), 0);
+    assert_eq!(r.ep.next_due(), None);
+    // Its packets are now of no session.
+    assert!(!matches!(r.handle(a, &transport(7)), Outcome::Start { .. }));
+}
+
+/// The first transport packet starts the session with the handshake's keys and message 1's
+/// addresses; packets after it go to the task; its first exchange, when due, is the task's
+/// to judge.
+#[test]
+fn the_first_packet_starts_the_session_with_the_handshakes_keys() {
+    let mut r = rig(4, 1000, 10);
+    let a = addr("192.0.2.1:5000");
+    let local = Some("192.0.2.200".parse().unwrap());
+    let (mut hs, m1) = r.m1(0, 7, 1);
+    let Outcome::Accepted { reply, .. } =
+        r.ep.handle_parsed(r.t0, r.ms, (a, local), &m1, parse_header(&m1).ok())
+    else {
+        panic!("not accepted");
+    };
+    let client = hs.finish(reply).unwrap();
+    // The agent's first packet comes from another port (a NAT's new mapping).
+    let b = addr("192.0.2.1:6000");
+    let Outcome::Start { session, keys } = r.handle(b, &transport(7)) else {
+        panic!("not started");
+    };
+    assert_eq!((session.id, session.path, session.from), (7, 0, a));
+    assert_eq!(
+        (session.local, session.client),
+        (local, r.agents[0].public())
+    );
+    assert_eq!(HandshakeCounters::get(&r.counters.waiting), 0);
+    let mut p = transport(7);
+    client.send.seal_in_place(&mut p, 12).unwrap();
+    keys.recv
+        .open_in_place(&mut p, 12)
+        .expect("the handshake's keys");
+    // While its task is being made, nothing else starts it again.
+    let o = r.handle(b, &transport(7));
+    assert_eq!(dropped(&o), Some(Dropped::UnknownSession));
+    r.ep.started(7, H(vec![a, b]));
+    assert!(matches!(r.handle(b, &transport(7)), Outcome::Deliver(h) if h.0 == vec![a, b]));
+    let mut checked = Vec::new();
+    r.ep.expire_due(r.t0 + Duration::from_secs(10), |id, h| {
+        checked.push((id, h.0.len()))
+    });
+    assert_eq!(checked, vec![(7, 2)]);
+    assert_eq!(
+        r.ep.len(),
+        1,
+        "the task expires it if its core is not established"
+    );
+}
+
+/// A rotation before the first packet: the pending session starts with the new keys.
+#[test]
+fn a_rotation_before_the_first_packet_replaces_the_pending_keys() {
+    let mut r = rig(4, 1000, 10);
+    let a = addr("192.0.2.1:5000");
+    r.handshake(0, 7, a, 1);
+    let (mut hs, m1) = r.m1(0, 7, 2);
+    let Outcome::Rotate {
+        session: None,
+        reply,
+        to,
+    } = r.handle(a, &m1)
+    else {
+        panic!("not a rotation of a pending session");
+    };
+    assert_eq!(to, a);
+    let client = hs.finish(&reply).unwrap();
+    let Outcome::Start { keys, .. } = r.handle(a, &transport(7)) else {
+        panic!("not started");
+    };
+    let mut p = transport(7);
+    client.send.seal_in_place(&mut p, 12).unwrap();
+    keys.recv
+        .open_in_place(&mut p, 12)
+        .expect("the rotation's keys");
+}
+
+/// Regression guard: a session id that comes back (its first session ended, a new
+/// handshake took the id) is judged by its own first-exchange record, not the old one.
+#[test]
+fn an_old_first_exchange_record_does_not_expire_a_new_session_of_its_id() {
+    let mut r = rig(4, 1000, 10);
+    let a = addr("192.0.2.1:5000");
+    r.accept(0, 7, a, 1);
+    assert!(r.ep.session_ended(7));
+    let (_, m1) = r.m1(0, 7, 2);
+    let later = r.t0 + Duration::from_secs(5);
+    let o = r.ep.handle(later, r.ms + 5000, a, &m1);
+    assert!(matches!(o, Outcome::Accepted { .. }));
+    r.ep.expire_due(r.t0 + Duration::from_secs(10), |_, _| panic!("no task"));
+    assert_eq!(r.ep.len(), 1, "the old record judged the new session");
+    r.ep.expire_due(later + Duration::from_secs(10), |_, _| panic!("no task"));
+    assert_eq!(r.ep.len(), 0);
 }

@@ -212,6 +212,10 @@ pub struct HandshakeCounters {
     pub hints: AtomicU64,
     /// Handshakes refused (and told so) because `max_sessions` sessions were live.
     pub full: AtomicU64,
+    /// Now (not a count since start): handshakes accepted whose agent has sent no
+    /// packet yet. Each holds a slot of `max_sessions` but no session task; it ends at its
+    /// first-exchange timeout unless a packet comes.
+    pub waiting: AtomicU64,
 }
 
 impl HandshakeCounters {

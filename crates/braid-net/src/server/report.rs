@@ -187,7 +187,8 @@ impl ServerBoard {
             rates.retain(|(id, _), _| seen.contains(id));
         }
         let mut limits = self.limits.clone();
-        limits.sessions.used = sessions.len() as u64;
+        let waiting = HandshakeCounters::get(&self.counters.waiting);
+        limits.sessions.used = sessions.len() as u64 + waiting;
         limits.streams_per_session.used = busiest;
         limits.udp_flows_per_session.used = most_flows;
         limits.buffered_bytes_per_session.used = most_buffered;
@@ -199,6 +200,7 @@ impl ServerBoard {
             limits,
             handshakes_accepted: HandshakeCounters::get(&self.counters.accepted),
             handshakes_refused: HandshakeCounters::get(&self.counters.refused),
+            handshakes_waiting: waiting,
             totals,
         }
     }

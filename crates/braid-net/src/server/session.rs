@@ -1,5 +1,6 @@
-//! Starting a session on the server: the session task (`driver::SessionTask`) with its
-//! packet protection, what the worker checks of its first exchange ([`FirstExchange`]),
+//! Starting a session on the server (when its first transport packet arrives, see
+//! `endpoint`): the session task (`driver::SessionTask`) with its packet protection, how
+//! the worker asks whether its first exchange completed ([`FirstCheck`]),
 //! its path addresses, its streams to TCP targets and its UDP flows, and its entry on the
 //! status board.
 //!
@@ -22,26 +23,23 @@ use std::sync::{Arc, Mutex};
 use tokio::sync::mpsc;
 use tracing::{debug, info, warn};
 
-/// A new session's first exchange, due at `due`: the worker keeps these in order (every
-/// session has the same timeout) and calls [`FirstExchange::check`] when one is due,
-/// instead of a timer task per session.
-pub(super) struct FirstExchange {
-    /// When the session must have completed its first exchange.
-    pub due: tokio::time::Instant,
-    id: u64,
+/// Whether a started session completed its first exchange: the endpoint keeps the due
+/// times (one queue, no timer per session) and the worker calls [`FirstCheck::check`]
+/// when one is due.
+pub(super) struct FirstCheck {
     established: Arc<AtomicBool>,
     cmd: mpsc::UnboundedSender<Cmd>,
 }
 
-impl FirstExchange {
-    /// Due now: nothing if the session is established (or gone); else its task, which
-    /// has the core, checks, and sends the session id to `expire` if the core's handshake
-    /// has not completed.
-    pub fn check(self, expire: &mpsc::UnboundedSender<u64>) {
+impl FirstCheck {
+    /// Session `id`'s first exchange is due: nothing if the session is established (or
+    /// gone); else its task, which has the core, checks, and sends the session id to
+    /// `expire` if the core's handshake has not completed.
+    pub fn check(&self, id: u64, expire: &mpsc::UnboundedSender<u64>) {
         if self.established.load(Ordering::Relaxed) {
             return;
         }
-        let (flag, expire, id) = (self.established, expire.clone(), self.id);
+        let (flag, expire) = (self.established.clone(), expire.clone());
         let f = move |s: &mut Session, _now| {
             if s.is_established() {
                 flag.store(true, Ordering::Relaxed);
@@ -65,10 +63,10 @@ pub(super) struct SessionCtx {
     pub system_resolver: relay::SystemResolver,
 }
 
-/// Start session `id`, first seen on path `path` from `from` (and to the local address in
-/// it), on the current runtime, sending through `out`. Its end goes to `done`. Returns
-/// where its packets go, its path addresses, where rotated keys go and its first exchange
-/// (for the worker to check when it is due).
+/// Start session `id`, whose message 1 came on path `path` from `from` (and to the local
+/// address in it), on the current runtime, sending through `out`. Its end goes to `done`.
+/// Returns where its packets go, its path addresses, where rotated keys go and how to ask
+/// whether its first exchange completed.
 pub(super) fn spawn_session(
     ctx: &SessionCtx,
     out: &Outbound,
@@ -79,7 +77,7 @@ pub(super) fn spawn_session(
     mpsc::Sender<Incoming>,
     PathAddrs,
     Arc<RekeyInbox>,
-    FirstExchange,
+    FirstCheck,
 ) {
     let cfg = &ctx.cfg;
     let inbox = Arc::new(RekeyInbox::default());
@@ -89,7 +87,6 @@ pub(super) fn spawn_session(
     tcfg.max_streams = cfg.max_streams;
     tcfg.session_window = cfg.max_buffered;
     let clock = Clock::new();
-    let due = tokio::time::Instant::now() + cfg.first_exchange_timeout;
     let mut session = Session::accept(tcfg, clock.now(), id);
     // Each path's datagrams fit its address family's header (`crate::pmtu`).
     let limit = |peer| crate::pmtu::datagram_limit(peer, None);
@@ -220,9 +217,7 @@ pub(super) fn spawn_session(
         ports.release();
         let _ = done.send(id);
     });
-    let first = FirstExchange {
-        due,
-        id,
+    let first = FirstCheck {
         established,
         cmd: cmd_tx,
     };

@@ -1,7 +1,8 @@
 //! The server's workers: each receives on its own socket of the SO_REUSEPORT group, asks
 //! its [`Endpoint`] what to do with every datagram and does it (deliver to a session task,
-//! send, start a session, hand keys to a session, hand the packet to the worker that
-//! owns it). Worker 0 runs on the caller's runtime (inside `Server::run`), the others each
+//! send, start a session's task at its first packet, hand keys to a session, hand the
+//! packet to the worker that owns it), and asks the endpoint to expire the first exchanges
+//! that are due. Worker 0 runs on the caller's runtime (inside `Server::run`), the others each
 //! on a thread of its own with a current-thread tokio runtime.
 //!
 //! Owns: the receive loop, the hand-over channels between workers, the worker threads and
@@ -10,14 +11,13 @@
 //! sessions' protocol (the session tasks').
 
 use super::endpoint::{Endpoint, Outcome, SessionHandle, Shared};
-use super::session::{spawn_session, FirstExchange, PathAddr, SessionCtx};
+use super::session::{spawn_session, FirstCheck, PathAddr, SessionCtx};
 use super::steer::Steering;
 use crate::driver::Incoming;
 use crate::protect::RekeyInbox;
 use crate::tcp::Outbound;
 use braid_crypto::parse_header;
 use bytes::BytesMut;
-use std::collections::VecDeque;
 use std::io;
 use std::net::SocketAddr;
 use std::path::PathBuf;
@@ -38,7 +38,7 @@ pub struct WorkerCounters {
     /// Of those, handed over to the worker that owns their session (0 when the kernel
     /// steers by session id).
     pub handed_over: AtomicU64,
-    /// Sessions started on this worker.
+    /// Sessions started on this worker (at their first packet after the handshake).
     pub sessions: AtomicU64,
 }
 
@@ -66,6 +66,7 @@ pub(super) struct Handle {
     pub tx: mpsc::Sender<Incoming>,
     pub inbox: Arc<RekeyInbox>,
     pub addrs: super::path_addr::PathAddrs,
+    pub first: FirstCheck,
 }
 
 impl SessionHandle for Handle {
@@ -98,8 +99,6 @@ pub(super) struct Worker {
     endpoint: Endpoint<Handle>,
     common: Arc<Common>,
     warned: bool,
-    /// New sessions' first exchanges, in the order they are due (one timeout for all).
-    first: VecDeque<FirstExchange>,
 }
 
 impl Worker {
@@ -131,7 +130,6 @@ impl Worker {
             endpoint,
             common,
             warned: false,
-            first: VecDeque::new(),
         })
     }
 
@@ -160,10 +158,11 @@ impl Worker {
         tokio::pin!(first_due);
         let mut armed = None;
         loop {
-            let next = self.first.front().map(|f| f.due);
+            let next = self.endpoint.next_due();
             if next != armed {
                 armed = next;
-                first_due.as_mut().reset(next.unwrap_or_else(far));
+                let at = next.map(tokio::time::Instant::from_std);
+                first_due.as_mut().reset(at.unwrap_or_else(far));
             }
             tokio::select! {
                 r = crate::batch::recv_async(&socket, &mut buf) => match r {
@@ -210,12 +209,8 @@ impl Worker {
                     }
                 }
                 _ = &mut first_due, if armed.is_some() => {
-                    let now = tokio::time::Instant::now();
-                    while self.first.front().is_some_and(|f| f.due <= now) {
-                        if let Some(f) = self.first.pop_front() {
-                            f.check(&ends.1);
-                        }
-                    }
+                    let now = std::time::Instant::now();
+                    self.endpoint.expire_due(now, |id, h| h.first.check(id, &ends.1));
                 }
                 _ = tick.tick() => self.endpoint.tick(std::time::Instant::now()),
             }
@@ -242,19 +237,36 @@ impl Worker {
             pkt.header = parse_header(&pkt.data).ok();
         }
         let header = pkt.header;
-        match (self.endpoint).handle_parsed(now, super::unix_ms(), from, &pkt.data, header) {
+        let at = (from, local);
+        match (self.endpoint).handle_parsed(now, super::unix_ms(), at, &pkt.data, header) {
             Outcome::Deliver(h) => {
                 let _ = h.tx.try_send(pkt);
             }
             Outcome::Send { to, bytes } => {
                 let _ = self.out.send_to(&bytes, to, local);
             }
-            Outcome::Accept { session, keys } => {
-                info!(%from, agent = %super::fingerprint(&session.client), key = %session.client.to_base64(), session = format_args!("{:016x}", session.id), worker = self.index, cipher = %keys.cipher(), "agent authenticated");
-                stats.sessions.fetch_add(1, Ordering::Relaxed);
+            Outcome::Accepted {
+                id,
+                client,
+                cipher,
+                reply,
+                to,
+            } => {
+                let _ = self.out.send_to(reply, to, local);
+                info!(%from, agent = %super::fingerprint(&client), key = %client.to_base64(), session = format_args!("{id:016x}"), worker = self.index, %cipher, "agent authenticated");
                 self.persist_guard();
-                let _ = self.out.send_to(&session.reply, from, local);
-                let first = (session.id, session.path, PathAddr { peer: from, local });
+            }
+            Outcome::Start { session, keys } => {
+                stats.sessions.fetch_add(1, Ordering::Relaxed);
+                let id = session.id;
+                let first = (
+                    id,
+                    session.path,
+                    PathAddr {
+                        peer: session.from,
+                        local: session.local,
+                    },
+                );
                 let (tx, addrs, inbox, first) = spawn_session(
                     &self.common.session,
                     &self.out,
@@ -262,18 +274,21 @@ impl Worker {
                     (session.client, keys),
                     ends.0.clone(),
                 );
-                self.first.push_back(first);
-                self.endpoint.insert(session, Handle { tx, inbox, addrs });
+                let _ = tx.try_send(pkt);
+                let handle = Handle {
+                    tx,
+                    inbox,
+                    addrs,
+                    first,
+                };
+                self.endpoint.started(id, handle);
             }
-            Outcome::Rotate {
-                session,
-                keys,
-                reply,
-                to,
-            } => {
+            Outcome::Rotate { session, reply, to } => {
                 tracing::debug!(%from, "session keys rotated");
                 // The new keys reach the session task before message 2 goes out.
-                session.inbox.put(keys);
+                if let Some((h, keys)) = session {
+                    h.inbox.put(keys);
+                }
                 let _ = self.out.send_to(&reply, to, local);
                 self.persist_guard();
             }

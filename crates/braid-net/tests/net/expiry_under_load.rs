@@ -2,7 +2,7 @@
 //! handshakes keep arriving, on a server run the way `braid server` runs it (one worker, a
 //! current-thread runtime blocking on `Server::run`). Loopback only.
 
-use braid_crypto::{Ciphers, ClientHandshake, PacketType, PublicKey, StaticKeypair};
+use braid_crypto::{write_header, Ciphers, ClientHandshake, PacketType, PublicKey, StaticKeypair};
 use braid_net::server::{Server, ServerConfig};
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
@@ -15,8 +15,9 @@ const EXPIRE: Duration = Duration::from_millis(200);
 const LOOK: Duration = Duration::from_millis(1500);
 
 /// Handshakes from `keys.len()` source ports, one in flight on each, until `stop`; each
-/// completed one (message 2 checked) is counted in `done`. The sessions they start are never
-/// used.
+/// completed one (message 2 checked) is counted in `done` and followed by one transport
+/// packet, which starts the session on the server (a session is made at its first packet);
+/// the sessions never complete their first exchange.
 fn generate(
     server: SocketAddr,
     server_pub: PublicKey,
@@ -64,6 +65,12 @@ fn generate(
                             if ours {
                                 if hs.finish(&buf[..n]).is_ok() {
                                     done.fetch_add(1, Ordering::Relaxed);
+                                    // A first packet makes the server start the session
+                                    // (its task then finds it forged and waits on).
+                                    let mut p = Vec::new();
+                                    write_header(&mut p, PacketType::Transport, sid, 0, 0).unwrap();
+                                    p.resize(64, 0);
+                                    sock.send(&p).await.unwrap();
                                 }
                                 break;
                             }

@@ -361,6 +361,11 @@ pub fn print(r: &Report) {
             h.ratio_to_five_dalek_x25519, h.dalek_x25519_ops_per_s,
             h.ratio_to_five_ring_x25519, h.ring_x25519_ops_per_s
         );
+        let s = &h.started;
+        println!(
+            "handshakes each followed by a first packet: {} ({} lost), {} sessions made: {:.0}/s; server {:.3} CPU s, {:.1} us each = {:.2}x five X25519",
+            s.count, s.lost, s.sessions, s.per_s, s.server_cpu_s, s.server_cpu_us_per_handshake, s.ratio_to_five_x25519
+        );
     }
 }
 

@@ -37,12 +37,19 @@ pub fn server_config(
 
 /// Start a server on a thread of its own (`bench-server`); returns its address.
 pub fn start_server(cfg: ServerConfig) -> Result<SocketAddr> {
+    Ok(start_server_counted(cfg)?.0)
+}
+
+/// [`start_server`], with what each of its workers counted.
+pub fn start_server_counted(
+    cfg: ServerConfig,
+) -> Result<(SocketAddr, Arc<[braid_net::server::WorkerCounters]>)> {
     let (tx, rx) = std::sync::mpsc::channel();
     spawn_runtime("bench-server", move || {
         Box::pin(async move {
             match Server::bind(cfg).await {
                 Ok(s) => {
-                    let _ = tx.send(s.local_addr().ok());
+                    let _ = tx.send(s.local_addr().ok().map(|a| (a, s.workers())));
                     s.run().await?;
                 }
                 Err(e) => {

@@ -127,7 +127,7 @@ fn an_agent_and_a_server_without_a_common_cipher_get_no_session() {
 
 /// The handshake figure with two server workers: every handshake completes (message 2
 /// checked), the server's CPU is found and the X25519 speed measured (speed is never
-/// asserted).
+/// asserted); the run whose handshakes each send a first packet starts a session for each.
 #[test]
 fn a_handshake_bench_completes_every_handshake_on_two_workers() {
     let r = handshakes::measure(300, 2, false).unwrap();
@@ -138,4 +138,8 @@ fn a_handshake_bench_completes_every_handshake_on_two_workers() {
     for k in ["count", "per_s", "server_cpu_s", "x25519_ops_per_s"] {
         assert!(j.get(k).is_some(), "handshakes.{k} missing");
     }
+    // A handshake alone makes no session; one followed by its first packet does.
+    assert_eq!(r.sessions, 0, "{r:?}");
+    let s = &r.started;
+    assert_eq!((s.count, s.lost, s.sessions), (300, 0, 300), "{r:?}");
 }
