@@ -38,8 +38,9 @@ use super::gate::{HintGate, LoadMeter, RateLimiter};
 use super::logs::{DropLog, Dropped};
 pub use super::shared::{Shared, SharedConfig};
 use super::steer::Steering;
+use super::table::{Due, Entry, State};
+pub use super::table::{NewSession, SessionHandle};
 use super::{AuthorizedKeys, HandshakeCounters, MAX_SKEW_MS};
-use braid_core::PathId;
 use braid_crypto::{
     parse_header, CookieChecker, HandshakeError, Header, Mac1Key, PacketType, PublicKey,
     RandomError, Responder, SessionKeys,
@@ -49,12 +50,6 @@ use std::net::{IpAddr, SocketAddr};
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::Instant;
-
-/// What the endpoint needs to know of the caller's per-session handle.
-pub trait SessionHandle {
-    /// Is `addr` the peer address of one of the session's paths?
-    fn has_address(&self, addr: SocketAddr) -> bool;
-}
 
 /// One worker's gate in front of the handshake: its own state, no lock.
 struct Gate {
@@ -85,22 +80,6 @@ impl Gate {
             load: LoadMeter::new(share(shared.load_threshold, workers)),
         })
     }
-}
-
-/// A session to start ([`Outcome::Start`]): the caller creates its task with the keys,
-/// calls [`Endpoint::started`] with its handle, then hands it the packet.
-#[derive(Debug)]
-pub struct NewSession {
-    /// The session id (the agent chose it).
-    pub id: u64,
-    /// The path message 1 came on.
-    pub path: PathId,
-    /// Where message 1 came from (the first path's address).
-    pub from: SocketAddr,
-    /// The server address message 1 was sent to, where the socket said it.
-    pub local: Option<IpAddr>,
-    /// The agent's key.
-    pub client: PublicKey,
 }
 
 /// What to do with a datagram.
@@ -155,33 +134,6 @@ pub enum Outcome<'a, H> {
     Drop(Dropped),
 }
 
-/// A session of the table: its keys until its first packet, then its task's handle.
-enum State<H> {
-    Pending(Box<SessionKeys>),
-    /// Its task is being made (from [`Outcome::Start`] to [`Endpoint::started`]).
-    Starting,
-    Live(H),
-}
-
-struct Entry<H> {
-    state: State<H>,
-    /// The path message 1 came on, and the server address it was sent to.
-    path: PathId,
-    local: Option<IpAddr>,
-    /// Which first-exchange record is this entry's (an id may come back after its entry
-    /// ended; its old record must not judge the new one).
-    serial: u64,
-    /// The agent key that opened the session: only it may rotate its keys.
-    client: PublicKey,
-    /// Where the agent's newest message 1 came from: only there (or from another of its
-    /// path addresses)...
-    from: SocketAddr,
-    /// ...does a byte-for-byte copy of its header and Noise message (mac2 may differ)...
-    request: Vec<u8>,
-    /// ...get our cached reply (smaller than the request, so never an amplifier).
-    reply: Vec<u8>,
-}
-
 /// A transport packet of no session of ours. Perhaps a session of ours before a restart:
 /// tell the agent, so that it shakes hands again now rather than after a silence (it only
 /// takes this as a hint). Never more bytes than the packet had.
@@ -203,40 +155,6 @@ fn unknown_session<'a, H>(
         return Outcome::Send { to: from, bytes };
     }
     Outcome::Drop(Dropped::UnknownSession)
-}
-
-impl<H: SessionHandle> Entry<H> {
-    /// Is `addr` where the agent's newest message 1 came from, or a path address of its
-    /// session?
-    fn knows(&self, addr: SocketAddr) -> bool {
-        self.from == addr || matches!(&self.state, State::Live(h) if h.has_address(addr))
-    }
-
-    /// The first transport packet of session `id`, pending: its task is to be made now.
-    fn start<'a>(&mut self, id: u64) -> Outcome<'a, H> {
-        let State::Pending(keys) = std::mem::replace(&mut self.state, State::Starting) else {
-            return Outcome::Drop(Dropped::UnknownSession);
-        };
-        let session = NewSession {
-            id,
-            path: self.path,
-            from: self.from,
-            local: self.local,
-            client: self.client,
-        };
-        Outcome::Start {
-            session,
-            keys: *keys,
-        }
-    }
-}
-
-/// When a new session's first exchange is due (every session has the same timeout, so the
-/// records are in the order they are due).
-struct Due {
-    at: Instant,
-    id: u64,
-    serial: u64,
 }
 
 /// One worker's endpoint.
@@ -327,9 +245,9 @@ impl<H: SessionHandle> Endpoint<H> {
         match h.ptype {
             PacketType::Transport => {
                 if let Some(e) = self.sessions.get_mut(&h.session_id) {
-                    if matches!(e.state, State::Pending(_)) {
+                    if let Some((session, keys)) = e.start(h.session_id) {
                         self.shared.counters.waiting.fetch_sub(1, Ordering::Relaxed);
-                        return e.start(h.session_id);
+                        return Outcome::Start { session, keys };
                     }
                     return match &e.state {
                         State::Live(handle) => Outcome::Deliver(handle),

@@ -8,10 +8,12 @@
 //! message with a valid mac1, and never more bytes than it received.
 //!
 //! - [`endpoint`]: the sans-IO endpoint: session table and handshake policy (in order,
-//!   docs/protocol.md section 16), what to do with each datagram,
+//!   docs/protocol.md section 16), what to do with each datagram, the first exchanges due,
+//! - `table`: one entry of that table (pending until the session's first packet, then
+//!   started),
 //! - [`steer`]: which worker owns a session id, the SO_REUSEPORT group and its BPF program,
 //! - `worker`: the receive loop of each worker, the worker threads, hand-over channels,
-//! - `session`: starting a session task and what goes with it,
+//! - `session`: starting a session task (at its first packet) and what goes with it,
 //! - [`authorized`]: the authorized agent keys, re-read when their file changes,
 //! - [`gate`]: per-address rate limit, the load meter and the hint gate (one per worker),
 //! - `shared`: what all workers' endpoints share (replay guard, authorized keys, session count),
@@ -56,6 +58,7 @@ mod report;
 mod session;
 mod shared;
 pub mod steer;
+mod table;
 mod worker;
 
 pub use authorized::AuthorizedKeys;
