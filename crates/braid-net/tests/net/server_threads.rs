@@ -149,7 +149,7 @@ async fn eight_agents_on_two_workers_move_exact_bytes_without_hand_over() {
 /// worker that owns their session, and the replies come back down the connection.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn tcp_fallback_packets_reach_the_worker_of_their_session() {
-    use braid_crypto::{parse_header, ClientHandshake, PacketType};
+    use braid_crypto::{parse_header, write_header, ClientHandshake, PacketType};
     use tokio::io::AsyncWriteExt;
     log();
     // One agent key per session: the replay guard refuses an agent's handshake older than
@@ -179,14 +179,16 @@ async fn tcp_fallback_packets_reach_the_worker_of_their_session() {
         .unwrap()
         .as_millis() as u64;
     let mut sids = Vec::new();
+    let mut handshakes = std::collections::HashMap::new();
     for (w, agent_key) in [(1usize, &keys[0]), (0, &keys[1])] {
         let sid = (1u64..)
             .find(|&s| steering.worker_of(s << 20) == w)
             .unwrap()
             << 20;
-        let (_, m1) = ClientHandshake::new(agent_key, &server_pub, sid, 0, now).unwrap();
+        let (hs, m1) = ClientHandshake::new(agent_key, &server_pub, sid, 0, now).unwrap();
         tcp.write_all(&braid_net::tcp::frame(&m1)).await.unwrap();
         sids.push(sid);
+        handshakes.insert(sid, hs);
     }
     let mut buf = bytes::BytesMut::new();
     let mut got = Vec::new();
@@ -200,12 +202,28 @@ async fn tcp_fallback_packets_reach_the_worker_of_their_session() {
         let h = parse_header(&reply).unwrap();
         assert_eq!(h.ptype, PacketType::Handshake);
         got.push(h.session_id);
+        // The session's first packet, down the same connection: the server makes the
+        // session on the worker that owns it.
+        let keys = handshakes
+            .get_mut(&h.session_id)
+            .unwrap()
+            .finish(&reply)
+            .unwrap();
+        let mut p = Vec::new();
+        let n = write_header(&mut p, PacketType::Transport, h.session_id, 0, 0).unwrap();
+        p.resize(n + 32 + braid_crypto::TAG_LEN, 0);
+        keys.send.seal_in_place(&mut p, n).unwrap();
+        tcp.write_all(&braid_net::tcp::frame(&p)).await.unwrap();
     }
     // The two workers answer independently: in either order.
     got.sort_unstable();
     sids.sort_unstable();
     assert_eq!(got, sids);
     let on = |w: usize| workers[w].sessions.load(Ordering::Relaxed);
+    let t0 = std::time::Instant::now();
+    while (on(0), on(1)) != (1, 1) && t0.elapsed() < Duration::from_secs(10) {
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
     assert_eq!((on(0), on(1)), (1, 1), "one session on each worker");
     assert!(workers
         .iter()
