@@ -74,6 +74,12 @@ impl Path {
         Some(from + self.pto_duration(cfg))
     }
 
+    /// The loss-detection timer can only be a probe timeout (no packet waits for the
+    /// time threshold).
+    pub(crate) fn probe_timer_only(&self) -> bool {
+        self.loss_time.is_none()
+    }
+
     pub(crate) fn pto_duration(&self, cfg: &Config) -> Duration {
         let base = self.rtt.pto_base(cfg.max_ack_delay);
         let backed = base.saturating_mul(1u32 << self.pto_count.min(16));

@@ -104,7 +104,7 @@ impl Session {
             .arm(Timer::Idle, self.last_recv + self.cfg.idle_timeout);
         let has_data = self.state == State::Established && self.has_data();
         for p in self.paths.values().filter(|p| !p.abandoned) {
-            if let Some(t) = p.loss_timer(&self.cfg) {
+            if let Some(t) = self.loss_deadline(p) {
                 self.timers.arm(Timer::Loss(p.id), t);
             }
             if let Some(t) = p.recv.ack_deadline() {
@@ -134,6 +134,22 @@ impl Session {
         for (pid, at) in self.blackout_deadlines() {
             self.timers.arm(Timer::Blackout(pid), at.max(now));
         }
+    }
+
+    /// A path's loss-detection deadline as the session arms it: the path's own, except a
+    /// probe timeout that could send nothing. A server's path not yet validated may send
+    /// at most `amplification_factor` times what arrived on it; once that budget is spent,
+    /// after its first probe timeout (which moves what it had in flight to the other
+    /// paths), its probe timer stays unarmed until datagrams arrive on it (RFC 9002,
+    /// 6.2.2.1). Before this, a client's path that went silent after its first packets
+    /// woke the server every `max_pto` for the life of the session, and each wake-up sent
+    /// nothing.
+    fn loss_deadline(&self, p: &crate::path::Path) -> Option<Instant> {
+        let t = p.loss_timer(&self.cfg)?;
+        if p.pto_count > 0 && p.probe_timer_only() && !self.amplification_ok(p.id, 64) {
+            return None;
+        }
+        Some(t)
     }
 
     /// Give every path the summary coupled controllers need (all usable paths), with OLIA's
@@ -189,7 +205,7 @@ impl Session {
         let expired: Vec<PathId> = self
             .paths
             .values()
-            .filter(|p| !p.abandoned && p.loss_timer(&self.cfg).is_some_and(|t| t <= now))
+            .filter(|p| !p.abandoned && self.loss_deadline(p).is_some_and(|t| t <= now))
             .map(|p| p.id)
             .collect();
         for pid in expired {
@@ -245,3 +261,7 @@ fn olia_quality(p: &crate::path::Path) -> f64 {
     let rtt = p.rtt.smoothed().as_secs_f64().max(1e-6);
     p.cc.loss_interval().unwrap_or(0) as f64 / (rtt * rtt)
 }
+
+#[cfg(test)]
+#[path = "timers_tests.rs"]
+mod tests;
