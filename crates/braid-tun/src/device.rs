@@ -26,6 +26,11 @@ pub enum DeviceError {
     Permission { name: String },
     #[error("cannot create TUN device {name:?}: {source} (is /dev/net/tun there? modprobe tun)")]
     Open { name: String, source: io::Error },
+    #[error(
+        "TUN device {name:?} is in use by another process (another braid agent?) and stayed \
+         so for 2 s: stop that process, or give this agent's device another name"
+    )]
+    Busy { name: String },
     #[error("TUN device name {0:?} is not valid: 1 to 15 bytes, no '/', no spaces")]
     BadName(String),
     #[error("cannot set up TUN device {name:?}: {what}: {source}")]
@@ -52,6 +57,10 @@ struct IfReq {
 
 const TUNSETIFF: libc::c_ulong = 0x4004_54ca;
 
+/// How long [`TunDevice::create`] waits for a device of its name that is still attached
+/// elsewhere (see there) before it reports it busy.
+const BUSY_WAIT: std::time::Duration = std::time::Duration::from_secs(2);
+
 impl TunDevice {
     /// Creates the device `name` (or opens it, if a persistent one exists), sets its MTU
     /// and addresses (`addr/prefix`), and brings it up.
@@ -62,6 +71,8 @@ impl TunDevice {
         let open_err = |source: io::Error| {
             if source.kind() == io::ErrorKind::PermissionDenied {
                 DeviceError::Permission { name: name.into() }
+            } else if source.raw_os_error() == Some(libc::EBUSY) {
+                DeviceError::Busy { name: name.into() }
             } else {
                 DeviceError::Open {
                     name: name.into(),
@@ -81,11 +92,23 @@ impl TunDevice {
             _pad: [0; 22],
         };
         req.name[..name.len()].copy_from_slice(name.as_bytes());
-        // SAFETY: TUNSETIFF reads and writes one `struct ifreq`, which `IfReq` lays out
-        // (name, flags, padding to the union's size); the descriptor is open.
-        let rc = unsafe { libc::ioctl(file.as_raw_fd(), TUNSETIFF as _, &mut req) };
-        if rc < 0 {
-            return Err(open_err(io::Error::last_os_error()));
+        // A device of this name still attached to a descriptor is busy. Right after the
+        // process that held it died (an agent killed and restarted at once), or while a
+        // just-forked child still shares its descriptor table until it runs `exec`, that
+        // lasts moments: wait for it, up to BUSY_WAIT.
+        let start = std::time::Instant::now();
+        loop {
+            // SAFETY: TUNSETIFF reads and writes one `struct ifreq`, which `IfReq` lays out
+            // (name, flags, padding to the union's size); the descriptor is open.
+            let rc = unsafe { libc::ioctl(file.as_raw_fd(), TUNSETIFF as _, &mut req) };
+            if rc >= 0 {
+                break;
+            }
+            let e = io::Error::last_os_error();
+            if e.raw_os_error() != Some(libc::EBUSY) || start.elapsed() >= BUSY_WAIT {
+                return Err(open_err(e));
+            }
+            std::thread::sleep(std::time::Duration::from_millis(20));
         }
         let cname = CString::new(name).map_err(|_| DeviceError::BadName(name.into()))?;
         // SAFETY: a valid NUL-terminated string.

@@ -246,3 +246,31 @@ fn a_kernel_tcp_connection_through_the_device_carries_every_byte() {
         assert!(got == sent, "every byte exactly, in order");
     });
 }
+
+/// Regression for "TUN device again: Device or resource busy" (a CI run): a device whose
+/// descriptor another holder lets go of a moment later (a killed agent's process still
+/// exiting, a child forked by another thread before its `exec`) is waited for; one held on
+/// is reported busy, by name.
+#[test]
+fn a_device_still_attached_for_a_moment_is_waited_for() {
+    in_fresh_netns("a_device_still_attached", || {
+        let dev = TunDevice::create("bt0", 1400, &addrs()).expect("TUN device");
+        let t0 = std::time::Instant::now();
+        let holder = std::thread::spawn(move || {
+            std::thread::sleep(Duration::from_millis(300));
+            drop(dev);
+        });
+        let again = TunDevice::create("bt0", 1400, &addrs()).expect("waited for");
+        assert!(
+            t0.elapsed() >= Duration::from_millis(250),
+            "{:?}",
+            t0.elapsed()
+        );
+        holder.join().unwrap();
+        let e = TunDevice::create("bt0", 1400, &addrs())
+            .map(|_| ())
+            .unwrap_err();
+        assert!(e.to_string().contains("in use by another process"), "{e}");
+        drop(again);
+    });
+}
