@@ -7,6 +7,12 @@
 use std::ops::{Add, AddAssign, Sub};
 use std::time::Duration;
 
+/// How late a driver's timer may fire (tokio's timer wheel has a resolution of 1 ms, as
+/// RFC 9002's kGranularity assumes): pacing lets out at least what the rate allows over
+/// two of these at once, and the window of a model-based controller covers it, so that a
+/// timer firing late never leaves the path idle.
+pub const TIMER_GRANULARITY: Duration = Duration::from_millis(1);
+
 /// A point in time, in nanoseconds since an epoch chosen by the driver.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Default)]
 pub struct Instant(pub u64);

@@ -15,6 +15,8 @@ use std::collections::HashMap;
 use tokio::sync::mpsc;
 use tracing::{debug, info, warn};
 
+pub mod counters;
+
 /// Seals outgoing and opens incoming packets (the AEAD of the networking layer), and
 /// manages its keys (rotation) through [`PacketProtection::poll_control`].
 pub trait PacketProtection: Send + 'static {
@@ -295,12 +297,14 @@ impl<P: PacketProtection, S: PathSender> SessionTask<P, S> {
                     self.session.handle_timeout(self.clock.now());
                 }
             }
+            counters::wakeup(self.session.side());
         }
     }
 
     /// Seal every datagram of a batch in place and send the batch; a datagram that fails
     /// to seal is left out (the datagrams around it go as two batches).
     fn seal_and_send(&mut self, b: braid_core::BatchTransmit, buf: &mut [u8]) {
+        counters::sent(self.session.side(), b.segments);
         let seg = b.segment_size;
         let mut start = 0;
         for i in 0..b.segments {

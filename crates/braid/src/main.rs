@@ -200,6 +200,10 @@ struct BenchArgs {
     /// workers and report its CPU per handshake next to this CPU's X25519 speed.
     #[arg(long, value_name = "N")]
     handshakes: Option<usize>,
+    /// The congestion controllers of braid's rows, comma-separated (like `bbrq,cubic`): one
+    /// row each, measured one after the other in this run; default the agent's default.
+    #[arg(long, value_name = "NAME[,NAME...]", value_delimiter = ',')]
+    cc: Vec<String>,
     /// Print one JSON object on stdout instead of a table.
     #[arg(long)]
     json: bool,
@@ -236,6 +240,11 @@ fn bench_cmd(a: BenchArgs) -> Result<bool> {
         handshakes: a.handshakes,
         progress: std::io::IsTerminal::is_terminal(&std::io::stderr()),
         aead_time: std::time::Duration::from_millis(300),
+        ccs: a
+            .cc
+            .iter()
+            .map(|c| c.parse().map_err(|e: String| anyhow::anyhow!("--cc: {e}")))
+            .collect::<Result<_>>()?,
     };
     let r = bench::run(&o)?;
     if a.json {

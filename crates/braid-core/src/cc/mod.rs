@@ -5,6 +5,7 @@
 //! scheduling; a controller only reacts to the events the path hands it.
 
 mod bbr;
+mod bbr_filters;
 mod coupled;
 mod cubic;
 mod hystart;

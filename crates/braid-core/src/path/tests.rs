@@ -1,4 +1,4 @@
-//! Unit tests of a path's loss detection on a reliable (TCP) transport.
+//! Unit tests of a path: loss detection on a reliable (TCP) transport, and its pacer.
 
 use super::*;
 use crate::wire::frame::emit;
@@ -92,4 +92,42 @@ fn sparse_packets_sent_from_an_idle_path_are_app_limited() {
             "packet {i} not marked app-limited"
         );
     }
+}
+
+/// Issue 34: a driver that sends GSO batches on a 1 ms timer had the pacer's bucket capped
+/// at one batch (64 datagrams): a path paced above 94 kB per millisecond was held to that
+/// wherever only the timer woke it (750 Mbit/s on a gigabit link). The bucket now holds
+/// two timer granularities at the pacing rate.
+#[test]
+fn the_pacer_of_a_batching_driver_lets_out_two_timer_ticks_at_the_rate() {
+    let cfg = Config {
+        cc: CcAlgorithm::Cubic,
+        initial_window_packets: 2000,
+        ..Config::default()
+    };
+    let mut p = Path::new(0, &cfg, cfg.cc, at(0));
+    p.validated = true;
+    p.set_max_burst(at(0), 64);
+    // A window of 2000 packets over the initial 333 ms RTT at slow start's gain 2: about
+    // 17.7 MB/s, 35 kB per 2 ms; a faster rate needs a smaller RTT.
+    p.rtt.update(Duration::from_millis(2), Duration::ZERO);
+    p.refresh_pacer(at(0));
+    let rate = p.cc.pacing_rate(&p.rtt);
+    assert!(rate > 1_000_000_000, "pacing rate {rate}");
+    // Empty the bucket, then let one late timer's worth of time pass: 1 ms.
+    let mut t = at(0);
+    while p.pacer_ready_at(t) <= t {
+        p.on_sent(t, 1472, true, false, SmallVec::new());
+    }
+    let mut sent = 0u64;
+    t = at(1);
+    while p.pacer_ready_at(t) <= t && p.window_open() {
+        p.on_sent(t, 1472, true, false, SmallVec::new());
+        sent += 1472;
+    }
+    // What 1 ms at the rate allows leaves at once (not 64 datagrams, 94 kB).
+    assert!(
+        sent as f64 >= 0.95 * rate as f64 / 1000.0,
+        "{sent} bytes of {rate} B/s"
+    );
 }

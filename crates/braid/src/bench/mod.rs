@@ -24,8 +24,10 @@ pub mod measure;
 pub mod rig;
 pub mod traffic;
 
-use anyhow::{bail, Result};
+use anyhow::{bail, Context, Result};
+use braid_core::{CcAlgorithm, Side};
 use braid_crypto::Ciphers;
+use braid_net::driver::counters::counts;
 use measure::{braid_cpu_between, braid_threads, cores, cpu_seconds};
 use serde::Serialize;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -60,6 +62,9 @@ pub struct Options {
     pub progress: bool,
     /// How long each cipher figure seals and opens.
     pub aead_time: Duration,
+    /// One braid row per congestion controller, in this order (`--cc`; the agent's default
+    /// when empty).
+    pub ccs: Vec<CcAlgorithm>,
 }
 
 /// One row of the benchmark.
@@ -67,6 +72,16 @@ pub struct Options {
 pub struct Row {
     /// "tcp", "braid" or "mptcp".
     pub name: String,
+    /// braid rows: the congestion controller of the row's sessions.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub cc: Option<String>,
+    /// braid rows: datagrams the receiving end (the agents) sent per datagram the sending
+    /// end (the server) sent: its acknowledgements per data packet.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub acks_per_data_packet: Option<f64>,
+    /// braid rows: turns of the session loops (agents and server) per GB moved.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub wakeups_per_gb: Option<f64>,
     /// Bytes moved.
     pub bytes: u64,
     /// Wall-clock seconds.
@@ -139,6 +154,9 @@ pub struct Report {
 fn row(name: &str, bytes: u64, seconds: f64, cpu: f64) -> Row {
     Row {
         name: name.into(),
+        cc: None,
+        acks_per_data_packet: None,
+        wakeups_per_gb: None,
         bytes,
         seconds,
         gbit_per_s: bytes as f64 * 8.0 / seconds / 1e9,
@@ -180,6 +198,7 @@ fn measure_row(
         (stop, h)
     });
     let (c0, b0, t0) = (cpu_seconds(), braid_threads(), Instant::now());
+    let (client0, server0) = (counts(Side::Client), counts(Side::Server));
     let r = traffic::sink_all(via, source, streams, per_conn, done);
     let (seconds, cpu, b1) = (
         t0.elapsed().as_secs_f64(),
@@ -194,12 +213,16 @@ fn measure_row(
     }
     r?;
     let mut x = row(name, total, seconds, cpu);
-    if name == "braid" {
+    if name.starts_with("braid") {
         let (all, server) = braid_cpu_between(&b0, &b1);
         let gb = total as f64 / 1e9;
         x.braid_cpu_s_per_gb = Some(all / gb);
         x.server_cpu_s_per_gb = Some(server / gb);
         x.server_cores_busy = Some(server / seconds);
+        let client = counts(Side::Client).since(&client0);
+        let server = counts(Side::Server).since(&server0);
+        x.acks_per_data_packet = Some(client.datagrams as f64 / server.datagrams.max(1) as f64);
+        x.wakeups_per_gb = Some((client.wakeups + server.wakeups) as f64 / gb);
     }
     Ok(x)
 }
@@ -221,9 +244,26 @@ pub fn run(o: &Options) -> Result<Report> {
     let source = traffic::start_source(per_conn, false)?;
     let n = conns as usize;
     let tcp = measure_row("tcp", Via::Tcp, source, n, per_conn, total, o.progress)?;
-    let rig = rig::start(o.agents, o.paths, o.threads, &o.ciphers)?;
-    let via = Via::Socks(rig.socks.clone());
-    let braid = measure_row("braid", via, source, o.streams, per_conn, total, o.progress)?;
+    let ccs = if o.ccs.is_empty() {
+        vec![braid_core::Config::default().cc]
+    } else {
+        o.ccs.clone()
+    };
+    let mut braids = Vec::new();
+    let mut first_socks = None;
+    for cc in ccs {
+        // A server and agents of their own for each controller; those of the rows before
+        // stay up, idle.
+        let rig = rig::start(o.agents, o.paths, o.threads, &o.ciphers, cc)?;
+        let via = Via::Socks(rig.socks.clone());
+        first_socks.get_or_insert(rig.socks[0]);
+        let label = format!("braid {cc}");
+        let mut b = measure_row(&label, via, source, o.streams, per_conn, total, o.progress)?;
+        b.name = "braid".into();
+        b.cc = Some(cc.to_string());
+        braids.push(b);
+    }
+    let braid = &braids[0];
     let mptcp = match traffic::mptcp_unavailable() {
         Some(why) => Row {
             skipped: Some(why),
@@ -235,7 +275,11 @@ pub fn run(o: &Options) -> Result<Report> {
         }
     };
     let udp = match o.udp {
-        Some(count) => Some(traffic::udp_flow(rig.socks[0], count, o.udp_rate)?),
+        Some(count) => Some(traffic::udp_flow(
+            first_socks.context("no braid row")?,
+            count,
+            o.udp_rate,
+        )?),
         None => None,
     };
     let idle = match o.idle_sessions {
@@ -263,7 +307,10 @@ pub fn run(o: &Options) -> Result<Report> {
         goodput_ratio: braid.gbit_per_s / tcp.gbit_per_s,
         cpu_ratio: braid.cpu_s_per_gb / tcp.cpu_s_per_gb,
         cores: cores(),
-        rows: vec![tcp, braid, mptcp],
+        rows: std::iter::once(tcp)
+            .chain(braids)
+            .chain(std::iter::once(mptcp))
+            .collect(),
         aead: aead::measure(o.aead_time)?,
         udp,
         idle,
@@ -283,25 +330,37 @@ pub fn print(r: &Report) {
         s.ciphers.join(" > ")
     );
     println!(
-        "{:<6} {:>12} {:>9} {:>10} {:>12} {:>16}",
-        "", "bytes", "seconds", "Gbit/s", "CPU s/GB", "braid CPU s/GB"
+        "{:<12} {:>12} {:>9} {:>10} {:>12} {:>16} {:>10} {:>12}",
+        "", "bytes", "seconds", "Gbit/s", "CPU s/GB", "braid CPU s/GB", "acks/data", "wake-ups/GB"
     );
     for x in &r.rows {
+        let label = match &x.cc {
+            Some(cc) => format!("{} {cc}", x.name),
+            None => x.name.clone(),
+        };
         if let Some(why) = &x.skipped {
-            println!("{:<6} skipped: {why}", x.name);
+            println!("{label:<12} skipped: {why}");
             continue;
         }
-        let own = x
-            .braid_cpu_s_per_gb
-            .map_or(String::new(), |v| format!("{v:.2}"));
+        let opt =
+            |v: Option<f64>, digits: usize| v.map_or(String::new(), |v| format!("{v:.digits$}"));
         println!(
-            "{:<6} {:>12} {:>9.2} {:>10.2} {:>12.2} {:>16}",
-            x.name, x.bytes, x.seconds, x.gbit_per_s, x.cpu_s_per_gb, own
+            "{:<12} {:>12} {:>9.2} {:>10.2} {:>12.2} {:>16} {:>10} {:>12}",
+            label,
+            x.bytes,
+            x.seconds,
+            x.gbit_per_s,
+            x.cpu_s_per_gb,
+            opt(x.braid_cpu_s_per_gb, 2),
+            opt(x.acks_per_data_packet, 3),
+            opt(x.wakeups_per_gb, 0)
         );
     }
     println!(
-        "braid / tcp: goodput {:.3}, CPU per GB {:.1}x (encrypted, loopback)",
-        r.goodput_ratio, r.cpu_ratio
+        "braid ({}) / tcp: goodput {:.3}, CPU per GB {:.1}x (encrypted, loopback)",
+        r.rows.iter().find_map(|x| x.cc.as_deref()).unwrap_or("?"),
+        r.goodput_ratio,
+        r.cpu_ratio
     );
     if let Some(b) = r
         .rows

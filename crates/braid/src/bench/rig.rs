@@ -94,9 +94,16 @@ pub struct Rig {
     pub socks: Vec<SocketAddr>,
 }
 
-/// Start a server and `agents` agents (thread `bench-agent-I` each) and wait until every
+/// Start a server and `agents` agents (thread `bench-agent-I` each) whose sessions run the
+/// congestion controller `cc` (the server follows the agent's choice), and wait until every
 /// agent has its session.
-pub fn start(agents: usize, paths: usize, threads: usize, ciphers: &Ciphers) -> Result<Rig> {
+pub fn start(
+    agents: usize,
+    paths: usize,
+    threads: usize,
+    ciphers: &Ciphers,
+    cc: braid_core::CcAlgorithm,
+) -> Result<Rig> {
     let server_key = StaticKeypair::generate()?;
     let server_pub = server_key.public();
     let keys = (0..agents)
@@ -107,7 +114,8 @@ pub fn start(agents: usize, paths: usize, threads: usize, ciphers: &Ciphers) -> 
     let server = start_server(scfg)?;
     let mut waits = Vec::new();
     for (i, key) in keys.into_iter().enumerate() {
-        let acfg = agent_config(server, server_pub, key, paths, true, ciphers.clone())?;
+        let mut acfg = agent_config(server, server_pub, key, paths, true, ciphers.clone())?;
+        acfg.transport.cc = cc;
         let (tx, rx) = std::sync::mpsc::channel();
         spawn_runtime(&format!("bench-agent-{i}"), move || {
             Box::pin(async move {

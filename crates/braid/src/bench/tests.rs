@@ -17,6 +17,7 @@ fn a_tiny_bench_has_every_row_and_moves_every_byte() {
         handshakes: None,
         progress: false,
         aead_time: Duration::from_millis(20),
+        ccs: vec![],
     };
     let r = run(&o).unwrap();
     let names: Vec<&str> = r.rows.iter().map(|x| x.name.as_str()).collect();
@@ -83,6 +84,7 @@ fn bad_options_are_refused_with_the_flag_named() {
         handshakes: None,
         progress: false,
         aead_time: Duration::from_millis(20),
+        ccs: vec![],
     };
     let e = run(&o).unwrap_err().to_string();
     assert!(e.contains("--size"), "{e}");

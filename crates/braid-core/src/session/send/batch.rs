@@ -64,10 +64,10 @@ impl Stash {
 }
 
 impl Session {
-    /// Let each path's pacer release up to `packets` packets at once (10 by default), as
-    /// far as 2 ms at its pacing rate allow: a driver sending batches of `packets`
-    /// datagrams (UDP GSO) calls it once, so that the pacer does not cut every batch at 10.
-    /// Paths added later get it too.
+    /// Say that the driver sends batches of up to `packets` datagrams (UDP GSO) on timers
+    /// of [`crate::time::TIMER_GRANULARITY`]: each path's pacer then releases what 2 ms at
+    /// its pacing rate allow (at least 10 packets, the default burst), so that neither a
+    /// batch nor a late timer cuts the rate. Paths added later get it too.
     pub fn set_max_burst(&mut self, now: Instant, packets: usize) {
         self.max_burst = packets as u64;
         for p in self.paths.values_mut() {
