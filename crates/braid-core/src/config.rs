@@ -98,6 +98,10 @@ pub struct Config {
     /// Super-aggregation: an isolated loss without queue build-up is resent on another path
     /// and does not shrink the lossy path's window.
     pub loss_recovery: bool,
+    /// Ask the peer (ACK_FREQUENCY, where its HELLO says it follows them) to acknowledge a
+    /// path's packets less often as the path's window grows: one acknowledgement per 1/16
+    /// of the window, 2 to 64 packets (session/ackfreq.rs). On by default.
+    pub ack_frequency: bool,
 }
 
 impl Config {
@@ -155,6 +159,7 @@ impl Default for Config {
             ack_offload: false,
             blackout_freeze: true,
             loss_recovery: true,
+            ack_frequency: true,
         }
     }
 }

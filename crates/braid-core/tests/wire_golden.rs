@@ -90,8 +90,9 @@ fn hello_feature_bits_are_pinned() {
             features::DATAGRAM_AUTO,
             features::ACK_TIMESTAMPS,
             features::PATH_NAMES,
+            features::ACK_FREQUENCY,
         ],
-        [1, 2, 4, 8, 16, 32, 64]
+        [1, 2, 4, 8, 16, 32, 64, 128]
     );
 }
 
@@ -143,9 +144,9 @@ fn a_client_hello_has_golden_bytes() {
     let bytes = &buf[..n];
     // Varints: type 18, max_data 804c4b40 (5_000_000), max_stream_data 800493e0 (300_000),
     // max_streams 404d (77), idle 7039 (12_345 ms), max_datagram 44b0 (1_200), cc 05 (olia),
-    // scheduler 04 (blest), features 406d (ACK_OFFLOAD | LOSS_RECOVERY | DATAGRAM_REDUNDANT |
-    // ACK_TIMESTAMPS | PATH_NAMES), alpha 40fa (250 thousandths).
-    assert_eq!(hex(bytes), "18804c4b40800493e0404d703944b00504406d40fa");
+    // scheduler 04 (blest), features 40ed (ACK_OFFLOAD | LOSS_RECOVERY | DATAGRAM_REDUNDANT |
+    // ACK_TIMESTAMPS | PATH_NAMES | ACK_FREQUENCY), alpha 40fa (250 thousandths).
+    assert_eq!(hex(bytes), "18804c4b40800493e0404d703944b0050440ed40fa");
     assert!(
         packet.windows(n).any(|w| w == bytes),
         "the HELLO emitted from the parsed parameters is not the one in the packet"
@@ -234,12 +235,13 @@ fn frame_type_numbers_and_layouts_are_pinned() {
         ty::PATH_COST,
         ty::PATH_BLACKOUT,
         ty::PATH_NAME,
+        ty::ACK_FREQUENCY,
         ty::DATAGRAM,
         ty::DATAGRAM_SEQ,
     ];
     let expected = [
         0x00, 0x01, 0x02, 0x03, 0x04, 0x05, 0x08, 0x09, 0x10, 0x11, 0x12, 0x18, 0x1a, 0x1b, 0x1c,
-        0x1d, 0x1e, 0x1f, 0x20, 0x21, 0x30, 0x31,
+        0x1d, 0x1e, 0x1f, 0x20, 0x21, 0x22, 0x30, 0x31,
     ];
     assert_eq!(types, expected);
 
@@ -268,6 +270,7 @@ fn frame_type_numbers_and_layouts_are_pinned() {
     emit::path_cost(&mut w, 2, 3, 634, 1000).unwrap();
     emit::path_blackout(&mut w, 2, 77).unwrap();
     emit::path_name(&mut w, 9, "lte").unwrap();
+    emit::ack_frequency(&mut w, 3, 7, 20, 10_000).unwrap();
     emit::datagram(&mut w, b"dg").unwrap();
     emit::datagram_seq(&mut w, 300, b"sq").unwrap();
     emit::padding(&mut w, 2).unwrap();
@@ -291,6 +294,7 @@ fn frame_type_numbers_and_layouts_are_pinned() {
         "1f0203427a43e8",                   // PATH_COST path 2, seq 3, 634 mW, 1000 kbit/s
         "2002404d",                         // PATH_BLACKOUT path 2, largest 77
         "2109036c7465",                     // PATH_NAME path 9, "lte"
+        "22 03 07 14 6710",                 // ACK_FREQUENCY path 3, seq 7, 20 packets, 10 ms
         "30026467",                         // DATAGRAM "dg"
         "31412c027371",                     // DATAGRAM_SEQ 300 "sq"
         "0000",                             // PADDING 2

@@ -6,13 +6,18 @@
 //! `UDP_SEGMENT` option), every datagram goes in a `sendmsg` of its own from then on.
 //! Receive: with `UDP_GRO` on (Linux 5.0+), one `recvmsg` returns several datagrams of one
 //! sender back to back, and a `UDP_GRO` control message says their size; without it, one
-//! datagram per call, as before.
+//! datagram per call, as before. [`RecvBatch`] takes up to [`MESSAGES`] such receives in one
+//! `recvmmsg` (`batch/many.rs`), for devices and kernels where GRO does not coalesce.
 //! Where packet info is on (a socket on a wildcard address, see `pktinfo`), each receive
 //! says the local address its datagrams were sent to, and a send can name its source.
 //!
 //! Owns: the socket options and system calls of batched sends and receives, and splitting
 //! a received buffer into its datagrams. Must not touch: what the datagrams carry, which
 //! socket a path uses (the agent's `links`, the server), or binding sockets (`udp`).
+
+mod many;
+
+pub use many::{recv_batch_async, RecvBatch, MESSAGES};
 
 use bytes::BytesMut;
 use socket2::SockAddr;

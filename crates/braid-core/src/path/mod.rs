@@ -43,6 +43,17 @@ const MAX_DECLARED_LOST: usize = 4096;
 /// Most ranges in one ACK frame, and most kept in the receive history.
 pub(crate) const MAX_ACK_RANGES: usize = 32;
 
+/// The ACK frequency we asked of the peer for one path (session/ackfreq.rs decides).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub(crate) struct AckFrequencyAsked {
+    /// Sequence number of the latest request (0: none sent).
+    pub seq: u64,
+    /// Its ack-eliciting threshold and longest delay; the peer's defaults before any.
+    pub asked: Option<(u64, Duration)>,
+    /// When it was decided.
+    pub at: Option<Instant>,
+}
+
 /// One path.
 #[derive(Debug)]
 pub struct Path {
@@ -113,6 +124,9 @@ pub struct Path {
     pub(crate) cost: Option<PathCost>,
     pub(crate) cost_seq: u64,
     pub(crate) peer_cost_seq: u64,
+    /// What we asked the peer in our latest ACK_FREQUENCY for this path: its sequence
+    /// number, the threshold and delay, and when (session/ackfreq.rs).
+    pub(crate) ack_freq: AckFrequencyAsked,
     /// The scheduler's limit on this path: `None` unlimited, `Some(0)` not to be used,
     /// otherwise bytes per second applied to the pacer.
     rate_cap: Option<u64>,
@@ -172,6 +186,7 @@ impl Path {
             cost: None,
             cost_seq: 0,
             peer_cost_seq: 0,
+            ack_freq: AckFrequencyAsked::default(),
             rate_cap: None,
             reliable: false,
         }

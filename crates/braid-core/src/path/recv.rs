@@ -3,7 +3,8 @@
 //! the last round trip.
 //!
 //! Owns: the received packet numbers (a bounded range set with a duplicate filter), the
-//! ACK timer and its triggers (a gap, the ack-eliciting threshold, the maximum ack delay),
+//! ACK timer and its triggers (a gap, the ack-eliciting threshold, the maximum ack delay,
+//! both as the peer last asked in ACK_FREQUENCY, the delay never above our own),
 //! the floor below which ACK frames need not repeat ranges, and the receive window count.
 //! Must not touch: our own packets in flight, the RTT estimator or the controller (the path
 //! passes the smoothed RTT in where a round trip is needed).
@@ -32,7 +33,12 @@ pub(crate) struct AckState {
     ack_pending: bool,
     /// Packets received in the current receive window (about one RTT) and the last full one.
     rx_window: (Instant, u32, u32),
+    /// The peer's latest ACK_FREQUENCY: (sequence, ack-eliciting threshold, max delay).
+    frequency: Option<(u64, u32, Duration)>,
 }
+
+/// Most ack-eliciting packets a peer may ask us to wait for before acknowledging.
+pub(crate) const MAX_ACK_THRESHOLD: u64 = 256;
 
 impl AckState {
     pub(crate) fn new(now: Instant) -> Self {
@@ -46,6 +52,26 @@ impl AckState {
             ack_immediate: false,
             ack_pending: false,
             rx_window: (now, 0, 0),
+            frequency: None,
+        }
+    }
+
+    /// The peer asks to be acknowledged after `threshold` ack-eliciting packets (1 to
+    /// [`MAX_ACK_THRESHOLD`]) or `max_delay` (at most our own `max_ack_delay`, which its
+    /// probe timeout counts on); an older request than the last one is ignored.
+    pub(crate) fn on_ack_frequency(&mut self, seq: u64, threshold: u64, max_delay: Duration) {
+        if self.frequency.is_some_and(|(s, _, _)| seq <= s) {
+            return;
+        }
+        let threshold = threshold.clamp(1, MAX_ACK_THRESHOLD) as u32;
+        self.frequency = Some((seq, threshold, max_delay));
+    }
+
+    /// The ack-eliciting threshold and the longest delay in force.
+    fn ack_policy(&self, cfg: &Config) -> (u32, Duration) {
+        match self.frequency {
+            Some((_, t, d)) => (t, d.min(cfg.max_ack_delay)),
+            None => (cfg.ack_eliciting_threshold, cfg.max_ack_delay),
         }
     }
 
@@ -82,10 +108,11 @@ impl AckState {
             // Packets that elicit nothing are acknowledged only alongside others.
             self.ack_pending = true;
             self.ack_eliciting_unacked += 1;
-            if gap_before || self.ack_eliciting_unacked >= cfg.ack_eliciting_threshold {
+            let (threshold, max_delay) = self.ack_policy(cfg);
+            if gap_before || self.ack_eliciting_unacked >= threshold {
                 self.ack_immediate = true;
             } else if self.ack_deadline.is_none() {
-                self.ack_deadline = Some(now + cfg.max_ack_delay);
+                self.ack_deadline = Some(now + max_delay);
             }
         }
         true

@@ -32,6 +32,8 @@ pub(crate) enum SentFrame {
     PathBlackout(PathId),
     PathCost(PathId),
     PathName(PathId),
+    /// ACK_FREQUENCY for a path, with its sequence number.
+    AckFrequency(PathId, u64),
     Hello,
     PathChallenge(PathId),
 }

@@ -10,6 +10,7 @@
 //! calls (streams, datagrams, paths). Outputs: [`Session::poll_transmit`],
 //! [`Session::poll_timeout`], [`Session::poll_event`].
 
+mod ackfreq;
 mod dgram;
 mod names;
 mod pathmap;
@@ -186,6 +187,8 @@ struct Pending {
     path_blackout: BTreeSet<PathId>,
     path_cost: BTreeSet<PathId>,
     path_name: BTreeSet<PathId>,
+    /// Paths whose ACK_FREQUENCY request the peer must hear (session/ackfreq.rs).
+    ack_frequency: BTreeSet<PathId>,
 }
 
 impl Pending {
@@ -201,6 +204,7 @@ impl Pending {
             || !self.path_blackout.is_empty()
             || !self.path_cost.is_empty()
             || !self.path_name.is_empty()
+            || !self.ack_frequency.is_empty()
     }
 }
 
@@ -520,6 +524,7 @@ impl Session {
                     self.pending.path_status.insert(p);
                 }
                 SentFrame::PathName(p) => self.name_lost(p),
+                SentFrame::AckFrequency(p, seq) => self.ack_frequency_lost(p, seq),
                 SentFrame::PathCost(p) => {
                     if self.paths.get(&p).is_some_and(|p| !p.abandoned) {
                         self.pending.path_cost.insert(p);

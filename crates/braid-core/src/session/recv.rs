@@ -146,6 +146,7 @@ impl Session {
                     );
                     if newly {
                         self.on_path_alive(now, a.path);
+                        self.ack_frequency_on_ack(now, a.path);
                     }
                 }
             }
@@ -216,6 +217,12 @@ impl Session {
                 }
             }
             Frame::PathName { path, name } => self.on_path_name(path, name),
+            Frame::AckFrequency {
+                path,
+                seq,
+                threshold,
+                max_delay_us,
+            } => self.on_ack_frequency(path, seq, threshold, max_delay_us),
             Frame::Datagram(d) => self.on_datagram(packet, d),
         }
     }

@@ -341,7 +341,8 @@ impl Session {
         use crate::wire::features as f;
         // Every build reads ACK_TS; announcing it lets the peer timestamp its ACKs.
         // Every build reads PATH_NAME too.
-        let mut bits = f::ACK_TIMESTAMPS | f::PATH_NAMES;
+        // And every build follows ACK_FREQUENCY (whether it asks is `Config::ack_frequency`).
+        let mut bits = f::ACK_TIMESTAMPS | f::PATH_NAMES | f::ACK_FREQUENCY;
         if self.cfg.ack_offload {
             bits |= f::ACK_OFFLOAD;
         }

@@ -13,7 +13,6 @@ use crate::driver::{Incoming, PathSender};
 use crate::tcp::{self, FrameSender};
 use crate::udp::PathBind;
 use braid_core::PathId;
-use bytes::BytesMut;
 use std::collections::HashMap;
 use std::net::SocketAddr;
 use std::sync::{Arc, Mutex};
@@ -221,32 +220,29 @@ impl Links {
     }
 }
 
-/// The receive task of a path's UDP socket: GRO on, several datagrams per receive where
-/// the kernel coalesced them, each handed on without a copy (a slice of the receive
-/// buffer, which is reused once the session let go of every datagram in it).
+/// The receive task of a path's UDP socket: GRO on, and up to `batch::MESSAGES` receives
+/// per system call (`recvmmsg`), each possibly several datagrams the kernel coalesced;
+/// each datagram is handed on in an allocation of its own.
 fn udp_reader(b: &Bound, in_tx: mpsc::Sender<Incoming>) -> Task {
     let (s, peer) = (b.socket.clone(), b.peer);
     Task(tokio::spawn(async move {
         batch::enable_gro(s.as_ref());
-        let mut buf = BytesMut::new();
-        while let Ok(r) = batch::recv_async(&s, &mut buf).await {
-            if r.from != peer {
-                buf.clear();
-                continue;
-            }
-            for data in batch::split(&mut buf, r.segment_size) {
-                let from = r.from;
-                if in_tx
-                    .send(Incoming {
-                        from,
+        let mut rb = batch::RecvBatch::new();
+        while batch::recv_batch_async(&s, &mut rb).await.is_ok() {
+            for (r, datagrams) in rb.messages() {
+                if r.from != peer {
+                    continue;
+                }
+                for data in datagrams {
+                    let incoming = Incoming {
+                        from: r.from,
                         local: None,
                         data,
                         header: None,
-                    })
-                    .await
-                    .is_err()
-                {
-                    return;
+                    };
+                    if in_tx.send(incoming).await.is_err() {
+                        return;
+                    }
                 }
             }
         }

@@ -70,3 +70,50 @@ async fn a_single_datagram_is_sent_and_received_alone() {
     let (got, _) = receive_all(&sock, 1).await;
     assert_eq!(got, vec![b"hello".to_vec()]);
 }
+
+/// `RecvBatch`: datagrams that GRO does not coalesce (different sizes, different senders,
+/// GRO off) come several to a system call, each from its own sender, in order.
+#[tokio::test]
+async fn recvmmsg_takes_several_datagrams_of_several_senders_in_one_call() {
+    for gro in [true, false] {
+        let sock = UdpSocket::bind("127.0.0.1:0").await.unwrap();
+        if gro {
+            enable_gro(&sock);
+        }
+        let to = sock.local_addr().unwrap();
+        let (a, b) = (
+            UdpSocket::bind("127.0.0.1:0").await.unwrap(),
+            UdpSocket::bind("127.0.0.1:0").await.unwrap(),
+        );
+        // Sizes that differ from one datagram to the next, alternating senders: 20 of them.
+        let mut want = Vec::new();
+        for i in 0..20usize {
+            let d: Vec<u8> = (0..(100 + i * 37)).map(|j| (i * 7 + j) as u8).collect();
+            let from = if i % 2 == 0 { &a } else { &b };
+            from.send_to(&d, to).await.unwrap();
+            want.push((from.local_addr().unwrap(), d));
+        }
+        let mut rb = RecvBatch::new();
+        let (mut got, mut calls) = (Vec::new(), 0);
+        while got.len() < want.len() {
+            let n = tokio::time::timeout(Duration::from_secs(5), recv_batch_async(&sock, &mut rb))
+                .await
+                .expect("the datagrams arrive")
+                .unwrap();
+            assert!((1..=MESSAGES).contains(&n));
+            calls += 1;
+            for (r, datagrams) in rb.messages() {
+                got.extend(datagrams.map(|d| (r.from, d.to_vec())));
+            }
+        }
+        assert!(
+            got == want,
+            "gro {gro}: every datagram with its sender, in order"
+        );
+        assert!(
+            calls <= want.len().div_ceil(MESSAGES) + 1,
+            "gro {gro}: {calls} calls for {} datagrams",
+            want.len()
+        );
+    }
+}

@@ -141,10 +141,11 @@ impl Worker {
         let ends = (done_tx, expire_tx);
         let mut tick = tokio::time::interval(super::DropLog::PERIOD);
         tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-        // GRO: one receive may hold several datagrams of one sender (split below, each its
-        // own part of the buffer: a session's packet reaches its task without a copy).
+        // GRO: one receive may hold several datagrams of one sender, and one `recvmmsg`
+        // up to `batch::MESSAGES` receives (datagrams of several senders and sizes, or a
+        // device without GRO); each datagram is handed on in an allocation of its own.
         crate::batch::enable_gro(self.socket.as_ref());
-        let mut buf = BytesMut::new();
+        let mut rb = crate::batch::RecvBatch::new();
         // One datagram at a time from the control socket: a flood there waits in its own
         // buffer (and is dropped there when it is full), while each turn of this loop may
         // take the transport socket's next batch.
@@ -165,14 +166,13 @@ impl Worker {
                 first_due.as_mut().reset(at.unwrap_or_else(far));
             }
             tokio::select! {
-                r = crate::batch::recv_async(&socket, &mut buf) => match r {
-                    Ok(r) => {
-                        for data in crate::batch::split(&mut buf, r.segment_size) {
+                r = crate::batch::recv_batch_async(&socket, &mut rb) => if r.is_ok() {
+                    for (r, datagrams) in rb.messages() {
+                        for data in datagrams {
                             let pkt = Incoming { from: r.from, local: r.local, data, header: None };
                             self.packet(pkt, true, &ends);
                         }
                     }
-                    Err(_) => buf.clear(),
                 },
                 _ = tokio::time::sleep_until(refill), if control_left == 0 => {
                     control_left = CONTROL_PER_PERIOD;

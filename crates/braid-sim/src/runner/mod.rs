@@ -86,6 +86,7 @@ pub fn session_config(scn: &Scenario, plan: &Plan, seed: u64) -> Config {
         ack_offload: plan.variant.ack_offload,
         blackout_freeze: plan.variant.blackout_freeze,
         loss_recovery: plan.variant.loss_recovery,
+        ack_frequency: plan.variant.ack_frequency,
         keepalive: plan
             .variant
             .keepalive

@@ -228,6 +228,9 @@ pub struct VariantSpec {
     pub ack_offload: bool,
     pub blackout_freeze: bool,
     pub loss_recovery: bool,
+    /// Ask the peer to acknowledge less often as a path's window grows (ACK_FREQUENCY;
+    /// default true, as the agent does).
+    pub ack_frequency: bool,
     /// Indices into `Scenario::paths` of the variant's paths the client sets to standby
     /// after the handshake (used only when no active path works), e.g. "WiFi first, 3G as
     /// fallback".

@@ -134,6 +134,7 @@ pub(super) struct RawVariant {
     pub(super) ack_offload: Option<bool>,
     pub(super) blackout_freeze: Option<bool>,
     pub(super) loss_recovery: Option<bool>,
+    pub(super) ack_frequency: Option<bool>,
     pub(super) standby: Option<Vec<String>>,
     pub(super) keepalive: Option<UnitStr>,
 }

@@ -57,6 +57,7 @@ impl Resolver<'_> {
             ack_offload: switch(v.ack_offload, default.ack_offload),
             blackout_freeze: switch(v.blackout_freeze, default.blackout_freeze),
             loss_recovery: switch(v.loss_recovery, default.loss_recovery),
+            ack_frequency: v.ack_frequency.unwrap_or(default.ack_frequency),
             standby,
             keepalive,
         })

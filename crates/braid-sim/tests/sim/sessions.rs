@@ -621,3 +621,60 @@ fn path_costs_reach_the_server_through_loss_and_updates_win() {
         );
     }
 }
+
+/// Issue 34, ACK frequency: on a gigabit path the sender asks the receiver (ACK_FREQUENCY)
+/// to acknowledge once per 1/16 of the window instead of every second packet: the
+/// receiver's packets per data packet fall to a fraction, and the transfer keeps its speed.
+/// Asked of nobody when the sender's configuration turns it off.
+#[test]
+fn a_gigabit_download_is_acknowledged_a_fraction_as_often() {
+    let text = r#"
+name = "ackfreq"
+seed = 34
+[[path]]
+name = "gig"
+rate = "1Gbit"
+delay = "2ms"
+queue = "5ms"
+[workload]
+size = "1MB"
+[[variant]]
+name = "v"
+"#;
+    let scn = Scenario::from_toml_str(text, Path::new("<ackfreq>")).unwrap();
+    let plans = plan(&scn).unwrap();
+    let paths: Vec<Option<braid_sim::PathSpec>> = scn.paths.iter().cloned().map(Some).collect();
+    let run = |ask: bool| {
+        let client = braid_sim::runner::session_config(&scn, &plans[0], 1);
+        let mut server = braid_sim::runner::session_config(&scn, &plans[0], 2);
+        server.ack_frequency = ask;
+        let mut w = World::new(&paths, 1, client, server);
+        assert_eq!(
+            w.run(30_000_000_000, &mut Handshake { paths: vec![0] }),
+            Outcome::Done
+        );
+        let start = w.now();
+        let size = 200_000_000;
+        let mut t = braid_sim::runner::Transfer::new(braid_sim::Direction::Down, size, 7);
+        assert_eq!(w.run(start + 60_000_000_000, &mut t), Outcome::Done);
+        let secs = (t.completed.unwrap() - start) as f64 / 1e9;
+        let (c, s) = (
+            w.client.path_stats(0).unwrap(),
+            w.server.path_stats(0).unwrap(),
+        );
+        let acks = c.packets_sent as f64 / s.packets_sent as f64;
+        (acks, size as f64 * 8.0 / secs / 1e9)
+    };
+    let (every_second, gbit_default) = run(false);
+    let (asked, gbit) = run(true);
+    eprintln!(
+        "receiver packets per data packet: {every_second:.3} unasked ({gbit_default:.3} Gbit/s), \
+         {asked:.3} asked ({gbit:.3} Gbit/s)"
+    );
+    assert!(every_second >= 0.4, "unasked: {every_second}");
+    assert!(asked <= every_second / 4.0, "asked: {asked}");
+    assert!(
+        gbit >= 0.97 * gbit_default,
+        "{gbit} vs {gbit_default} Gbit/s"
+    );
+}

@@ -1,20 +1,27 @@
-//! `braid bench`: braid's data path on loopback next to plain TCP and kernel MPTCP, in one
-//! run: `--size` bytes in each row (split over the streams), `--agents` sessions on one
-//! server with `--streams` streams each and `--paths` paths each, the server's
-//! `--threads`, the packet `--cipher`; `--udp` adds a flow of 200-byte datagrams through
-//! SOCKS5 UDP ASSOCIATE, `--idle-sessions N` the server's memory per idle session and
-//! `--handshakes N` the server's CPU per handshake next to this CPU's X25519 speed.
+//! `braid bench`: braid's data path on loopback next to plain TCP, shadowsocks-libev
+//! (ss-local + ss-server, aes-256-gcm) and kernel MPTCP, in one run: `--size` bytes in each
+//! row (split over the streams), `--agents` sessions on one server with `--streams` streams
+//! each and `--paths` paths each, the server's `--threads`, the packet `--cipher`; `--udp`
+//! adds a flow of 200-byte datagrams through SOCKS5 UDP ASSOCIATE, `--idle-sessions N` the
+//! server's memory per idle session and `--handshakes N` the server's CPU per handshake next
+//! to this CPU's X25519 speed.
 //!
 //! Server, agents and the traffic source and sink each run on their own thread with their
 //! own single-threaded runtime (as the `braid server` and `braid agent` processes do).
 //! Reported per row: goodput and CPU seconds per GB (all threads of this process, so the
 //! source and sink are counted in every row) and, for braid, the CPU of braid's own
 //! threads alone (per-thread /proc/self/task/*/stat); braid's figures as ratios to TCP's.
+//! The table's "proxy CPU s/GB" column is, for braid rows, the CPU of braid's threads (agents
+//! and server), and for the shadowsocks row that of the ss-local and ss-server processes
+//! together (/proc/PID/stat; their CPU is not in the row's process-wide "CPU s/GB", which is
+//! then the source and sink alone); the first braid row is also given as ratios to
+//! shadowsocks-libev's goodput and proxy CPU per GB. Without shadowsocks-libev installed the
+//! shadowsocks row is skipped, as the MPTCP row is without kernel MPTCP.
 //!
 //! Owns: the options, the report and its table. Measuring: [`measure`]; traffic:
-//! [`traffic`]; braid's server and agents: [`rig`]; idle sessions: [`idle`] (their agents:
-//! [`idle_agents`]); handshakes: [`handshakes`]. Must not touch: braid itself (only its
-//! public API and SOCKS5).
+//! [`traffic`]; braid's server and agents: [`rig`]; shadowsocks-libev's processes: [`ss`];
+//! idle sessions: [`idle`] (their agents: [`idle_agents`]); handshakes: [`handshakes`].
+//! Must not touch: braid itself (only its public API and SOCKS5).
 
 pub mod aead;
 pub mod handshakes;
@@ -22,6 +29,7 @@ pub mod idle;
 pub mod idle_agents;
 pub mod measure;
 pub mod rig;
+pub mod ss;
 pub mod traffic;
 
 use anyhow::{bail, Context, Result};
@@ -70,7 +78,7 @@ pub struct Options {
 /// One row of the benchmark.
 #[derive(Debug, Serialize)]
 pub struct Row {
-    /// "tcp", "braid" or "mptcp".
+    /// "tcp", "braid", "shadowsocks" or "mptcp".
     pub name: String,
     /// braid rows: the congestion controller of the row's sessions.
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -102,6 +110,10 @@ pub struct Row {
     /// braid rows: cores the server's threads kept busy on average (at most `--threads`).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub server_cores_busy: Option<f64>,
+    /// The shadowsocks row: CPU seconds per GB of the ss-local and ss-server processes
+    /// together (user + system from /proc/PID/stat).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub proxy_cpu_s_per_gb: Option<f64>,
     /// Why the row was not measured (its figures are then 0).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub skipped: Option<String>,
@@ -129,12 +141,15 @@ pub struct Settings {
 pub struct Report {
     /// The settings.
     pub settings: Settings,
-    /// Plain TCP, braid, then kernel MPTCP.
+    /// Plain TCP, braid (one row per controller), shadowsocks-libev, then kernel MPTCP.
     pub rows: Vec<Row>,
     /// braid goodput / TCP goodput.
     pub goodput_ratio: f64,
     /// braid CPU per GB / TCP CPU per GB.
     pub cpu_ratio: f64,
+    /// The first braid row next to the shadowsocks row (None when that was skipped).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub vs_shadowsocks: Option<VsShadowsocks>,
     /// The cores the benchmark may use (agents, server, source and sink share them).
     pub cores: usize,
     /// The UDP flow (`--udp`).
@@ -151,6 +166,16 @@ pub struct Report {
     pub handshakes: Option<handshakes::HandshakeReport>,
 }
 
+/// The first braid row as ratios to the shadowsocks row.
+#[derive(Debug, Serialize)]
+pub struct VsShadowsocks {
+    /// braid goodput / shadowsocks goodput.
+    pub goodput_ratio: f64,
+    /// braid's threads' CPU per GB (`braid_cpu_s_per_gb`) / ss-local's and ss-server's
+    /// (`proxy_cpu_s_per_gb`).
+    pub cpu_ratio: f64,
+}
+
 fn row(name: &str, bytes: u64, seconds: f64, cpu: f64) -> Row {
     Row {
         name: name.into(),
@@ -165,6 +190,7 @@ fn row(name: &str, bytes: u64, seconds: f64, cpu: f64) -> Row {
         braid_cpu_s_per_gb: None,
         server_cpu_s_per_gb: None,
         server_cores_busy: None,
+        proxy_cpu_s_per_gb: None,
         skipped: None,
     }
 }
@@ -264,6 +290,12 @@ pub fn run(o: &Options) -> Result<Report> {
         braids.push(b);
     }
     let braid = &braids[0];
+    let shadowsocks = ss::measure_row(source, n, per_conn, total, o.progress)?;
+    let vs_shadowsocks = shadowsocks.skipped.is_none().then(|| VsShadowsocks {
+        goodput_ratio: braid.gbit_per_s / shadowsocks.gbit_per_s,
+        cpu_ratio: braid.braid_cpu_s_per_gb.unwrap_or(0.0)
+            / shadowsocks.proxy_cpu_s_per_gb.unwrap_or(0.0),
+    });
     let mptcp = match traffic::mptcp_unavailable() {
         Some(why) => Row {
             skipped: Some(why),
@@ -306,10 +338,11 @@ pub fn run(o: &Options) -> Result<Report> {
         },
         goodput_ratio: braid.gbit_per_s / tcp.gbit_per_s,
         cpu_ratio: braid.cpu_s_per_gb / tcp.cpu_s_per_gb,
+        vs_shadowsocks,
         cores: cores(),
         rows: std::iter::once(tcp)
             .chain(braids)
-            .chain(std::iter::once(mptcp))
+            .chain([shadowsocks, mptcp])
             .collect(),
         aead: aead::measure(o.aead_time)?,
         udp,
@@ -331,7 +364,7 @@ pub fn print(r: &Report) {
     );
     println!(
         "{:<12} {:>12} {:>9} {:>10} {:>12} {:>16} {:>10} {:>12}",
-        "", "bytes", "seconds", "Gbit/s", "CPU s/GB", "braid CPU s/GB", "acks/data", "wake-ups/GB"
+        "", "bytes", "seconds", "Gbit/s", "CPU s/GB", "proxy CPU s/GB", "acks/data", "wake-ups/GB"
     );
     for x in &r.rows {
         let label = match &x.cc {
@@ -351,17 +384,22 @@ pub fn print(r: &Report) {
             x.seconds,
             x.gbit_per_s,
             x.cpu_s_per_gb,
-            opt(x.braid_cpu_s_per_gb, 2),
+            opt(x.braid_cpu_s_per_gb.or(x.proxy_cpu_s_per_gb), 2),
             opt(x.acks_per_data_packet, 3),
             opt(x.wakeups_per_gb, 0)
         );
     }
+    let cc = r.rows.iter().find_map(|x| x.cc.as_deref()).unwrap_or("?");
     println!(
-        "braid ({}) / tcp: goodput {:.3}, CPU per GB {:.1}x (encrypted, loopback)",
-        r.rows.iter().find_map(|x| x.cc.as_deref()).unwrap_or("?"),
-        r.goodput_ratio,
-        r.cpu_ratio
+        "braid ({cc}) / tcp: goodput {:.3}, CPU per GB {:.1}x (encrypted, loopback)",
+        r.goodput_ratio, r.cpu_ratio
     );
+    if let Some(v) = &r.vs_shadowsocks {
+        println!(
+            "braid ({cc}) / shadowsocks-libev: goodput {:.2}x, proxy CPU per GB {:.2}x",
+            v.goodput_ratio, v.cpu_ratio
+        );
+    }
     if let Some(b) = r
         .rows
         .iter()

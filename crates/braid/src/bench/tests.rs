@@ -21,10 +21,18 @@ fn a_tiny_bench_has_every_row_and_moves_every_byte() {
     };
     let r = run(&o).unwrap();
     let names: Vec<&str> = r.rows.iter().map(|x| x.name.as_str()).collect();
-    assert_eq!(names, ["tcp", "braid", "mptcp"]);
+    assert_eq!(names, ["tcp", "braid", "shadowsocks", "mptcp"]);
     for x in &r.rows {
-        if x.skipped.is_some() {
-            assert_eq!(x.name, "mptcp", "only MPTCP may be skipped");
+        if let Some(why) = &x.skipped {
+            match x.name.as_str() {
+                "mptcp" => {}
+                // Only when shadowsocks-libev is not installed.
+                "shadowsocks" => {
+                    assert_eq!(why, ss::NOT_INSTALLED);
+                    assert!(ss::programs().is_none(), "skipped although installed");
+                }
+                _ => panic!("only MPTCP and shadowsocks may be skipped: {x:?}"),
+            }
             continue;
         }
         // 4 MiB over 4 streams: every byte counted (the sinks fail on a short stream).
@@ -47,6 +55,21 @@ fn a_tiny_bench_has_every_row_and_moves_every_byte() {
     );
     assert!(r.cores >= 1);
     assert!(r.goodput_ratio > 0.0 && r.cpu_ratio > 0.0);
+    // The shadowsocks row: the CPU of ss-local and ss-server, and the comparison, exactly
+    // when it ran.
+    let s = &r.rows[2];
+    assert_eq!(r.vs_shadowsocks.is_some(), s.skipped.is_none(), "{s:?}");
+    assert_eq!(s.proxy_cpu_s_per_gb.is_some(), s.skipped.is_none(), "{s:?}");
+    assert!(s.braid_cpu_s_per_gb.is_none() && s.cc.is_none(), "{s:?}");
+    if let Some(v) = &r.vs_shadowsocks {
+        assert!(s.proxy_cpu_s_per_gb.unwrap() >= 0.0, "{s:?}");
+        // A tiny run may take under a clock tick (10 ms) of either side's CPU: the CPU
+        // ratio may then be infinite or NaN (0 / 0), never negative.
+        assert!(
+            v.goodput_ratio > 0.0 && (v.cpu_ratio.is_nan() || v.cpu_ratio >= 0.0),
+            "{v:?}"
+        );
+    }
     let ciphers: Vec<&str> = r.aead.iter().map(|a| a.cipher.as_str()).collect();
     assert_eq!(ciphers, ["chacha20-poly1305", "aes-256-gcm"]);
     assert!(r
@@ -63,6 +86,10 @@ fn a_tiny_bench_has_every_row_and_moves_every_byte() {
     let j = serde_json::to_value(&r).unwrap();
     for k in ["goodput_ratio", "cpu_ratio", "rows", "udp", "idle"] {
         assert!(j.get(k).is_some(), "{k} missing");
+    }
+    if r.vs_shadowsocks.is_some() {
+        assert!(j["vs_shadowsocks"].get("goodput_ratio").is_some());
+        assert!(j["rows"][2].get("proxy_cpu_s_per_gb").is_some());
     }
     for k in ["name", "gbit_per_s", "cpu_s_per_gb", "bytes"] {
         assert!(j["rows"][1].get(k).is_some(), "rows[].{k} missing");
@@ -144,4 +171,91 @@ fn a_handshake_bench_completes_every_handshake_on_two_workers() {
     assert_eq!(r.sessions, 0, "{r:?}");
     let s = &r.started;
     assert_eq!((s.count, s.lost, s.sessions), (300, 0, 300), "{r:?}");
+}
+
+/// Two /proc/PID/stat snapshots of each of two processes: utime + stime (fields 14 and 15)
+/// after less before, over the clock ticks per second, summed; a comm with spaces and ')'
+/// does not shift the fields.
+#[test]
+fn cpu_seconds_come_from_two_proc_stat_snapshots() {
+    let stat = |comm: &str, utime: u64, stime: u64| {
+        format!(
+            "4242 ({comm}) S 1 4242 4242 0 -1 4194304 120 0 0 0 {utime} {stime} 0 0 20 0 1 0 \
+             987 12345678 321 18446744073709551615 1 1 0 0 0 0 0 4096 16384 0 0 0 17 1 0 0 0 0 0"
+        )
+    };
+    assert_eq!(ss::stat_ticks(&stat("ss-local", 7, 5)), Some(12));
+    assert_eq!(ss::stat_ticks(&stat("a b) c", 7, 5)), Some(12));
+    assert_eq!(ss::stat_ticks("4242 (x) S 1 2"), None);
+    let before = [stat("ss-local", 100, 50), stat("ss server) x", 10, 0)];
+    let after = [stat("ss-local", 180, 70), stat("ss server) x", 40, 10)];
+    let s = ss::cpu_between(&before, &after, 100.0).unwrap();
+    assert!((s - 1.4).abs() < 1e-9, "{s}");
+    assert_eq!(ss::cpu_between(&after, &after, 100.0).unwrap(), 0.0);
+    // Another process (its times went back), a missing snapshot, a line that is not stat.
+    assert!(ss::cpu_between(&after, &before, 100.0).is_err());
+    assert!(ss::cpu_between(&before, &after[..1], 100.0).is_err());
+    assert!(ss::cpu_between(&["garbage".into()], &["garbage".into()], 100.0).is_err());
+    // Live: this process's own stat parses and its CPU time does not go back.
+    let own = || std::fs::read_to_string("/proc/self/stat").unwrap();
+    let (a, b) = (own(), own());
+    assert!(ss::cpu_between(&[a], &[b], ss::clock_ticks()).unwrap() >= 0.0);
+}
+
+/// A process that does not come up: the error names it, its port and its output, and no
+/// child outlives the attempt (the guard kills it).
+#[test]
+fn a_shadowsocks_process_that_does_not_come_up_is_named_with_its_output() {
+    let dir = tempfile::tempdir().unwrap();
+    let script = |name: &str, body: &str| {
+        use std::os::unix::fs::PermissionsExt;
+        let p = dir.path().join(name);
+        std::fs::write(&p, format!("#!/bin/sh\n{body}\n")).unwrap();
+        std::fs::set_permissions(&p, std::fs::Permissions::from_mode(0o755)).unwrap();
+        p
+    };
+    let fails = script("fails", "echo \"bind: port $4 taken\" >&2; exit 1");
+    let hangs = script("hangs", "echo listening never >&2; exec sleep 30");
+    let within = Duration::from_millis(300);
+    let e = format!(
+        "{:#}",
+        ss::Pair::start(&fails, &hangs, within).err().unwrap()
+    );
+    assert!(e.contains("ss-server") && e.contains("exited"), "{e}");
+    assert!(e.contains("bind: port") && e.contains("taken"), "{e}");
+    let port = e
+        .split("bind: port ")
+        .nth(1)
+        .unwrap()
+        .split(' ')
+        .next()
+        .unwrap();
+    assert!(e.contains(&format!("on port {port}")), "{e}");
+    // ss-server comes up (a real one when installed), ss-local never listens.
+    let Some((server, _)) = ss::programs() else {
+        return;
+    };
+    // (Two seconds for each: the real ss-server must come up in them on a busy machine.)
+    let (t, within) = (std::time::Instant::now(), Duration::from_secs(2));
+    let e = format!(
+        "{:#}",
+        ss::Pair::start(&server, &hangs, within).err().unwrap()
+    );
+    assert!(t.elapsed() < Duration::from_secs(10), "{:?}", t.elapsed());
+    assert!(
+        e.contains("ss-local") && e.contains("did not accept connections on port"),
+        "{e}"
+    );
+    assert!(e.contains("listening never"), "{e}");
+    // The real pair comes up, and its processes end with it.
+    let p = ss::Pair::start(&server, &ss::programs().unwrap().1, ss::UP_WITHIN).unwrap();
+    let pids = p.pids();
+    assert_eq!(p.stats().unwrap().len(), 2);
+    drop(p);
+    for pid in pids {
+        assert!(
+            !std::path::Path::new(&format!("/proc/{pid}")).exists(),
+            "{pid} lives on"
+        );
+    }
 }

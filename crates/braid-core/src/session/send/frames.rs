@@ -115,6 +115,7 @@ impl Session {
             self.pending.path_cost.remove(&pid);
             wrote.push(SentFrame::PathCost(pid));
         }
+        self.write_ack_frequency(w, wrote);
         let mut named = Vec::new();
         self.write_path_names(w, &mut named);
         wrote.extend(named.into_iter().map(SentFrame::PathName));

@@ -268,6 +268,24 @@ pub fn path_name(w: &mut Writer<'_>, path: u8, name: &str) -> Option<()> {
     })
 }
 
+/// ACK_FREQUENCY: the peer should acknowledge `path`'s packets after `threshold`
+/// ack-eliciting packets or `max_delay_us` microseconds.
+pub fn ack_frequency(
+    w: &mut Writer<'_>,
+    path: u8,
+    seq: u64,
+    threshold: u64,
+    max_delay_us: u64,
+) -> Option<()> {
+    atomic(w, |w| {
+        w.varint(ty::ACK_FREQUENCY)?;
+        w.u8(path)?;
+        w.varint(seq)?;
+        w.varint(threshold)?;
+        w.varint(max_delay_us)
+    })
+}
+
 /// `name` cut to at most [`MAX_PATH_NAME`] bytes, at a character boundary.
 pub fn clip_name(name: &str) -> &str {
     let mut end = name.len().min(MAX_PATH_NAME);

@@ -33,6 +33,10 @@ pub mod ty {
     /// The sender's name for one of its paths (sent only to a peer whose HELLO carries
     /// [`super::features::PATH_NAMES`]).
     pub const PATH_NAME: u64 = 0x21;
+    /// How often the receiver of a path's packets should acknowledge them
+    /// (draft-ietf-quic-ack-frequency; sent only to a peer whose HELLO carries
+    /// [`super::features::ACK_FREQUENCY`]).
+    pub const ACK_FREQUENCY: u64 = 0x22;
     pub const DATAGRAM: u64 = 0x30;
     /// DATAGRAM with a sequence number (redundant datagrams: the receiver drops copies).
     pub const DATAGRAM_SEQ: u64 = 0x31;
@@ -111,6 +115,9 @@ pub mod features {
     /// A capability, like `ACK_TIMESTAMPS`: the sender of HELLO reads PATH_NAME frames, so
     /// its peer may name its paths (an older peer never sets it and is never sent one).
     pub const PATH_NAMES: u64 = 64;
+    /// A capability, like `ACK_TIMESTAMPS`: the sender of HELLO follows ACK_FREQUENCY
+    /// frames, so its peer may ask it to acknowledge less often.
+    pub const ACK_FREQUENCY: u64 = 128;
 }
 
 /// Longest path name PATH_NAME carries, in bytes (UTF-8).
@@ -235,6 +242,15 @@ pub enum Frame<'a> {
     /// The sender's name for its path `path` (UTF-8, 1 to [`MAX_PATH_NAME`] bytes, checked
     /// when parsed), for the peer's status and logs.
     PathName { path: u8, name: &'a str },
+    /// Acknowledge the packets received on `path` after `threshold` ack-eliciting packets
+    /// or `max_delay_us` microseconds, whichever comes first (a gap in the packet numbers
+    /// is still acknowledged at once). `seq` orders requests: an older one is ignored.
+    AckFrequency {
+        path: u8,
+        seq: u64,
+        threshold: u64,
+        max_delay_us: u64,
+    },
     /// An unreliable datagram.
     Datagram(&'a [u8]),
     /// An unreliable datagram with its sequence number: a second copy is dropped.
@@ -419,6 +435,12 @@ fn parse_one<'a>(r: &mut Reader<'a>) -> Result<Frame<'a>, WireError> {
         ty::PATH_NAME => Frame::PathName {
             path: path_id(r)?,
             name: path_name(r)?,
+        },
+        ty::ACK_FREQUENCY => Frame::AckFrequency {
+            path: path_id(r)?,
+            seq: r.varint()?,
+            threshold: r.varint()?,
+            max_delay_us: r.varint()?,
         },
         ty::DATAGRAM => Frame::Datagram(r.len_prefixed()?),
         ty::DATAGRAM_SEQ => Frame::DatagramSeq {
