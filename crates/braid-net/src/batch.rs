@@ -247,16 +247,7 @@ pub fn recv(sock: &impl AsFd, buf: &mut BytesMut) -> io::Result<Received> {
                 }
             };
             *len = msg.msg_namelen;
-            let mut c = libc::CMSG_FIRSTHDR(&msg);
-            while !c.is_null() {
-                if (*c).cmsg_level == libc::SOL_UDP && (*c).cmsg_type == libc::UDP_GRO {
-                    let v = std::ptr::read_unaligned(libc::CMSG_DATA(c).cast::<libc::c_int>());
-                    segment = usize::try_from(v).ok().filter(|&s| s > 0);
-                } else if let Some(ip) = crate::pktinfo::read(c) {
-                    local = Some(ip);
-                }
-                c = libc::CMSG_NXTHDR(&msg, c);
-            }
+            (segment, local) = read_cmsgs(&msg);
             Ok(n)
         })?
     };
@@ -271,6 +262,27 @@ pub fn recv(sock: &impl AsFd, buf: &mut BytesMut) -> io::Result<Received> {
         segment_size: segment.unwrap_or(n).min(n).max(1),
         local,
     })
+}
+
+/// The GRO segment size and the local address (packet info) among the control messages of
+/// a received message.
+///
+/// # Safety
+/// `msg` is a `msghdr` the kernel filled in a receive: its control buffer holds
+/// `msg_controllen` bytes of control messages.
+unsafe fn read_cmsgs(msg: &libc::msghdr) -> (Option<usize>, Option<IpAddr>) {
+    let (mut segment, mut local) = (None, None);
+    let mut c = libc::CMSG_FIRSTHDR(msg);
+    while !c.is_null() {
+        if (*c).cmsg_level == libc::SOL_UDP && (*c).cmsg_type == libc::UDP_GRO {
+            let v = std::ptr::read_unaligned(libc::CMSG_DATA(c).cast::<libc::c_int>());
+            segment = usize::try_from(v).ok().filter(|&s| s > 0);
+        } else if let Some(ip) = crate::pktinfo::read(c) {
+            local = Some(ip);
+        }
+        c = libc::CMSG_NXTHDR(msg, c);
+    }
+    (segment, local)
 }
 
 /// Take the datagrams of one receive off the front of `buf` (which holds `len` bytes of it

@@ -7,7 +7,7 @@
 //! per-message addresses, sizes and control messages. Must not touch: what the datagrams
 //! carry, or the socket's options (GRO is turned on by [`super::enable_gro`]).
 
-use super::{Cmsgs, Received, RECV_BUFFER};
+use super::{read_cmsgs, Cmsgs, Received, RECV_BUFFER};
 use bytes::BytesMut;
 use socket2::SockAddr;
 use std::io;
@@ -87,21 +87,13 @@ impl RecvBatch {
         };
         for (i, h) in hdrs.iter().enumerate().take(n) {
             let len = h.msg_len as usize;
-            let (mut segment, mut local) = (None, None);
-            // SAFETY: the kernel wrote the control messages inside `msg_controllen`, which
-            // the CMSG macros stay within; the name inside `msg_namelen` bytes of storage.
-            let from = unsafe {
-                let mut c = libc::CMSG_FIRSTHDR(&h.msg_hdr);
-                while !c.is_null() {
-                    if (*c).cmsg_level == libc::SOL_UDP && (*c).cmsg_type == libc::UDP_GRO {
-                        let v = std::ptr::read_unaligned(libc::CMSG_DATA(c).cast::<libc::c_int>());
-                        segment = usize::try_from(v).ok().filter(|&s| s > 0);
-                    } else if let Some(ip) = crate::pktinfo::read(c) {
-                        local = Some(ip);
-                    }
-                    c = libc::CMSG_NXTHDR(&h.msg_hdr, c);
-                }
-                SockAddr::new(names[i], h.msg_hdr.msg_namelen).as_socket()
+            // SAFETY: the kernel filled this header in the receive: its control messages
+            // lie inside `msg_controllen`, its name inside `msg_namelen` bytes of storage.
+            let ((segment, local), from) = unsafe {
+                (
+                    read_cmsgs(&h.msg_hdr),
+                    SockAddr::new(names[i], h.msg_hdr.msg_namelen).as_socket(),
+                )
             };
             // A message from something that is not an IP sender is skipped.
             let Some(from) = from else { continue };
