@@ -302,9 +302,12 @@ impl CongestionController for Bbr {
             let replace = expired && self.mode != Mode::ProbeRtt;
             self.min_rtt.on_sample(ev.now, self.round, s, replace);
         }
-        let cwnd = self.cwnd;
-        self.aggregation
-            .on_ack(ev.now, ev.acked_bytes, self.btl_bw, self.round, cwnd);
+        // Only plain BBR's window covers ACK aggregation (`burst_allowance`).
+        if self.bound.is_none() {
+            let cwnd = self.cwnd;
+            self.aggregation
+                .on_ack(ev.now, ev.acked_bytes, self.btl_bw, self.round, cwnd);
+        }
 
         match self.mode {
             Mode::Startup if self.filled_pipe => {
