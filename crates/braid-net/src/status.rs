@@ -239,6 +239,15 @@ pub struct PathReport {
     /// Latest delivery-rate sample, bits per second (`null` before one): what the path
     /// carried of this side's own data (on an agent that downloads: acknowledgements).
     pub delivery_rate_bps: Option<u64>,
+    /// The path's capacity estimate, bits per second of UDP payload (`null` before a sample
+    /// showed it): what this side measured the path to carry when it filled it, the rate
+    /// the schedulers use (braid-core `path/capacity.rs`).
+    #[serde(default)]
+    pub capacity_bps: Option<u64>,
+    /// `capacity_bps` is the path's full bandwidth, not a lower bound still growing (slow
+    /// start) (`null` with it).
+    #[serde(default)]
+    pub capacity_settled: Option<bool>,
     /// Bytes sent on the path over about the last second, bits per second (`null` until
     /// two snapshots a tenth of a second apart were taken).
     #[serde(default)]
@@ -298,6 +307,8 @@ impl PathReport {
         self.bytes_in_flight = c.info.in_flight;
         self.pacing_rate_bps = c.info.pacing_rate.saturating_mul(8);
         self.delivery_rate_bps = c.info.delivery_rate.map(|d| d.1.saturating_mul(8));
+        self.capacity_bps = c.info.capacity.map(|c| c.rate.saturating_mul(8));
+        self.capacity_settled = c.info.capacity.map(|c| c.full);
         self.loss_rate = loss_rate(sum);
         self.bytes_sent = sum.bytes_sent;
         self.bytes_received = sum.bytes_received;

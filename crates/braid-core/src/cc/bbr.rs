@@ -403,6 +403,12 @@ impl CongestionController for Bbr {
         self.mode == Mode::Startup
     }
 
+    /// ProbeRTT's small window, and every phase that paces below the bandwidth estimate
+    /// (drain, ProbeBW's 0.75 phase): the path may carry more than these samples show.
+    fn holding_back(&self) -> bool {
+        self.mode == Mode::ProbeRtt || self.pacing_gain < 1.0
+    }
+
     fn ssthresh(&self) -> u64 {
         if self.filled_pipe {
             self.bdp(1.0)

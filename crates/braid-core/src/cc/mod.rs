@@ -128,6 +128,12 @@ pub trait CongestionController: fmt::Debug + Send {
     }
     /// True while in slow start.
     fn in_slow_start(&self) -> bool;
+    /// The controller holds its window below the path's pipe on purpose now (BBR's
+    /// ProbeRTT and drain): delivery-rate samples taken now say nothing of the capacity
+    /// (`path/capacity.rs`).
+    fn holding_back(&self) -> bool {
+        false
+    }
     /// Slow-start threshold in bytes (`u64::MAX` before the first congestion event).
     fn ssthresh(&self) -> u64;
     /// Bytes delivered between the path's last two congestion events, or since the last one

@@ -56,6 +56,17 @@ impl Path {
             .sum();
 
         self.detect_lost(now, lost);
+        if rate.delivery_rate > 0.0 {
+            let rtt = capacity::Rtt {
+                smoothed: self.rtt.smoothed(),
+                min: self.rtt.min(),
+            };
+            let held = self.cc.holding_back();
+            let cap = self.rate_cap;
+            let app = rate.is_app_limited;
+            self.capacity
+                .observe(now, rate.delivery_rate, app, cap, held, rtt);
+        }
         if acked_bytes > 0 {
             self.cc.on_ack(&AckEvent {
                 now,

@@ -26,6 +26,7 @@ use std::time::Duration;
 const MIN_MAX_BURST: u64 = 10;
 
 mod ack;
+mod capacity;
 mod detect;
 mod owd;
 mod rate;
@@ -96,6 +97,8 @@ pub struct Path {
     last_pto: Option<Instant>,
     /// Delivery-rate samples (see `rate.rs`).
     rate: rate::DeliveryRate,
+    /// The capacity estimate the samples make (see `capacity.rs`).
+    capacity: capacity::PathCapacity,
     /// The receive side: packet numbers received, the ACK timer, the receive window.
     pub(crate) recv: recv::AckState,
     pub(crate) last_recv: Instant,
@@ -169,6 +172,7 @@ impl Path {
             last_ack_eliciting_sent: None,
             last_pto: None,
             rate: rate::DeliveryRate::new(now),
+            capacity: capacity::PathCapacity::default(),
             recv: recv::AckState::new(now),
             last_recv: now,
             last_heard: now,
@@ -314,6 +318,7 @@ impl Path {
                 .map(|c| ip_kbps_to_payload_bytes(c.rate_kbps, self.mss)),
             delivery_rate: self.rate.last_rate(),
             rate_cap: self.rate_cap,
+            capacity: self.capacity.view(),
         }
     }
 

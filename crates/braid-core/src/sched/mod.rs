@@ -46,7 +46,28 @@ pub struct PathInfo {
     pub delivery_rate: Option<(Instant, u64, bool)>,
     /// The limit the scheduler put on the path (see [`RateLimit`]), as applied now.
     pub rate_cap: Option<u64>,
+    /// The path's capacity estimate (`path/capacity.rs`), once a sample showed it.
+    pub capacity: Option<Capacity>,
 }
+
+/// A path's capacity estimate, from the delivery-rate samples taken while the sender filled
+/// the path (`path/capacity.rs` says which those are): what OPERETTA without rate hints,
+/// `braid status` and the agent's placement of direct connections read.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Capacity {
+    /// UDP payload bytes per second: the capacity once [`full`](Self::full), a lower bound
+    /// before.
+    pub rate: u64,
+    /// The path has been seen at its full bandwidth (its delivery rate, with the sender free
+    /// to send, stopped growing): slow start's first samples are not a capacity.
+    pub full: bool,
+    /// The latest sample was held back by the scheduler's limit: the capacity may be higher.
+    pub bound: bool,
+}
+
+/// A delivery-rate sample at or above this fraction of the scheduler's limit on the path was
+/// held back by the limit: it shows the capacity is at least that much.
+pub const LIMIT_BOUND: f64 = 0.9;
 
 /// A scheduler's limit on one path, applied by the session before each `select`: `None`
 /// unlimited, `Some(0)` the path must not carry data, `Some(r)` at most `r` bytes per second
@@ -188,6 +209,7 @@ mod tests {
             rate_hint: None,
             delivery_rate: None,
             rate_cap: None,
+            capacity: None,
         }
     }
 

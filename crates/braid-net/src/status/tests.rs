@@ -82,6 +82,8 @@ fn the_json_names_are_the_documented_ones() {
         "cwnd_bytes",
         "pacing_rate_bps",
         "delivery_rate_bps",
+        "capacity_bps",
+        "capacity_settled",
         "loss_rate",
         "bytes_sent",
         "bytes_received",

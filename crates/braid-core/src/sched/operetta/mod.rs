@@ -29,30 +29,14 @@
 //! # Rates
 //!
 //! `r_j` is the rate hint of PATH_COST when it gives one (0 means "estimate it"). Otherwise
-//! it is a capacity estimate kept per path, in UDP payload bytes per second
-//! ([`estimate`]):
-//! * a delivery-rate sample taken while the path was neither application-limited nor held
-//!   back by this scheduler's own limit is *free*. A free sample taken before the path has
-//!   been seen at its full bandwidth may be one of a window still growing (slow start):
-//!   the estimate is then a lower bound, raised by every sample and never lowered. The path
-//!   is at full bandwidth (BBR's notion) once its free samples stop growing:
-//!   [`FULL_ROUNDS`](estimate::FULL_ROUNDS) round trips without one
-//!   [`GROWTH`](estimate::GROWTH) times the largest before, or one sample without that
-//!   growth while the RTT shows a standing queue (the sender puts more into the path than
-//!   its bottleneck carries). From then on free samples are capacity samples: the estimate
-//!   is the largest, and a sample replaces it when it is larger or the estimate is older
-//!   than [`ESTIMATE_WINDOW`](estimate::ESTIMATE_WINDOW) (so a path whose capacity fell is
-//!   believed within that window);
-//! * a sample taken while application-limited, or while the path ran at 90 % or more of the
-//!   limit set on it, only shows the capacity is at least that much: it may raise the
-//!   estimate but never ages or lowers it. A limited path whose samples stay clearly below
-//!   its limit is network-limited, so those samples are free again;
-//! * a path that carries no data (limit 0) keeps its last estimate: its samples (keepalives,
-//!   acknowledgements) may raise it but never age or lower it, and as soon as it is given a
-//!   share it is measured again like any other path;
-//! * before any free sample the estimate is the congestion window over the smoothed RTT
-//!   (application-limited or held-back samples do not start an estimate: a trickle during
-//!   the handshake once pinned a 2 Mbit/s path at 58 kbit/s).
+//! it is the path's capacity estimate, [`PathInfo::capacity`], which the path keeps from its
+//! delivery-rate samples (`path/capacity.rs` says which samples count: not those taken while
+//! application-limited, held back by this scheduler's limit or by the controller's own
+//! ProbeRTT; in slow start only a lower bound until the rate stops growing). A path that
+//! carries no data (limit 0) keeps its last estimate: its samples (keepalives,
+//! acknowledgements) may raise it but never age or lower it, and as soon as it is given a
+//! share it is measured again like any other path. Before the first capacity sample the
+//! rate is the congestion window over the smoothed RTT.
 //!
 //! # Probing
 //!
@@ -76,18 +60,13 @@
 //!   with 160 ms of RTT). A capacity that rises while the path has no share is therefore not
 //!   noticed (a limitation).
 
-mod estimate;
 mod probe;
 
 use super::{candidate_state, PathId, PathInfo, RateLimit, SchedContext, Scheduler};
 use crate::config::Config;
 use crate::time::Instant;
-use estimate::{Estimate, Rtt, Sample};
 use probe::Probe;
 use std::collections::BTreeMap;
-
-/// A sample at or above this fraction of the path's limit was held back by the limit.
-const LIMIT_BOUND: f64 = 0.9;
 
 /// A path filled to at least this fraction of its rate is left unlimited.
 const FULL: f64 = 0.999;
@@ -168,7 +147,6 @@ pub fn allocate(alpha: f64, paths: &[CostedPath]) -> Allocation {
 #[derive(Debug)]
 pub struct Operetta {
     alpha: f64,
-    estimates: BTreeMap<PathId, Estimate>,
     alloc: Allocation,
     probes: BTreeMap<PathId, Probe>,
     /// The allocation's limits with the probes applied: what the paths get.
@@ -179,7 +157,6 @@ impl Default for Operetta {
     fn default() -> Self {
         Operetta {
             alpha: 1.0,
-            estimates: BTreeMap::new(),
             alloc: Allocation::default(),
             probes: BTreeMap::new(),
             effective: Vec::new(),
@@ -201,58 +178,18 @@ impl Operetta {
         &self.alloc
     }
 
-    /// Fold the path's latest delivery-rate sample into its estimate (see the module doc).
-    fn observe(&mut self, p: &PathInfo) {
-        let Some((t, s, app_limited)) = p.delivery_rate else {
-            return;
-        };
-        let s = s as f64;
-        // A path given no share sends only probes, keepalives and acknowledgements: its
-        // samples say nothing about its capacity (they may only raise the estimate).
-        let held_back = match p.rate_cap {
-            Some(0) => true,
-            Some(c) => s >= LIMIT_BOUND * c as f64,
-            None => false,
-        };
-        let rtt = Rtt {
-            smoothed: p.srtt,
-            min: p.min_rtt,
-        };
-        let kind = if app_limited || held_back {
-            Sample::AtLeast
-        } else {
-            Sample::Free
-        };
-        match self.estimates.get_mut(&p.id) {
-            Some(e) => e.fold(t, s, kind, held_back, rtt),
-            // Only a free sample starts an estimate: keep the window-based guess until one
-            // comes.
-            None if kind == Sample::Free => {
-                self.estimates.insert(p.id, Estimate::new(t, s));
-            }
-            None => {}
-        }
-    }
-
     /// The rate the allocation uses for a path, bytes per second.
     fn rate_of(&self, p: &PathInfo) -> f64 {
         if let Some(h) = p.rate_hint {
             return h as f64;
         }
-        if let Some(e) = self.estimates.get(&p.id) {
-            return e.rate();
+        if let Some(c) = p.capacity {
+            return c.rate as f64;
         }
         p.cwnd as f64 / p.srtt.as_secs_f64().max(1e-6)
     }
 
     fn recompute(&mut self, paths: &[PathInfo]) {
-        for p in paths {
-            if p.rate_hint.is_none() {
-                self.observe(p);
-            }
-        }
-        self.estimates
-            .retain(|id, _| paths.iter().any(|p| p.id == *id));
         let Some(state) = candidate_state(paths) else {
             self.alloc = Allocation::default();
             return;

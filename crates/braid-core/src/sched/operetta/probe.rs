@@ -2,10 +2,10 @@
 //! (the rules are in the parent module's "Probing").
 //!
 //! Owns: the probe timers of each path and the limits with the probes applied. Must not
-//! touch: the estimates (it reads them) or the allocation (it reads it).
+//! touch: the paths' capacity estimates (it reads them) or the allocation (it reads it).
 
-use super::{Operetta, LIMIT_BOUND};
-use crate::sched::PathInfo;
+use super::Operetta;
+use crate::sched::{PathInfo, LIMIT_BOUND};
 use crate::time::Instant;
 use std::time::Duration;
 
@@ -38,7 +38,7 @@ impl Operetta {
                 effective.push((id, limit));
                 continue;
             }
-            if !self.estimates.get(&id).is_some_and(|e| e.full()) {
+            if !p.capacity.is_some_and(|c| c.full) {
                 // Startup: the estimate is only a lower bound until the path has been seen
                 // at its full bandwidth; the allocation may not hide the path before.
                 self.probes.insert(
@@ -75,10 +75,9 @@ impl Operetta {
             }
             // Only while the limit hides the capacity: an estimate clearly above the limit
             // already says the path could carry more.
-            let hidden = self
-                .estimates
-                .get(&id)
-                .is_some_and(|e| e.bound && e.rate() * LIMIT_BOUND <= cap as f64);
+            let hidden = p
+                .capacity
+                .is_some_and(|c| c.bound && c.rate as f64 * LIMIT_BOUND <= cap as f64);
             let probe = self.probes.get_mut(&id).expect("inserted above");
             if hidden {
                 probe.until = Some(now + (p.srtt * 2).max(PROBE_MIN));

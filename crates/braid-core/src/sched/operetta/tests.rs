@@ -1,8 +1,8 @@
-//! Tests of the OPERETTA allocation, estimates and limits.
+//! Tests of the OPERETTA allocation, its use of the paths' capacity estimates, and limits.
 
 use super::*;
+use crate::sched::Capacity;
 use crate::sched::tests::info;
-use std::time::Duration;
 
 const MBIT: f64 = 125_000.0; // bytes per second
 
@@ -114,15 +114,24 @@ fn limits_enforce_the_share_and_select_skips_unused_paths() {
     assert_eq!(s.select(Instant(0), &busy, &ctx), None);
 }
 
+/// A capacity estimate of `mbit` Mbit/s, `full` if the path was seen at its full bandwidth.
+fn cap(mbit: f64, full: bool) -> Option<Capacity> {
+    Some(Capacity {
+        rate: (mbit * MBIT) as u64,
+        full,
+        bound: false,
+    })
+}
+
 #[test]
-fn estimates_ignore_samples_held_back_by_the_limit() {
+fn the_allocation_follows_the_paths_capacity_estimates() {
     let mut s = Operetta::new(0.0);
     let sec = |n: u64| Instant(n * 1_000_000_000);
     let mut a = costed_info(1, 100, None);
     let mut b = costed_info(2, 300, None);
     // Both paths already seen at their full bandwidth.
-    s.estimates.insert(1, Estimate::settled(sec(1), 1.0 * MBIT));
-    s.estimates.insert(2, Estimate::settled(sec(1), 2.0 * MBIT));
+    a.capacity = cap(1.0, true);
+    b.capacity = cap(2.0, true);
     s.select(sec(1), &[a, b], &SchedContext::default());
     // a: 100 per Mbit/s, b: 150: b unused at alpha 0, and not probed (its estimate is a
     // full-bandwidth one).
@@ -130,70 +139,14 @@ fn estimates_ignore_samples_held_back_by_the_limit() {
     let mut out = Vec::new();
     s.rate_limits(sec(1), &[a, b], &mut out);
     assert_eq!(out, vec![(1, None), (2, Some(0))]);
-    // a's capacity falls to 0.5 Mbit/s: believed once the old maximum has aged.
-    a.delivery_rate = Some((sec(3), (0.5 * MBIT) as u64, false));
-    s.select(sec(3), &[a, b], &SchedContext::default());
-    assert_eq!(s.allocation().order[0].0, 1);
-    a.delivery_rate = Some((sec(12), (0.5 * MBIT) as u64, false));
+    // a's capacity falls to 0.5 Mbit/s: 200 per Mbit/s now, b 150: b first.
+    a.capacity = cap(0.5, true);
     s.select(sec(12), &[a, b], &SchedContext::default());
-    // a: 200 per Mbit/s now, b (estimate kept while unused): 150. b first.
     assert_eq!(s.allocation().order[0].0, 2);
-    // A sample held back by the limit does not lower the estimate.
-    let mut s = Operetta::new(0.5);
-    b.delivery_rate = Some((sec(20), (0.95 * MBIT) as u64, false));
-    b.rate_cap = Some(MBIT as u64);
-    s.estimates.insert(2, Estimate::settled(sec(1), 2.0 * MBIT));
-    s.observe(&b);
-    assert_eq!(s.estimates[&2].rate(), 2.0 * MBIT);
-    // Clearly below the limit: the network holds it back, a capacity sample.
-    b.delivery_rate = Some((sec(21), (0.5 * MBIT) as u64, false));
-    s.observe(&b);
-    assert_eq!(s.estimates[&2].rate(), 0.5 * MBIT);
-}
-
-/// Milliseconds as an instant.
-fn ms(n: u64) -> Instant {
-    Instant(n * 1_000_000)
-}
-
-#[test]
-fn a_slow_start_sample_is_a_lower_bound_until_the_rate_stops_growing() {
-    let rtt = |srtt: u64| estimate::Rtt {
-        smoothed: Duration::from_millis(srtt),
-        min: Duration::from_millis(100),
-    };
-    // Slow start: the rate doubles every round trip; each sample raises the estimate.
-    let mut e = Estimate::new(ms(100), 0.1 * MBIT);
-    for (i, r) in [0.2, 0.4, 0.8].iter().enumerate() {
-        e.fold(
-            ms(200 + 100 * i as u64),
-            r * MBIT,
-            Sample::Free,
-            false,
-            rtt(100),
-        );
-        assert!(!e.full());
-        assert_eq!(e.rate(), r * MBIT);
-    }
-    // A lower sample while still unsettled (a round without growth) does not lower it.
-    e.fold(ms(500), 0.7 * MBIT, Sample::Free, false, rtt(100));
-    assert_eq!(e.rate(), 0.8 * MBIT);
-    assert!(!e.full());
-    // FULL_ROUNDS round trips in a row without GROWTH, no queue: full bandwidth.
-    e.fold(ms(600), 0.8 * MBIT, Sample::Free, false, rtt(100));
-    assert!(!e.full());
-    e.fold(ms(700), 0.9 * MBIT, Sample::Free, false, rtt(100));
-    assert!(e.full());
-    assert_eq!(e.rate(), 0.9 * MBIT);
-    // With a standing queue (the RTT 1.5 times its floor) one sample without growth is
-    // enough; held-back or application-limited samples never settle it.
-    let mut e = Estimate::new(ms(100), 1.0 * MBIT);
-    e.fold(ms(150), 1.1 * MBIT, Sample::AtLeast, true, rtt(300));
-    assert!(!e.full());
-    e.fold(ms(160), 1.1 * MBIT, Sample::Free, false, rtt(140));
-    assert!(!e.full());
-    e.fold(ms(170), 1.1 * MBIT, Sample::Free, false, rtt(160));
-    assert!(e.full());
+    // No estimate yet: the window over the RTT stands in (10 000 bytes per 20 ms).
+    a.capacity = None;
+    s.select(sec(13), &[a, b], &SchedContext::default());
+    assert_eq!(s.allocation().order[0].0, 1);
 }
 
 #[test]
@@ -207,35 +160,29 @@ fn a_path_first_seen_in_slow_start_is_measured_before_it_is_left_unused() {
         costed_info(2, 300, None),
         costed_info(3, 2800, None),
     ];
-    for p in &mut ps {
-        p.min_rtt = Duration::from_millis(20);
-    }
-    let sample = |p: &mut PathInfo, t: Instant, mbit: f64| {
-        p.delivery_rate = Some((t, (mbit * MBIT) as u64, false));
-    };
-    sample(&mut ps[0], ms(1000), 8.0);
-    sample(&mut ps[1], ms(1000), 4.0);
-    sample(&mut ps[2], ms(1000), 0.7);
+    ps[0].capacity = cap(8.0, true);
+    ps[1].capacity = cap(4.0, true);
+    ps[2].capacity = cap(0.7, false);
     let mut out = Vec::new();
     s.rate_limits(ms(1000), &ps, &mut out);
     // The allocation ranks path 3 last with no share, but its estimate is a lower bound:
     // its limit is lifted.
     assert_eq!(s.allocation().order[2], (3, Some(0)));
     assert_eq!(out.iter().find(|o| o.0 == 3), Some(&(3, None)));
-    // It grows to 30 Mbit/s and stops growing with a queue: now it is the marginal path,
-    // limited to its share of T = 4 + 0.5 * (8 + 30) = 23 Mbit/s.
-    let mut t = 1000;
-    for mbit in [1.4, 2.8, 5.6, 11.2, 22.4, 30.0, 30.0] {
-        t += 40;
-        sample(&mut ps[2], ms(t), mbit);
-        ps[2].srtt = Duration::from_millis(if mbit >= 30.0 { 40 } else { 20 });
-        out.clear();
-        s.rate_limits(ms(t), &ps, &mut out);
-    }
+    // Seen at its full 30 Mbit/s: now it is the marginal path, limited to its share of
+    // T = 4 + 0.5 * (8 + 30) = 23 Mbit/s.
+    ps[2].capacity = cap(30.0, true);
+    out.clear();
+    s.rate_limits(ms(1040), &ps, &mut out);
     let ids: Vec<PathId> = s.allocation().order.iter().map(|o| o.0).collect();
     assert_eq!(ids, vec![2, 3, 1]);
     assert_eq!(
         out.iter().find(|o| o.0 == 3).map(|o| mbit(o.1)),
         Some(Some(19.0))
     );
+}
+
+/// Milliseconds as an instant.
+fn ms(n: u64) -> Instant {
+    Instant(n * 1_000_000)
 }

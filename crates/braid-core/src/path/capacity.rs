@@ -1,14 +1,28 @@
-//! OPERETTA's capacity estimate of one path, from the path's delivery-rate samples (the
-//! rules are in the parent module's "Rates").
+//! One path's capacity: the estimate of what the path carries when the sender fills it,
+//! kept from the path's delivery-rate samples and read by everyone who needs a rate
+//! (OPERETTA without rate hints, `braid status`, the agent's placement of direct
+//! connections) through [`PathInfo::capacity`](crate::sched::PathInfo::capacity).
 //!
-//! Owns: the estimate, what kind of sample set it, and whether the path has been seen at its
-//! full bandwidth. Must not touch: the allocation, the limits or the probes (the scheduler
-//! reads [`Estimate::rate`] and [`Estimate::full`] and decides).
+//! Owns: the estimate, which samples are capacity samples, and whether the path has been
+//! seen at its full bandwidth. Must not touch: the congestion controller's own state (it
+//! only asks whether the controller holds its window back on purpose), the scheduler's
+//! limits (it only reads the limit applied now).
 //!
 //! A delivery-rate sample measures what the sender put through the path, which is the
-//! path's capacity only when the sender filled the pipe. Samples taken while the sender was
-//! application-limited (draft-cheng-iccrg-delivery-rate-estimation's `is_app_limited`) or
-//! held back by the scheduler's own limit are marked as such by the path and the scheduler.
+//! path's capacity only when the sender filled the pipe. It is only a lower bound
+//! ([`Sample::AtLeast`]: it may raise the estimate, never lower or age it) when taken
+//! * while application-limited (draft-cheng-iccrg-delivery-rate-estimation's
+//!   `is_app_limited`);
+//! * while the path ran at 90 % or more of the scheduler's limit on it, or the limit gave
+//!   it no share (a limited path whose samples stay clearly below its limit is
+//!   network-limited: those are capacity samples);
+//! * while the controller holds its window or rate below the pipe on purpose, and for two
+//!   round trips after (BBR's ProbeRTT, drain and the 0.75 phase of ProbeBW: a sample covers
+//!   the acknowledgements of one round trip, for what was sent the round trip before; `bbrq`'s
+//!   ProbeRTT halves the window for 200 ms,
+//!   and its samples once replaced a 30 Mbit/s estimate by half the scheduler's limit,
+//!   `a_probe_rtt_sample_does_not_lower_the_capacity`).
+//!
 //! A sample taken while the congestion window was still growing towards the pipe's size
 //! (slow start, or a window cut small) carries no mark: it is cwnd-limited like a sample of
 //! a full pipe, and lower. BBR's answer is used here: a path is at its full bandwidth once
@@ -16,9 +30,12 @@
 //! round trips in a row without a sample [`GROWTH`] times the largest one before them, or
 //! one such sample while the RTT shows a standing queue ([`QUEUE`], [`QUEUE_MIN`]: with a
 //! deep buffer those round trips are long, and a growing queue already says the bottleneck
-//! is full). Until then the estimate is only a lower bound: it rises with every sample and never
-//! falls, and the scheduler does not let it hide the path (see "Probing").
+//! is full). Until then the estimate is only a lower bound: it rises with every sample and
+//! never falls. From then on it is the largest capacity sample, replaced by a larger one or,
+//! once older than [`ESTIMATE_WINDOW`], by the next capacity sample (so a path whose
+//! capacity fell is believed within that window).
 
+use crate::sched::{Capacity, LIMIT_BOUND};
 use crate::time::Instant;
 use std::time::Duration;
 
@@ -41,7 +58,7 @@ pub const QUEUE_MIN: Duration = Duration::from_millis(10);
 
 /// The path's round trip when a sample is folded in.
 #[derive(Debug, Clone, Copy)]
-pub struct Rtt {
+pub(crate) struct Rtt {
     /// Smoothed: how long a round trip is.
     pub smoothed: Duration,
     /// Minimum: the round trip without queues.
@@ -59,7 +76,7 @@ impl Rtt {
 
 /// What a sample says about the path's capacity.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Sample {
+pub(crate) enum Sample {
     /// The sender was free to fill the pipe (neither application-limited nor held back by
     /// a limit): a capacity sample once the path is at full bandwidth.
     Free,
@@ -69,7 +86,7 @@ pub enum Sample {
 
 /// One path's capacity estimate.
 #[derive(Debug, Clone, Copy)]
-pub struct Estimate {
+pub(crate) struct Estimate {
     /// Bytes per second.
     rate: f64,
     /// When the estimate was last set by a capacity sample.
@@ -77,7 +94,7 @@ pub struct Estimate {
     /// The newest sample already looked at.
     seen: Instant,
     /// The latest sample was held back by the path's limit (capacity may be higher).
-    pub bound: bool,
+    pub(crate) bound: bool,
     /// The path has been seen at its full bandwidth: `rate` is its capacity, not a lower
     /// bound.
     full: bool,
@@ -101,15 +118,6 @@ impl Estimate {
             plateau: s,
             round_start: t,
             flat_rounds: 0,
-        }
-    }
-
-    /// An estimate that is already the path's capacity (for tests).
-    #[cfg(test)]
-    pub fn settled(t: Instant, s: f64) -> Self {
-        Estimate {
-            full: true,
-            ..Estimate::new(t, s)
         }
     }
 
@@ -162,3 +170,64 @@ impl Estimate {
         }
     }
 }
+
+/// A path's capacity estimate and what classifies its samples (see the module doc).
+#[derive(Debug, Clone, Copy, Default)]
+pub(crate) struct PathCapacity {
+    /// Started by the first capacity sample.
+    estimate: Option<Estimate>,
+    /// Samples before then were sent while the controller held its window back.
+    held_until: Option<Instant>,
+}
+
+impl PathCapacity {
+    /// Fold in the delivery-rate sample `rate` (bytes per second) taken at `now`.
+    /// `cap` is the scheduler's limit on the path, `holding_back` whether the controller
+    /// holds its window below the pipe on purpose now.
+    pub(crate) fn observe(
+        &mut self,
+        now: Instant,
+        rate: f64,
+        app_limited: bool,
+        cap: Option<u64>,
+        holding_back: bool,
+        rtt: Rtt,
+    ) {
+        if holding_back {
+            // A sample covers the acknowledgements of the last round trip, which
+            // acknowledge what was sent the round trip before.
+            self.held_until = Some(now + rtt.smoothed * 2);
+        }
+        let held = self.held_until.is_some_and(|t| now <= t);
+        let capped = match cap {
+            Some(0) => true,
+            Some(c) => rate >= LIMIT_BOUND * c as f64,
+            None => false,
+        };
+        let kind = if app_limited || capped || held {
+            Sample::AtLeast
+        } else {
+            Sample::Free
+        };
+        match &mut self.estimate {
+            Some(e) => e.fold(now, rate, kind, capped, rtt),
+            // Only a capacity sample starts an estimate: until one comes, readers keep
+            // their own guess (a trickle during the handshake once pinned a 2 Mbit/s path
+            // at 58 kbit/s).
+            None if kind == Sample::Free => self.estimate = Some(Estimate::new(now, rate)),
+            None => {}
+        }
+    }
+
+    /// What readers see.
+    pub(crate) fn view(&self) -> Option<Capacity> {
+        self.estimate.map(|e| Capacity {
+            rate: e.rate() as u64,
+            full: e.full(),
+            bound: e.bound,
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests;
