@@ -357,3 +357,6 @@ impl PacketProtection for Plain {
         Some(h)
     }
 }
+
+#[cfg(test)]
+mod tests;

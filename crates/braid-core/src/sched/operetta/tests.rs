@@ -1,8 +1,8 @@
 //! Tests of the OPERETTA allocation, its use of the paths' capacity estimates, and limits.
 
 use super::*;
-use crate::sched::Capacity;
 use crate::sched::tests::info;
+use crate::sched::Capacity;
 
 const MBIT: f64 = 125_000.0; // bytes per second
 
