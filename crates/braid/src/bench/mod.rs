@@ -28,6 +28,7 @@ pub mod handshakes;
 pub mod idle;
 pub mod idle_agents;
 pub mod measure;
+pub mod probe;
 pub mod rig;
 pub mod ss;
 pub mod traffic;
@@ -114,6 +115,10 @@ pub struct Row {
     /// together (user + system from /proc/PID/stat).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub proxy_cpu_s_per_gb: Option<f64>,
+    /// What a sparse flow made the same way waited, alone and beside the transfer
+    /// (`probe.rs`; `null` when the row was skipped).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub probe: Option<probe::ProbeReport>,
     /// Why the row was not measured (its figures are then 0).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub skipped: Option<String>,
@@ -191,16 +196,26 @@ fn row(name: &str, bytes: u64, seconds: f64, cpu: f64) -> Row {
         server_cpu_s_per_gb: None,
         server_cores_busy: None,
         proxy_cpu_s_per_gb: None,
+        probe: None,
         skipped: None,
     }
 }
 
 /// Move `per_conn` bytes on each of the connections `via` makes, timing it; a progress
 /// line on stderr when asked.
+/// Where a row's connections go: the bulk source and the probe's echo server.
+#[derive(Debug, Clone, Copy)]
+pub struct Targets {
+    /// The source of the bulk transfer.
+    pub source: std::net::SocketAddr,
+    /// The latency probe's echo server.
+    pub echo: std::net::SocketAddr,
+}
+
 fn measure_row(
     name: &str,
     via: Via,
-    source: std::net::SocketAddr,
+    to: Targets,
     streams: usize,
     per_conn: u64,
     total: u64,
@@ -223,14 +238,18 @@ fn measure_row(
             });
         (stop, h)
     });
+    let probe = probe::Probe::start(&via, to.echo)?;
+    std::thread::sleep(probe::IDLE);
+    probe.loaded();
     let (c0, b0, t0) = (cpu_seconds(), braid_threads(), Instant::now());
     let (client0, server0) = (counts(Side::Client), counts(Side::Server));
-    let r = traffic::sink_all(via, source, streams, per_conn, done);
+    let r = traffic::sink_all(via, to.source, streams, per_conn, done);
     let (seconds, cpu, b1) = (
         t0.elapsed().as_secs_f64(),
         cpu_seconds() - c0,
         braid_threads(),
     );
+    let waited = probe.finish();
     if let Some((stop, h)) = ticker {
         stop.store(true, Ordering::Relaxed);
         if let Ok(h) = h {
@@ -239,6 +258,7 @@ fn measure_row(
     }
     r?;
     let mut x = row(name, total, seconds, cpu);
+    x.probe = Some(waited?);
     if name.starts_with("braid") {
         let (all, server) = braid_cpu_between(&b0, &b1);
         let gb = total as f64 / 1e9;
@@ -268,8 +288,12 @@ pub fn run(o: &Options) -> Result<Report> {
     }
     let total = per_conn * conns;
     let source = traffic::start_source(per_conn, false)?;
+    let to = Targets {
+        source,
+        echo: probe::start_echo()?,
+    };
     let n = conns as usize;
-    let tcp = measure_row("tcp", Via::Tcp, source, n, per_conn, total, o.progress)?;
+    let tcp = measure_row("tcp", Via::Tcp, to, n, per_conn, total, o.progress)?;
     let ccs = if o.ccs.is_empty() {
         vec![braid_core::Config::default().cc]
     } else {
@@ -284,13 +308,13 @@ pub fn run(o: &Options) -> Result<Report> {
         let via = Via::Socks(rig.socks.clone());
         first_socks.get_or_insert(rig.socks[0]);
         let label = format!("braid {cc}");
-        let mut b = measure_row(&label, via, source, o.streams, per_conn, total, o.progress)?;
+        let mut b = measure_row(&label, via, to, o.streams, per_conn, total, o.progress)?;
         b.name = "braid".into();
         b.cc = Some(cc.to_string());
         braids.push(b);
     }
     let braid = &braids[0];
-    let shadowsocks = ss::measure_row(source, n, per_conn, total, o.progress)?;
+    let shadowsocks = ss::measure_row(to, n, per_conn, total, o.progress)?;
     let vs_shadowsocks = shadowsocks.skipped.is_none().then(|| VsShadowsocks {
         goodput_ratio: braid.gbit_per_s / shadowsocks.gbit_per_s,
         cpu_ratio: braid.braid_cpu_s_per_gb.unwrap_or(0.0)
@@ -302,7 +326,10 @@ pub fn run(o: &Options) -> Result<Report> {
             ..row("mptcp", 0, 1.0, 0.0)
         },
         None => {
-            let src = traffic::start_source(per_conn, true)?;
+            let src = Targets {
+                source: traffic::start_source(per_conn, true)?,
+                ..to
+            };
             measure_row("mptcp", Via::Mptcp, src, n, per_conn, total, o.progress)?
         }
     };
@@ -363,8 +390,16 @@ pub fn print(r: &Report) {
         s.ciphers.join(" > ")
     );
     println!(
-        "{:<12} {:>12} {:>9} {:>10} {:>12} {:>16} {:>10} {:>12}",
-        "", "bytes", "seconds", "Gbit/s", "CPU s/GB", "proxy CPU s/GB", "acks/data", "wake-ups/GB"
+        "{:<12} {:>12} {:>9} {:>10} {:>12} {:>16} {:>10} {:>12} {:>22}",
+        "",
+        "bytes",
+        "seconds",
+        "Gbit/s",
+        "CPU s/GB",
+        "proxy CPU s/GB",
+        "acks/data",
+        "wake-ups/GB",
+        "probe idle/load/95 ms"
     );
     for x in &r.rows {
         let label = match &x.cc {
@@ -377,8 +412,14 @@ pub fn print(r: &Report) {
         }
         let opt =
             |v: Option<f64>, digits: usize| v.map_or(String::new(), |v| format!("{v:.digits$}"));
+        let probe = x.probe.map_or(String::new(), |p| {
+            format!(
+                "{:.2}/{:.2}/{:.2}",
+                p.idle_p50_ms, p.loaded_p50_ms, p.loaded_p95_ms
+            )
+        });
         println!(
-            "{:<12} {:>12} {:>9.2} {:>10.2} {:>12.2} {:>16} {:>10} {:>12}",
+            "{:<12} {:>12} {:>9.2} {:>10.2} {:>12.2} {:>16} {:>10} {:>12} {:>22}",
             label,
             x.bytes,
             x.seconds,
@@ -386,7 +427,8 @@ pub fn print(r: &Report) {
             x.cpu_s_per_gb,
             opt(x.braid_cpu_s_per_gb.or(x.proxy_cpu_s_per_gb), 2),
             opt(x.acks_per_data_packet, 3),
-            opt(x.wakeups_per_gb, 0)
+            opt(x.wakeups_per_gb, 0),
+            probe
         );
     }
     let cc = r.rows.iter().find_map(|x| x.cc.as_deref()).unwrap_or("?");

@@ -46,10 +46,11 @@ pub fn programs() -> Option<(PathBuf, PathBuf)> {
 }
 
 /// The shadowsocks row: skipped when shadowsocks-libev is not installed, else `per_conn`
-/// bytes from `source` on each of `conns` connections through ss-local, with the CPU of
+/// bytes from `to.source` on each of `conns` connections through ss-local (and the probe
+/// through it too), with the CPU of
 /// ss-local and ss-server in `proxy_cpu_s_per_gb`. Both processes end with the row.
 pub fn measure_row(
-    source: SocketAddr,
+    to: super::Targets,
     conns: usize,
     per_conn: u64,
     total: u64,
@@ -64,7 +65,7 @@ pub fn measure_row(
     let pair = Pair::start(&server, &local, UP_WITHIN)?;
     let before = pair.stats()?;
     let via = Via::Socks(vec![pair.socks]);
-    let mut x = super::measure_row("shadowsocks", via, source, conns, per_conn, total, progress)
+    let mut x = super::measure_row("shadowsocks", via, to, conns, per_conn, total, progress)
         .with_context(|| format!("the transfer through ss-local at {}", pair.socks))?;
     let after = pair.stats()?;
     let cpu = cpu_between(&before, &after, clock_ticks())?;

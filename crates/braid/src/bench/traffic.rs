@@ -216,6 +216,18 @@ pub fn sink_all(
     })
 }
 
+/// One connection to `target` made the way `via` says (through its first proxy).
+pub async fn connect(via: &Via, target: SocketAddr) -> Result<TcpStream> {
+    Ok(match via {
+        Via::Socks(p) => {
+            let proxy = p.first().context("no SOCKS5 proxy")?;
+            socks_connect(*proxy, target).await?
+        }
+        Via::Mptcp => TcpStream::from_std(mptcp_connect(target)?)?,
+        Via::Tcp => TcpStream::connect(target).await?,
+    })
+}
+
 async fn socks_hello(proxy: SocketAddr) -> Result<TcpStream> {
     let mut s = TcpStream::connect(proxy).await?;
     s.write_all(&[5, 1, 0]).await?;
