@@ -9,9 +9,11 @@
 //! views), how snapshots are published or served (`agent`, `server`, braid-ops).
 
 mod datagrams;
+mod egress;
 mod rate;
 
 pub use datagrams::DatagramReport;
+pub use egress::{EgressAgent, EgressReport};
 pub use rate::RateMeter;
 
 use crate::bridge::{Cmd, SessionFn};
@@ -521,6 +523,9 @@ pub struct ServerStatus {
     pub handshakes_waiting: u64,
     /// Sums over sessions.
     pub totals: Totals,
+    /// The egress policy and its refusals per agent.
+    #[serde(default)]
+    pub egress: EgressReport,
 }
 
 /// Either snapshot; its JSON has `"role": "agent"` or `"role": "server"`.

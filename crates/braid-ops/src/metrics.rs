@@ -53,6 +53,13 @@ struct ResultLabels {
     result: String,
 }
 
+/// An egress refusal count's labels: the agent key's fingerprint and what was refused.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct EgressLabels {
+    agent: String,
+    kind: String,
+}
+
 const STATES: [ShownState; 6] = [
     ShownState::Validating,
     ShownState::Active,
@@ -382,6 +389,24 @@ fn server(r: &mut Registry, s: &ServerStatus) {
         }
         d.add(&sess.agent_key_fingerprint, &sess.datagrams);
     }
+    let eg = Family::<EgressLabels, FCounter>::default();
+    r.register(
+        "braid_server_egress_refused",
+        "Connections and UDP datagrams the egress policy refused, per agent key",
+        eg.clone(),
+    );
+    for a in &s.egress.agents {
+        for (kind, n) in [
+            ("connection", a.refused_connections),
+            ("datagram", a.refused_datagrams),
+        ] {
+            eg.get_or_create(&EgressLabels {
+                agent: a.agent_key_fingerprint.clone(),
+                kind: kind.to_string(),
+            })
+            .inc_by(n as f64);
+        }
+    }
 }
 
 /// The snapshot as OpenMetrics text (ends with `# EOF`).
@@ -457,5 +482,27 @@ mod tests {
             t.contains(r#"braid_datagrams_duplicate_bytes_total{agent=""} 80000"#),
             "{t}"
         );
+    }
+
+    #[test]
+    fn egress_refusals_are_counted_per_agent() {
+        let s = ServerStatus {
+            egress: braid_net::status::EgressReport {
+                agents: vec![braid_net::status::EgressAgent {
+                    agent_key_fingerprint: "SHA256:abc".into(),
+                    refused_connections: 2,
+                    refused_datagrams: 7,
+                }],
+                ..Default::default()
+            },
+            ..Default::default()
+        };
+        let t = render(&Status::Server(s));
+        for want in [
+            r#"braid_server_egress_refused_total{agent="SHA256:abc",kind="connection"} 2"#,
+            r#"braid_server_egress_refused_total{agent="SHA256:abc",kind="datagram"} 7"#,
+        ] {
+            assert!(t.contains(want), "{want} in {t}");
+        }
     }
 }

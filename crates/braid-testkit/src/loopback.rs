@@ -18,17 +18,29 @@ use tokio::net::TcpListener;
 
 /// A server's settings on `127.0.0.1:0` with a fresh key, authorizing one fresh agent key:
 /// the settings (to change before `Server::bind`), the server's public key and the agent's
-/// key pair.
+/// key pair. Its agents may reach loopback ([`allow_targets`]).
 pub fn loopback_server() -> (ServerConfig, PublicKey, Arc<StaticKeypair>) {
     let server_key = StaticKeypair::generate().unwrap();
     let server_pub = server_key.public();
     let agent_key = Arc::new(StaticKeypair::generate().unwrap());
-    let cfg = ServerConfig::new(
+    let mut cfg = ServerConfig::new(
         "127.0.0.1:0".parse().unwrap(),
         server_key,
         vec![agent_key.public()],
     );
+    allow_targets(&mut cfg, &[]);
     (cfg, server_pub, agent_key)
+}
+
+/// The rigs' destinations listen on loopback or on addresses of the server's own machine
+/// (namespace), which a server's egress policy refuses by default: allow its agents
+/// 127.0.0.0/8 and ::1, and the rules `more` (addresses of the server's machine, like
+/// `10.0.0.1`), as `braid server --egress-allow` would.
+pub fn allow_targets(cfg: &mut ServerConfig, more: &[&str]) {
+    for r in ["127.0.0.0/8", "::1"].iter().chain(more) {
+        cfg.egress
+            .allow(r.parse().unwrap_or_else(|e| panic!("{e}")));
+    }
 }
 
 const LINKS: &str = r#"

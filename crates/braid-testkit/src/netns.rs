@@ -189,7 +189,8 @@ impl Net {
         let public = key.public();
         let ((web, board), stop) = spawn_in(&self.s, move |ready| async move {
             let web = http_server(data).await;
-            let cfg = ServerConfig::new(listen, key, vec![agent]);
+            let mut cfg = ServerConfig::new(listen, key, vec![agent]);
+            crate::loopback::allow_targets(&mut cfg, &[]);
             let server = Server::bind(cfg).await.unwrap();
             ready.send((web, server.status())).unwrap();
             let _ = server.run().await;
@@ -271,29 +272,38 @@ impl Drop for Lan {
 impl Net {
     /// Make the LAN behind the client namespace.
     pub fn lan(&self) -> Lan {
-        let lan = Lan {
-            ns: format!("{}-l", self.c),
-        };
-        let ns = lan.ns.as_str();
-        sh(run("ip", &["netns", "add", ns]));
-        sh(ip_ns(ns, &["link", "set", "lo", "up"]));
-        let veth = [
-            "link", "add", "lan0", "type", "veth", "peer", "name", "eth0", "netns", ns,
-        ];
-        sh(ip_ns(&self.c, &veth));
-        sh(ip_ns(
-            &self.c,
-            &["addr", "add", &format!("{LAN_GW}/24"), "dev", "lan0"],
-        ));
-        sh(ip_ns(&self.c, &["link", "set", "lan0", "up"]));
-        sh(ip_ns(
-            ns,
-            &["addr", "add", &format!("{LAN_HOST}/24"), "dev", "eth0"],
-        ));
-        sh(ip_ns(ns, &["link", "set", "eth0", "up"]));
-        sh(ip_ns(ns, &["route", "add", "default", "via", LAN_GW]));
-        lan
+        lan_behind(&self.c, format!("{}-l", self.c))
     }
+
+    /// The same LAN (namespace `<server>-l`, [`LAN_HOST`]) behind the server namespace
+    /// instead: a host on a private network the server reaches and the client does not.
+    pub fn lan_behind_server(&self) -> Lan {
+        lan_behind(&self.s, format!("{}-l", self.s))
+    }
+}
+
+/// A LAN host in a new namespace `ns`, behind `gw_ns` (its `lan0` the gateway).
+fn lan_behind(gw_ns: &str, ns: String) -> Lan {
+    let lan = Lan { ns };
+    let ns = lan.ns.as_str();
+    sh(run("ip", &["netns", "add", ns]));
+    sh(ip_ns(ns, &["link", "set", "lo", "up"]));
+    let veth = [
+        "link", "add", "lan0", "type", "veth", "peer", "name", "eth0", "netns", ns,
+    ];
+    sh(ip_ns(gw_ns, &veth));
+    sh(ip_ns(
+        gw_ns,
+        &["addr", "add", &format!("{LAN_GW}/24"), "dev", "lan0"],
+    ));
+    sh(ip_ns(gw_ns, &["link", "set", "lan0", "up"]));
+    sh(ip_ns(
+        ns,
+        &["addr", "add", &format!("{LAN_HOST}/24"), "dev", "eth0"],
+    ));
+    sh(ip_ns(ns, &["link", "set", "eth0", "up"]));
+    sh(ip_ns(ns, &["route", "add", "default", "via", LAN_GW]));
+    lan
 }
 
 /// Runs `f` in namespace `ns`, on a thread with a current-thread runtime of its own, until

@@ -307,6 +307,7 @@ fn render_server(s: &ServerStatus) -> String {
         bytes(s.totals.bytes_sent),
         bytes(s.totals.bytes_received)
     );
+    out.push_str(&egress_lines(&s.egress));
     for sess in &s.sessions {
         let _ = writeln!(
             out,
@@ -325,6 +326,29 @@ fn render_server(s: &ServerStatus) -> String {
             let _ = writeln!(out, "inbound ports: {}", sess.inbound_ports.join(", "));
         }
         out.push_str(&path_table(&sess.paths, false));
+    }
+    out
+}
+
+/// The egress policy in one line, and each agent's refusals when there were any.
+fn egress_lines(e: &braid_net::status::EgressReport) -> String {
+    let mut out = format!(
+        "egress: {} rules{}; refused {} connections, {} datagrams\n",
+        e.rules,
+        if e.deny_private {
+            ", private ranges denied"
+        } else {
+            ""
+        },
+        e.refused_connections,
+        e.refused_datagrams
+    );
+    for a in &e.agents {
+        let _ = writeln!(
+            out,
+            "  agent {}: refused {} connections, {} datagrams",
+            a.agent_key_fingerprint, a.refused_connections, a.refused_datagrams
+        );
     }
     out
 }
@@ -413,6 +437,36 @@ mod tests {
         assert!(up.contains("agent SHA256:abc (key a2V5) for"), "{t}");
         assert!(line("0000000000000100").contains("half-open"), "{t}");
         assert!(!up.contains("half-open"), "{t}");
+    }
+
+    /// Issue 37: the egress refusals per agent, in the agents' log format.
+    #[test]
+    fn server_status_counts_egress_refusals_per_agent() {
+        let s = braid_net::status::ServerStatus {
+            egress: braid_net::status::EgressReport {
+                deny_private: true,
+                rules: 2,
+                refused_connections: 3,
+                refused_datagrams: 5,
+                agents: vec![braid_net::status::EgressAgent {
+                    agent_key_fingerprint: "SHA256:abc".into(),
+                    refused_connections: 3,
+                    refused_datagrams: 5,
+                }],
+            },
+            ..Default::default()
+        };
+        let t = render(&Status::Server(s));
+        assert!(
+            t.contains(
+                "egress: 2 rules, private ranges denied; refused 3 connections, 5 datagrams"
+            ),
+            "{t}"
+        );
+        assert!(
+            t.contains("  agent SHA256:abc: refused 3 connections, 5 datagrams"),
+            "{t}"
+        );
     }
 
     /// Issue 24: `braid status` shows which rule each connection and flow took, and how

@@ -19,6 +19,8 @@
 //! - `shared`: what all workers' endpoints share (replay guard, authorized keys, session count),
 //! - [`logs`]: rate-limited logging of drops, with counts,
 //! - [`relay`]: streams to TCP targets and UDP flows (bounded return traffic),
+//! - [`egress`]: where agents' connections and datagrams may go (refused by default: the
+//!   server itself, loopback, link-local, special addresses),
 //! - `budget`: the bound on a session's UDP traffic waiting for the wire,
 //! - [`inbound`]: public ports agents asked for and the configuration allows, carried to
 //!   the agent (inbound port forwarding),
@@ -48,6 +50,7 @@
 mod authorized;
 mod budget;
 mod control;
+pub mod egress;
 pub mod endpoint;
 mod gate;
 pub mod inbound;
@@ -151,6 +154,10 @@ pub struct ServerConfig {
     /// The public ports each agent key may ask for (`[forward]` in the config file); none
     /// by default.
     pub forward: inbound::ForwardPolicy,
+    /// Where agents' connections and datagrams may go (`[egress]`, `--egress-allow`,
+    /// `--egress-deny`, `--deny-private`); the default refuses the server's own
+    /// addresses, loopback, link-local, unspecified, multicast and broadcast addresses.
+    pub egress: egress::EgressPolicy,
 }
 
 impl ServerConfig {
@@ -178,6 +185,7 @@ impl ServerConfig {
             threads: 1,
             ciphers: Ciphers::auto(),
             forward: inbound::ForwardPolicy::default(),
+            egress: egress::EgressPolicy::default(),
             // Keepalive as the core's default (25 s, the agent's) and the agent's idle
             // timeout (see `agent::IDLE_TIMEOUT`).
             transport: Config {
@@ -325,7 +333,8 @@ impl Server {
         };
         info!(listen = %local, tcp = tcp.is_some(), threads, kernel_steering, reply_from_destination, "braid server listening");
         let counters: Arc<HandshakeCounters> = Arc::default();
-        let board = Arc::new(ServerBoard::new(&cfg, local, counters.clone()));
+        let egress = egress::Egress::new(cfg.egress.clone());
+        let board = Arc::new(ServerBoard::new(&cfg, local, counters.clone(), egress));
         let authorized = Arc::new(std::sync::RwLock::new(cfg.authorized.clone()));
         Ok(Server {
             workers: (0..threads).map(|_| WorkerCounters::default()).collect(),
@@ -439,6 +448,7 @@ impl Server {
                 peers: self.peers.clone(),
                 inbound: inbound::Ports::new(self.cfg.forward.clone(), self.cfg.listen.ip()),
                 system_resolver: relay::SystemResolver::default(),
+                egress: self.board.egress.clone(),
             },
             steering: self.steering,
             handoff,

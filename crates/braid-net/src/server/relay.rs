@@ -13,10 +13,10 @@
 //! the server's memory; the core's own queue drops its oldest datagram when full.
 
 pub use super::budget::UdpBudget;
+use super::egress::{AgentEgress, HostAddrs, Kind};
 use super::inbound::SessionPorts;
 use crate::bridge::{Cmd, StreamHandle, StreamMsg};
 pub use crate::common::connect;
-use crate::udp::send_datagram;
 use braid_proxy::target::{self, ReplyCode};
 use braid_proxy::{datagram, TargetAddr};
 use bytes::{Bytes, BytesMut};
@@ -32,14 +32,15 @@ use tracing::{debug, info, warn};
 /// sockets and the wire.
 pub const UDP_RETURN_BYTES: usize = 1 << 20;
 
-/// One proxied connection: read the open request, connect, answer, relay. A stream that
-/// starts with a forward request goes to the session's inbound ports instead; one to
-/// [`datagram::SERVER_RESOLVER`] goes to the server's resolver (DNS over TCP).
+/// One proxied connection: read the open request, connect (to an address the egress
+/// policy allows), answer, relay. A stream that starts with a forward request goes to the
+/// session's inbound ports instead; one to [`datagram::SERVER_RESOLVER`] goes to the
+/// server's resolver (DNS over TCP; the operator's choice, so no egress check).
 pub(crate) async fn serve_stream(
     h: StreamHandle,
     (connect_timeout, resolver): (Duration, Option<SocketAddr>),
     idle: Duration,
-    ports: &Arc<SessionPorts>,
+    (ports, egress): (&Arc<SessionPorts>, &AgentEgress),
 ) {
     let StreamHandle {
         id,
@@ -70,9 +71,9 @@ pub(crate) async fn serve_stream(
         }
     };
     let early = head.split_off(used).freeze();
-    let target = match target {
+    let conn = match &target {
         TargetAddr::Domain(n, _) if n == datagram::SERVER_RESOLVER => match resolver {
-            Some(r) => TargetAddr::Ip(r),
+            Some(r) => connect(&TargetAddr::Ip(r), connect_timeout).await,
             None => {
                 info!(stream = id, "a DNS connection for the server's resolver refused: none is configured (--resolver)");
                 reply(&writer, ReplyCode::HostUnreachable).await;
@@ -80,19 +81,52 @@ pub(crate) async fn serve_stream(
                 return;
             }
         },
-        t => t,
+        t => connect_allowed(t, connect_timeout, egress).await,
     };
-    match connect(&target, connect_timeout).await {
+    match conn {
         Ok(tcp) => {
             debug!(stream = id, %target, "connected");
             reply(&writer, ReplyCode::Succeeded).await;
             crate::splice::splice(tcp, reader, writer, early, idle).await;
+        }
+        Err(ReplyCode::NotAllowed) => {
+            // Logged by the egress policy, once a minute per destination.
+            debug!(stream = id, %target, "refused by the egress policy");
+            reply(&writer, ReplyCode::NotAllowed).await;
+            writer.finish();
         }
         Err(code) => {
             info!(stream = id, %target, ?code, "connect failed");
             reply(&writer, code).await;
             writer.finish();
         }
+    }
+}
+
+/// Resolve `target` and connect to the first of its addresses the egress policy allows
+/// and that answers; none allowed: [`ReplyCode::NotAllowed`] (SOCKS5 reply 2, HTTP 403),
+/// counted once.
+async fn connect_allowed(
+    target: &TargetAddr,
+    timeout: Duration,
+    egress: &AgentEgress,
+) -> Result<tokio::net::TcpStream, ReplyCode> {
+    let mut addrs = crate::common::resolve(target, timeout).await?;
+    let host = egress.host();
+    let mut refused = None;
+    addrs.retain(|&a| {
+        let d = egress.decide(a, &host);
+        if !d.allowed && refused.is_none() {
+            refused = Some((a, d.clone()));
+        }
+        d.allowed
+    });
+    match refused {
+        Some((a, d)) if addrs.is_empty() => {
+            egress.refused(a, &d, Kind::Connection);
+            Err(ReplyCode::NotAllowed)
+        }
+        _ => crate::common::connect_any(&addrs, timeout).await,
     }
 }
 
@@ -105,6 +139,8 @@ async fn reply(w: &crate::bridge::StreamWriter, code: ReplyCode) {
 /// UDP flows of one session (and the agent's answers on its public UDP ports, which go
 /// to [`SessionPorts::send_back`]): each flow gets its own socket towards its destinations. Ends
 /// when the session task drops its datagram channel; the flows' sockets close with it.
+/// A datagram to a destination the egress policy refuses (checked after the name is
+/// resolved) is dropped and counted.
 ///
 /// Datagrams are taken from the channel in batches; consecutive ones of one flow to one
 /// address and of one size leave in one system call (UDP GSO, see [`crate::batch`]), so a
@@ -113,7 +149,7 @@ pub async fn udp_flows(
     mut rx: mpsc::Receiver<Bytes>,
     cmd: mpsc::UnboundedSender<Cmd>,
     (max_flows, resolver): (usize, Option<SocketAddr>),
-    (session, ports): (u64, Arc<SessionPorts>),
+    (session, ports, egress): (u64, Arc<SessionPorts>, AgentEgress),
     open_flows: Arc<std::sync::atomic::AtomicUsize>,
 ) {
     // Nothing more is allocated before the session's first datagram: most sessions send
@@ -129,6 +165,9 @@ pub async fn udp_flows(
     let mut refused_flows = 0u64;
     let mut run = Run::default();
     loop {
+        // The server's addresses, and the last destination checked and whether it was
+        // allowed, for this batch: a flow's datagrams to one address cost one decision.
+        let (host, mut last) = (egress.host(), None::<(SocketAddr, bool)>);
         for d in batch.drain(..) {
             let Ok(p) = datagram::parse(&d) else {
                 debug!("dropped a malformed proxied datagram");
@@ -174,9 +213,11 @@ pub async fn udp_flows(
                 }
             };
             let mut dest = p.addr.to_target_addr();
+            // The operator's resolver: no egress check.
+            let mut to_resolver = false;
             if matches!(&dest, TargetAddr::Domain(n, _) if n == datagram::SERVER_RESOLVER) {
                 match resolver {
-                    Some(r) => dest = TargetAddr::Ip(r),
+                    Some(r) => (dest, to_resolver) = (TargetAddr::Ip(r), true),
                     None => {
                         debug!("a DNS query for the server's resolver dropped: none is configured");
                         continue;
@@ -185,15 +226,30 @@ pub async fn udp_flows(
             }
             match dest {
                 TargetAddr::Ip(to) => {
+                    if !to_resolver {
+                        let allowed = match last {
+                            Some((at, true)) if at == to => true,
+                            Some((at, false)) if at == to => egress.count_refused(Kind::Datagram),
+                            _ => egress.check_with(to, Kind::Datagram, &host),
+                        };
+                        last = Some((to, allowed));
+                        if !allowed {
+                            continue;
+                        }
+                    }
                     let to = crate::udp::reachable_from(v6, to);
                     if !run.extend(p.flow_id, to, p.payload) {
                         run.flush().await;
                         run.start(p.flow_id, sock, to, p.payload);
                     }
                 }
-                TargetAddr::Domain(..) => {
+                TargetAddr::Domain(name, port) => {
                     run.flush().await;
-                    send_datagram(&sock, &dest, p.payload).await;
+                    if let Some(to) = resolve_allowed(&name, port, &egress, &host).await {
+                        let _ = sock
+                            .send_to(p.payload, crate::udp::reachable_from(v6, to))
+                            .await;
+                    }
                 }
             }
         }
@@ -212,6 +268,23 @@ pub async fn udp_flows(
             "UDP datagrams dropped over the session (flow limit, full return queue)"
         );
     }
+}
+
+/// The first address of `name` the egress policy allows `egress`'s agent; none (a refusal
+/// counted) or no answer: `None`.
+async fn resolve_allowed(
+    name: &str,
+    port: u16,
+    egress: &AgentEgress,
+    host: &HostAddrs,
+) -> Option<SocketAddr> {
+    let addrs: Vec<SocketAddr> = tokio::net::lookup_host((name, port)).await.ok()?.collect();
+    let found = addrs.iter().find(|a| egress.decide(**a, host).allowed);
+    if found.is_none() {
+        let first = *addrs.first()?;
+        egress.check_with(first, Kind::Datagram, host);
+    }
+    found.copied()
 }
 
 /// Datagrams of one flow to one address, of one size but perhaps the last, waiting to

@@ -51,6 +51,8 @@ pub struct ServerBoard {
     listen: String,
     limits: ServerLimits,
     counters: Arc<HandshakeCounters>,
+    /// The egress policy and its refusals (the sessions check with it).
+    pub(super) egress: Arc<super::egress::Egress>,
     pub(super) live: Mutex<BTreeMap<u64, Live>>,
     /// Each session path's rate meter, fed by every snapshot (a path's rate is known from
     /// the second snapshot on: `braid status --watch`, the dashboard, metrics scrapes).
@@ -62,6 +64,7 @@ impl ServerBoard {
         cfg: &ServerConfig,
         listen: SocketAddr,
         counters: Arc<HandshakeCounters>,
+        egress: Arc<super::egress::Egress>,
     ) -> ServerBoard {
         let lim = |max: u64| Limit { max, used: 0 };
         ServerBoard {
@@ -74,6 +77,7 @@ impl ServerBoard {
                 udp_flows_per_session: lim(cfg.max_udp_flows as u64),
             },
             counters,
+            egress,
             live: Mutex::new(BTreeMap::new()),
             rates: Mutex::new(BTreeMap::new()),
         }
@@ -202,6 +206,7 @@ impl ServerBoard {
             handshakes_refused: HandshakeCounters::get(&self.counters.refused),
             handshakes_waiting: waiting,
             totals,
+            egress: self.egress.report(),
         }
     }
 }

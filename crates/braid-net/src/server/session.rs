@@ -61,6 +61,8 @@ pub(super) struct SessionCtx {
     pub inbound: Arc<inbound::Ports>,
     /// The system's name server (for a server without `resolver`).
     pub system_resolver: relay::SystemResolver,
+    /// Where agents' connections and datagrams may go.
+    pub egress: Arc<super::egress::Egress>,
 }
 
 /// Start session `id`, whose message 1 came on path `path` from `from` (and to the local
@@ -175,6 +177,8 @@ pub(super) fn spawn_session(
     let connect_timeout = cfg.connect_timeout;
     let resolver = cfg.resolver.or_else(|| ctx.system_resolver.get());
     let stream_ports = ports.clone();
+    let egress = ctx.egress.agent(client);
+    let stream_egress = egress.clone();
     let max_streams = cfg.max_streams as usize;
     tokio::spawn(async move {
         while let Some(h) = acc_rx.recv().await {
@@ -188,9 +192,10 @@ pub(super) fn spawn_session(
                 );
             }
             let open = open.clone();
-            let ports = stream_ports.clone();
+            let (ports, egress) = (stream_ports.clone(), stream_egress.clone());
             tokio::spawn(async move {
-                relay::serve_stream(h, (connect_timeout, resolver), idle, &ports).await;
+                let to = (&ports, &egress);
+                relay::serve_stream(h, (connect_timeout, resolver), idle, to).await;
                 open.fetch_sub(1, Ordering::Relaxed);
             });
         }
@@ -201,7 +206,7 @@ pub(super) fn spawn_session(
         dg_rx,
         cmd_tx.clone(),
         limits,
-        (id, flow_ports),
+        (id, flow_ports, egress),
         udp_flows,
     ));
     let board = ctx.board.clone();

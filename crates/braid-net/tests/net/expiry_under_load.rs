@@ -97,6 +97,7 @@ async fn unfinished_sessions_expire_while_handshakes_keep_coming() {
         StaticKeypair::generate().unwrap(),
         keys.iter().map(|k| k.public()).collect(),
     );
+    braid_testkit::loopback::allow_targets(&mut cfg, &[]);
     cfg.first_exchange_timeout = EXPIRE;
     cfg.max_sessions = 1_000_000;
     // All from 127.0.0.1: no per-address budget, no cookies.

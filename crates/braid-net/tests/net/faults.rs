@@ -52,6 +52,7 @@ async fn agent_with_no_cipher_the_server_accepts_is_told_what_to_change() {
         vec![a.key.public()],
     );
     cfg.ciphers = Ciphers::only(Cipher::Aes256Gcm);
+    braid_testkit::loopback::allow_targets(&mut cfg, &[]);
     let server = Server::bind(cfg).await.unwrap();
     let addr = server.local_addr().unwrap();
     let _task = tokio::spawn(server.run());
@@ -108,6 +109,7 @@ async fn server_at_its_session_limit_refuses_new_agents_and_keeps_its_sessions()
         vec![a.key.public(), b.key.public(), intruder.public()],
     );
     cfg.max_sessions = 1;
+    braid_testkit::loopback::allow_targets(&mut cfg, &[]);
     let server = Server::bind(cfg).await.unwrap();
     let addr = server.local_addr().unwrap();
     let counters = server.counters();

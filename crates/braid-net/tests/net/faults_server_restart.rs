@@ -42,11 +42,12 @@ fn start_server_here(
         .enable_all()
         .build()
         .unwrap();
-    let cfg = ServerConfig::new(
+    let mut cfg = ServerConfig::new(
         listen,
         StaticKeypair::from_private(key).unwrap(),
         vec![agent],
     );
+    braid_testkit::loopback::allow_targets(&mut cfg, &[]);
     let server = rt.block_on(Server::bind(cfg)).unwrap();
     let counters = server.counters();
     let addr = server.local_addr().unwrap();

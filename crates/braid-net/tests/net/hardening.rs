@@ -42,6 +42,7 @@ async fn start(
     let key = StaticKeypair::from_private(*server_key).unwrap();
     let server_pub = key.public();
     let mut cfg = ServerConfig::new("127.0.0.1:0".parse().unwrap(), key, vec![agent.public()]);
+    braid_testkit::loopback::allow_targets(&mut cfg, &[]);
     edit(&mut cfg);
     let server = Server::bind(cfg).await.unwrap();
     let addr = server.local_addr().unwrap();

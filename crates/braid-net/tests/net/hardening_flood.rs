@@ -353,11 +353,12 @@ async fn flood_test() {
     let server_pub = server_key.public();
     let victim = Arc::new(StaticKeypair::generate().unwrap());
     let downloader = Arc::new(StaticKeypair::generate().unwrap());
-    let cfg = ServerConfig::new(
+    let mut cfg = ServerConfig::new(
         "127.0.0.1:0".parse().unwrap(),
         server_key,
         vec![victim.public(), downloader.public()],
     );
+    braid_testkit::loopback::allow_targets(&mut cfg, &[]);
     let (server, counters, tid, board) = server_thread(cfg);
 
     // Capture the victim agent's real message 1 with a relay in front of the server.

@@ -83,6 +83,7 @@ async fn setup(
     }
     let mut scfg = ServerConfig::new("127.0.0.1:0".parse().unwrap(), server_key, keys);
     scfg.rekey = server_rekey;
+    braid_testkit::loopback::allow_targets(&mut scfg, &[]);
     scfg.authorized_file = authorized_file.map(Path::to_path_buf);
     let server = Server::bind(scfg).await.unwrap();
     let server_addr = server.local_addr().unwrap();

@@ -56,6 +56,7 @@ async fn eight_agents_on_two_workers_move_exact_bytes_without_hand_over() {
         keys.iter().map(|k| k.public()).collect(),
     );
     scfg.threads = 2;
+    braid_testkit::loopback::allow_targets(&mut scfg, &[]);
     let server_pub = scfg.key.public();
     let server = Server::bind(scfg).await.unwrap();
     let addr = server.local_addr().unwrap();
@@ -165,6 +166,7 @@ async fn tcp_fallback_packets_reach_the_worker_of_their_session() {
         keys.iter().map(|k| k.public()).collect(),
     );
     scfg.threads = 2;
+    braid_testkit::loopback::allow_targets(&mut scfg, &[]);
     let server_pub = scfg.key.public();
     let server = Server::bind(scfg).await.unwrap();
     let (addr, workers, steering) = (

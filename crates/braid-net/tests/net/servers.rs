@@ -95,11 +95,12 @@ fn agent_cfg(
 async fn with_the_first_server_dead_the_agent_uses_the_second_at_once() {
     log();
     let agent_key = Arc::new(StaticKeypair::generate().unwrap());
-    let scfg = ServerConfig::new(
+    let mut scfg = ServerConfig::new(
         "127.0.0.1:0".parse().unwrap(),
         StaticKeypair::generate().unwrap(),
         vec![agent_key.public()],
     );
+    braid_testkit::loopback::allow_targets(&mut scfg, &[]);
     let server_pub = scfg.key.public();
     let (live, _server) = serve(scfg);
     // A server that never answers (a socket that swallows everything).
@@ -137,11 +138,12 @@ async fn with_the_first_server_dead_the_agent_uses_the_second_at_once() {
 async fn after_a_server_restart_a_new_download_works_within_5_s() {
     log();
     let agent_key = Arc::new(StaticKeypair::generate().unwrap());
-    let scfg = ServerConfig::new(
+    let mut scfg = ServerConfig::new(
         "127.0.0.1:0".parse().unwrap(),
         StaticKeypair::generate().unwrap(),
         vec![agent_key.public()],
     );
+    braid_testkit::loopback::allow_targets(&mut scfg, &[]);
     let server_pub = scfg.key.public();
     let (addr, server) = serve(scfg.clone());
     let data = Arc::new(body(4 << 20));
@@ -267,6 +269,7 @@ async fn a_server_behind_a_balancer_gets_every_path_at_its_own_address() {
         vec![agent_key.public()],
     );
     scfg.unicast = Some(own);
+    braid_testkit::loopback::allow_targets(&mut scfg, &[]);
     let server_pub = scfg.key.public();
     let (addr, _server) = serve(scfg);
     assert_eq!(addr, own);

@@ -317,7 +317,9 @@ fn a_server_that_appears_later_is_used_by_new_connections_within_5_s() {
     let agent_pub = agent_key.public();
     let server = thread_in(&net.s, move || async move {
         let _ = tokio::task::spawn_blocking(move || go_rx.recv()).await;
-        let cfg = ServerConfig::new(BRAID.parse().unwrap(), server_key, vec![agent_pub]);
+        let mut cfg = ServerConfig::new(BRAID.parse().unwrap(), server_key, vec![agent_pub]);
+        // The web server is on the server's own address (refused by default).
+        braid_testkit::loopback::allow_targets(&mut cfg, &["10.0.0.1"]);
         let server = Server::bind(cfg).await.unwrap();
         tokio::select! {
             _ = server.run() => {}

@@ -25,9 +25,9 @@ const REFUSED_PORT: u16 = 18081;
 /// Forwarded to a sink that answers with the SHA-256 of what it read.
 const SINK_PORT: u16 = 18082;
 
-/// A log captured from one thread's tracing events.
+/// A log captured from one thread's tracing events (also the egress tests').
 #[derive(Clone, Default)]
-struct Log(Arc<Mutex<Vec<u8>>>);
+pub(crate) struct Log(Arc<Mutex<Vec<u8>>>);
 
 impl std::io::Write for Log {
     fn write(&mut self, b: &[u8]) -> std::io::Result<usize> {
@@ -41,7 +41,7 @@ impl std::io::Write for Log {
 
 impl Log {
     /// Route this thread's events here until the guard is dropped.
-    fn capture(&self) -> tracing::subscriber::DefaultGuard {
+    pub(crate) fn capture(&self) -> tracing::subscriber::DefaultGuard {
         let me = self.clone();
         let sub = tracing_subscriber::fmt()
             .with_env_filter("braid_net=info")
@@ -51,7 +51,7 @@ impl Log {
         tracing::subscriber::set_default(sub)
     }
 
-    fn text(&self) -> String {
+    pub(crate) fn text(&self) -> String {
         String::from_utf8_lossy(&self.0.lock().unwrap()).into_owned()
     }
 
@@ -86,6 +86,7 @@ fn server(
             format!("tcp:{SINK_PORT}"),
         ];
         cfg.forward.allow_specs(&agent.to_base64(), &specs).unwrap();
+        braid_testkit::loopback::allow_targets(&mut cfg, &[]);
         let server = Server::bind(cfg).await.unwrap();
         ready.send(server.status()).unwrap();
         let _ = server.run().await;

@@ -112,7 +112,10 @@ fn serve6(
         let server = match agent {
             Some(a) => {
                 let listen: SocketAddr = (Ipv6Addr::UNSPECIFIED, BRAID_PORT).into();
-                let cfg = ServerConfig::new(listen, key, vec![a]);
+                let mut cfg = ServerConfig::new(listen, key, vec![a]);
+                // The destinations are on the server's own loopback (refused by default).
+                let dest = DEST6.to_string();
+                braid_testkit::loopback::allow_targets(&mut cfg, &[&dest]);
                 Some(Server::bind(cfg).await.unwrap())
             }
             None => None,

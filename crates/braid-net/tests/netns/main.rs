@@ -10,6 +10,7 @@ use braid_testkit::netns as nsrig;
 mod blocked;
 mod direct;
 mod direct_links;
+mod egress;
 mod fallback;
 mod faults_paths;
 mod inbound;

@@ -141,6 +141,22 @@ pub fn serve(
             tokio::spawn(dns_tcp_server(TcpListener::bind(at).await.unwrap()));
             let mut cfg = ServerConfig::new(nsrig::SERVER.parse().unwrap(), key, vec![agent]);
             cfg.resolver = Some(at);
+            // The destinations are addresses of the server's namespace (its own, refused
+            // by default).
+            let own: Vec<String> = [
+                RULED,
+                OTHER,
+                NAMED,
+                SERVER_DNS,
+                BIG_FIRST,
+                Ipv4Addr::new(10, 0, 0, 1),
+            ]
+            .iter()
+            .chain(&ns)
+            .map(|a| a.to_string())
+            .collect();
+            let own: Vec<&str> = own.iter().map(String::as_str).collect();
+            braid_testkit::loopback::allow_targets(&mut cfg, &own);
             let server = Server::bind(cfg).await.unwrap();
             tx.send((server.status(), resolver)).unwrap();
             tokio::select! {

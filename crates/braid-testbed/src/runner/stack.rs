@@ -237,6 +237,10 @@ impl Stack {
             &p("agent.pub"),
             "--log-level",
             "info",
+            // The transfers' server listens on the server's loopback, which its egress
+            // policy refuses by default.
+            "--egress-allow",
+            "127.0.0.0/8",
         ]
         .iter()
         .map(|s| s.to_string())

@@ -32,6 +32,9 @@ pub fn server_config(
     cfg.load_threshold = u64::MAX;
     cfg.threads = threads;
     cfg.ciphers = ciphers;
+    // The bench's targets listen on loopback, which the egress policy refuses by default.
+    cfg.egress
+        .allow("127.0.0.0/8".parse().map_err(anyhow::Error::msg)?);
     Ok(cfg)
 }
 

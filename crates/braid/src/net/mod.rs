@@ -8,6 +8,7 @@
 //! touch: braid-net's behaviour (it only builds its configurations).
 
 mod agent;
+mod egress;
 mod server;
 
 pub use agent::*;

@@ -87,6 +87,30 @@ pub struct ServerArgs {
     #[arg(skip)]
     #[serde(default)]
     pub forward: std::collections::BTreeMap<String, Vec<String>>,
+    /// Let agents reach CIDR[:PORTS] (like 127.0.0.0/8, 10.0.0.5:80,443 or
+    /// [fd00::/8]:443), which the defaults or a broader rule refuse; KEY=CIDR[:PORTS] for
+    /// the agent with that public key only. Repeatable. The most specific rule decides. In
+    /// the config file: `[egress]` allow = [...], `[egress.agent."KEY"]` allow = [...].
+    #[arg(long = "egress-allow", value_name = "[KEY=]CIDR[:PORTS]")]
+    #[serde(skip)]
+    pub egress_allow: Vec<String>,
+    /// Refuse agents CIDR[:PORTS] (like 0.0.0.0/0:25); KEY=CIDR[:PORTS] for one agent.
+    /// Repeatable. In the config file: `[egress]` deny = [...]. Refused by default: this
+    /// server's addresses, loopback, link-local (169.254.0.0/16, fe80::/10), unspecified,
+    /// multicast and broadcast addresses.
+    #[arg(long = "egress-deny", value_name = "[KEY=]CIDR[:PORTS]")]
+    #[serde(skip)]
+    pub egress_deny: Vec<String>,
+    /// Also refuse the private and unique-local ranges (10/8, 172.16/12, 192.168/16,
+    /// 100.64/10, fc00::/7): recommended on a server several people share. In the config
+    /// file: `[egress]` deny_private = true.
+    #[arg(long)]
+    #[serde(skip)]
+    pub deny_private: bool,
+    /// The config file's `[egress]` table (see --egress-allow).
+    #[arg(skip)]
+    #[serde(default)]
+    pub egress: super::egress::EgressFile,
     /// Log level: error, warn, info, debug or trace.
     #[arg(long)]
     pub log_level: Option<String>,
@@ -178,6 +202,12 @@ pub(crate) fn server_settings(a: ServerArgs) -> Result<ServerSettings> {
             .allow_specs(key, &specs)
             .map_err(anyhow::Error::msg)?;
     }
+    let flags = super::egress::EgressFlags {
+        allow: &a.egress_allow,
+        deny: &a.egress_deny,
+        deny_private: a.deny_private,
+    };
+    cfg.egress = super::egress::egress_policy(&f.egress, flags)?;
     Ok(ServerSettings {
         cfg,
         authorized: authorized_path,

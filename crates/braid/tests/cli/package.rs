@@ -338,6 +338,13 @@ impl Rig {
         both(|m| {
             ms.sh(m, &install);
         });
+        // The test's "internet" web server sits on the VPS's own loopback, which the
+        // server's egress policy refuses by default (a real one is elsewhere).
+        let web = WEB.split(':').next().unwrap_or(WEB);
+        ms.sh(
+            "vps",
+            &format!("printf '[egress]\\nallow = [\"{web}\"]\\n' >> /etc/braid/server.toml"),
+        );
         enable_now(ms, "vps", "braid-server");
         let server_pub = ms.sh("vps", "cat /etc/braid/server.pub");
         check_units(ms, "vps");

@@ -124,6 +124,8 @@ fn server() -> Setup {
         &p(d, "authorized"),
         "--control",
         &p(d, "server.sock"),
+        "--egress-allow",
+        "127.0.0.0/8",
     ]);
     let v = until(&server_sock, Duration::from_secs(5), "server up", |_| true);
     let addr = v["listen"].as_str().unwrap().to_string();

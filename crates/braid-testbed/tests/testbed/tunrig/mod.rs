@@ -131,6 +131,12 @@ fn spawn_server(ns: &str, bin: &Path, dir: &Path, listen: &str) -> Helper {
         &format!("{DEST4}:{UDP_PORT}"),
         "--log-level",
         "info",
+        // The destinations are on the server's own loopback, which its egress policy
+        // refuses by default.
+        "--egress-allow",
+        &DEST4.to_string(),
+        "--egress-allow",
+        &DEST6.to_string(),
     ]
     .iter()
     .map(|s| s.to_string())

@@ -73,6 +73,9 @@ impl ServerProc {
                 &max_sessions.to_string(),
                 "--log-level",
                 "error",
+                // The targets listen on loopback (refused by default).
+                "--egress-allow",
+                "127.0.0.0/8",
             ])
             .stdout(Stdio::null())
             .stderr(Stdio::inherit())
