@@ -2,7 +2,8 @@
 //! session up, a destination `--bypass` names is reached straight from a link address of
 //! the client, and the braid server carries none of it; a destination `--pin` names goes
 //! over its path alone (the other link's byte counter does not move), and fails while
-//! that path is down; in TUN mode the same by address and by the name a DNS answer gave.
+//! that path is down; in TUN mode the same by address and by the name a DNS answer gave,
+//! and the server's egress policy refuses TUN mode's connections and datagrams (issue 37).
 //! Each test prints why it skips without root or namespaces.
 
 use crate::common::sha;
@@ -255,6 +256,7 @@ fn tun_mode_applies_rules_by_address_and_by_the_name_dns_gave() {
         exclude: Vec::new(),
     });
     cfg.rules = rules(&[RULED.to_string()], &[format!("{DOMAIN}=b")]);
+    let board = d.board.clone();
     let r = net.client(move || async move {
         let mut agent = Agent::start(cfg).await.unwrap();
         assert!(
@@ -266,15 +268,27 @@ fn tun_mode_applies_rules_by_address_and_by_the_name_dns_gave() {
         let through = get(connect(OTHER).await.unwrap()).await;
         let answer = dns_query(resolver, "www.bank.example").await;
         let named = get(connect(NAMED).await.unwrap()).await;
+        let refused = egress_refused_through_tun().await;
+        let egress = board.snapshot().await.egress;
         (
-            straight,
-            through,
-            answer,
-            named,
+            (straight, through, answer, named),
             agent.status().snapshot().rules,
+            (refused, egress),
         )
     });
-    let (straight, through, answer, named, counts) = r;
+    let ((straight, through, answer, named), counts, ((tcp_got, udp_got), egress)) = r;
+    // Issue 37: TUN mode's connections and flows obey the server's egress policy.
+    assert!(
+        tcp_got.is_empty(),
+        "{} bytes from {METADATA} through TUN",
+        tcp_got.len()
+    );
+    assert!(!udp_got, "an echo from {METADATA} through TUN");
+    assert_eq!(
+        (egress.refused_connections, egress.refused_datagrams),
+        (1, 1),
+        "{egress:?}"
+    );
     eprintln!("TUN: DNS answered {answer:?}; rules {counts:?}");
     for (what, got) in [
         ("bypassed", &straight),
@@ -303,6 +317,26 @@ fn tun_mode_applies_rules_by_address_and_by_the_name_dns_gave() {
     assert_eq!(counts.get("bypass"), Some(&1), "{counts:?}");
     assert_eq!(counts.get("pin b"), Some(&1), "{counts:?}");
     eprintln!("TUN rules test took {:.1} s", t0.elapsed().as_secs_f64());
+}
+
+/// A GET and a datagram to [`METADATA`]'s services (on the server's loopback, refused by
+/// its egress policy) through the TUN device: the bytes the GET read, and whether the
+/// datagram was answered within 500 ms.
+async fn egress_refused_through_tun() -> (Vec<u8>, bool) {
+    let mut got = Vec::new();
+    let to = SocketAddr::from((METADATA, WEB_PORT));
+    if let Ok(Ok(mut s)) =
+        tokio::time::timeout(Duration::from_secs(5), tokio::net::TcpStream::connect(to)).await
+    {
+        use tokio::io::{AsyncReadExt, AsyncWriteExt};
+        let _ = s.write_all(b"GET / HTTP/1.1\r\nHost: x\r\n\r\n").await;
+        let _ = tokio::time::timeout(Duration::from_secs(5), s.read_to_end(&mut got)).await;
+    }
+    let u = tokio::net::UdpSocket::bind("0.0.0.0:0").await.unwrap();
+    u.send_to(b"ping", (METADATA, ECHO_PORT)).await.unwrap();
+    let mut buf = [0u8; 64];
+    let answered = tokio::time::timeout(Duration::from_millis(500), u.recv(&mut buf)).await;
+    (got, answered.is_ok())
 }
 
 /// An A query for `name` to `resolver` (through whatever routes the namespace has: here

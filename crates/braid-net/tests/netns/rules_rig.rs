@@ -37,6 +37,9 @@ pub const SERVER_DNS_PORT: u16 = 5353;
 pub const BIG: &str = "big.bank.example";
 pub const BIG_FIRST: Ipv4Addr = Ipv4Addr::new(10, 0, 1, 1);
 pub const BIG_COUNT: u32 = 60;
+/// The cloud metadata address, on the server's loopback with the web and echo services
+/// behind it, and refused by the server's egress policy (issue 37).
+pub const METADATA: Ipv4Addr = Ipv4Addr::new(169, 254, 169, 254);
 pub const WEB_PORT: u16 = 8080;
 pub const ECHO_PORT: u16 = 7007;
 
@@ -93,7 +96,7 @@ pub fn serve(
     let ns = nameserver();
     let mut addrs = vec![RULED, OTHER, NAMED];
     addrs.extend(ns);
-    for a in addrs.iter().chain([&SERVER_DNS, &BIG_FIRST]) {
+    for a in addrs.iter().chain([&SERVER_DNS, &BIG_FIRST, &METADATA]) {
         net.ip_s(&["addr", "add", &format!("{a}/32"), "dev", "lo"]);
     }
     for (i, metric) in [(0, "1"), (1, "2")] {
