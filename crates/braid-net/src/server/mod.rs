@@ -25,6 +25,7 @@
 //! - [`inbound`]: public ports agents asked for and the configuration allows, carried to
 //!   the agent (inbound port forwarding),
 //! - [`report`]: the registry of live sessions behind `braid status` (all workers),
+//! - `fingerprint`: how agent keys are named (`SHA256:...`),
 //! - [`control`]: reloading the authorized keys (SIGHUP) and shutting down (SIGTERM).
 //!
 //! Threads: `threads` workers (`ServerConfig::threads`, 0 = one per core), each with its
@@ -52,6 +53,7 @@ mod budget;
 mod control;
 pub mod egress;
 pub mod endpoint;
+mod fingerprint;
 mod gate;
 pub mod inbound;
 mod logs;
@@ -66,10 +68,11 @@ mod worker;
 
 pub use authorized::AuthorizedKeys;
 pub use control::{Reload, ServerControl, CLOSE_ORDERLY};
+pub use fingerprint::fingerprint;
 pub use gate::{HintGate, LoadMeter, RateLimiter};
 pub use logs::{DropLog, Dropped};
 pub use relay::{connect, UdpBudget, UDP_RETURN_BYTES};
-pub use report::{fingerprint, ServerBoard};
+pub use report::ServerBoard;
 pub use worker::WorkerCounters;
 
 use crate::protect::KeyStats;

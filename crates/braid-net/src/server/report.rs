@@ -5,6 +5,7 @@
 //! Owns: the registry and building [`ServerStatus`]. Must not touch: the listening loop,
 //! the handshake policy, the session (read through its command channel only).
 
+use super::fingerprint::fingerprint;
 use super::{HandshakeCounters, ServerConfig};
 use crate::bridge::Cmd;
 use crate::status::{
@@ -19,16 +20,6 @@ use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 use tokio::sync::mpsc;
-
-/// `SHA256:` and the unpadded base64 of the key's SHA-256, as `ssh-keygen -l` prints.
-pub fn fingerprint(key: &PublicKey) -> String {
-    use base64::Engine as _;
-    let d = ring::digest::digest(&ring::digest::SHA256, &key.0);
-    format!(
-        "SHA256:{}",
-        base64::engine::general_purpose::STANDARD_NO_PAD.encode(d.as_ref())
-    )
-}
 
 /// One live session in the registry.
 pub(super) struct Live {
@@ -269,14 +260,5 @@ mod tests {
         show(&mut core, [(true, true), (true, false)]);
         unique_names(&mut paths, &core);
         assert_eq!([&paths[0].name, &paths[1].name], ["b/1", "b"]);
-    }
-
-    #[test]
-    fn fingerprints_are_sha256_base64_like_ssh() {
-        let k = PublicKey([7u8; 32]);
-        let f = fingerprint(&k);
-        assert!(f.starts_with("SHA256:"), "{f}");
-        assert_eq!(f.len(), 7 + 43, "{f}");
-        assert_ne!(f, fingerprint(&PublicKey([8u8; 32])));
     }
 }

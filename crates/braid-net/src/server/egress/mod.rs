@@ -22,7 +22,7 @@ pub use host::HostCache;
 pub use policy::{Action, Builtin, Decision, EgressPolicy, HostAddrs, Matched, Source};
 pub use rule::{Cidr, Ports, Rule};
 
-use super::report::fingerprint;
+use super::fingerprint::fingerprint;
 use crate::status::{EgressAgent, EgressReport};
 use braid_crypto::PublicKey;
 use std::collections::HashMap;

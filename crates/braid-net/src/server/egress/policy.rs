@@ -168,7 +168,7 @@ static BUILTIN: LazyLock<[Vec<(Cidr, Builtin)>; 2]> = LazyLock::new(|| {
 type Rank = (u8, bool, Source, bool);
 
 fn rank(net: &Cidr, ports: bool, src: Source, act: Action) -> Rank {
-    (net.len(), ports, src, act == Action::Deny)
+    (net.prefix_len(), ports, src, act == Action::Deny)
 }
 
 impl EgressPolicy {

@@ -104,8 +104,10 @@ fn an_allow_as_specific_as_a_default_opens_it_and_a_broader_one_does_not() {
 
 #[test]
 fn an_agents_rule_applies_to_that_agent_only() {
-    let mut p = EgressPolicy::default();
-    p.deny_private = true;
+    let mut p = EgressPolicy {
+        deny_private: true,
+        ..Default::default()
+    };
     p.add_for(A, Action::Allow, rule("10.9.0.0/24"));
     assert!(allowed(&p, &A, "10.9.0.2:80"));
     assert!(!allowed(&p, &B, "10.9.0.2:80"));
