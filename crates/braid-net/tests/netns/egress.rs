@@ -105,17 +105,34 @@ async fn udp_echoes(socks: SocketAddr, dests: &[Dest<'_>]) -> Vec<String> {
     got
 }
 
-/// An agent with SOCKS5 in the client namespace, its session up, on server `port`.
+/// An agent with SOCKS5 and HTTP ports in the client namespace, its session up, on server
+/// `port`.
 async fn agent(key: Arc<StaticKeypair>, server_pub: PublicKey, port: u16) -> Agent {
     let to = SocketAddr::new("10.0.0.1".parse().unwrap(), port);
-    let mut a = Agent::start(agent_cfg_to(to, &["a=p0"], key, server_pub))
-        .await
-        .unwrap();
+    let mut cfg = agent_cfg_to(to, &["a=p0"], key, server_pub);
+    cfg.http = Some("127.0.0.1:0".parse().unwrap());
+    let mut a = Agent::start(cfg).await.unwrap();
     assert!(
         a.wait_established(Duration::from_secs(5)).await,
         "no session"
     );
     a
+}
+
+/// The status line of the answer to an HTTP CONNECT to `to` through the agent's HTTP port.
+async fn http_connect(http: SocketAddr, to: SocketAddr) -> String {
+    use tokio::io::{AsyncBufReadExt, AsyncWriteExt};
+    let mut s = tokio::net::TcpStream::connect(http).await.unwrap();
+    let req = format!("CONNECT {to} HTTP/1.1\r\nHost: {to}\r\n\r\n");
+    s.write_all(req.as_bytes()).await.unwrap();
+    let mut line = String::new();
+    let mut s = tokio::io::BufReader::new(s);
+    let read = s.read_line(&mut line);
+    tokio::time::timeout(Duration::from_secs(5), read)
+        .await
+        .expect("an answer within 5 s")
+        .unwrap();
+    line.trim_end().to_string()
 }
 
 /// One agent key's refusals in a server's `braid status --json` (its snapshot's JSON):
@@ -137,9 +154,10 @@ async fn refusals(board: &ServerBoard, key: &PublicKey) -> (u64, u64) {
 }
 
 /// By default the server's loopback, the metadata address and a name resolving to
-/// 127.0.0.1 are refused (SOCKS5 reply 2, datagrams dropped), counted per agent and logged
-/// once per destination with their rule, while the LAN host behind the server works. With
-/// `deny_private` the LAN host is refused too, but for the agent its allow rule names.
+/// 127.0.0.1 are refused (SOCKS5 reply 2, HTTP 403, datagrams dropped), counted per agent
+/// and logged once per destination with their rule, while the LAN host behind the server
+/// works. With `deny_private` the LAN host is refused too, but for the agent its allow
+/// rule names.
 #[test]
 fn egress_defaults_refuse_the_server_itself_and_deny_private_opens_per_agent() {
     if skip() {
@@ -193,7 +211,9 @@ fn egress_defaults_refuse_the_server_itself_and_deny_private_opens_per_agent() {
             Dest::Addr(at(LAN_HOST)),
         ];
         assert_eq!(udp_echoes(socks, &dests).await, ["echo 3"]);
-        assert_eq!(refusals(&b1, &a).await, (3, 3));
+        let status = http_connect(one.http.unwrap(), at(METADATA)).await;
+        assert!(status.starts_with("HTTP/1.1 403"), "{status}");
+        assert_eq!(refusals(&b1, &a).await, (4, 3));
         one.shutdown(Duration::from_secs(1)).await;
         // A shared server: deny_private, and the LAN's block allowed to agent A only.
         let a2 = agent(a_key, pub2, 4434).await;
