@@ -48,7 +48,7 @@ mod relay;
 mod ruled;
 #[path = "direct_session.rs"]
 mod session;
-pub(super) use paths::{measure, watch_mode};
+pub(super) use paths::measure;
 pub(crate) use relay::Relay;
 pub(super) use session::open_stream;
 
@@ -172,9 +172,10 @@ impl Direct {
     }
 
     /// Hold a new connection while the scheduler waits for a probe's first sample (see
-    /// the module doc).
-    async fn settle(&self) {
-        let t0 = Instant::now();
+    /// the module doc), [`PROBE_WAIT`](braid_core::connsched::PROBE_WAIT) at most since
+    /// it `arrived` (a connection that waited for the agent's start-up waited enough).
+    async fn settle(&self, arrived: Instant) {
+        let t0 = arrived;
         loop {
             let wait = match self.sched.lock() {
                 Ok(mut s) => {
@@ -300,16 +301,18 @@ impl Direct {
     /// Open a TCP connection to `target` over a path the scheduler chooses (or `only`, for
     /// `--pin`: then on no other); a path that cannot be bound or does not reach the
     /// destination is tried no more for a while and the connection tried once on another.
+    /// `arrived`: when the application's connection came (see [`Direct::settle`]).
     pub(super) async fn connect(
         self: &Arc<Self>,
         target: &TargetAddr,
         only: Option<usize>,
+        arrived: Instant,
     ) -> Result<DirectConn, ReplyCode> {
         let dest = target.to_string();
         let mut tried = Vec::new();
         let mut code = ReplyCode::NetworkUnreachable;
         if only.is_none() {
-            self.settle().await;
+            self.settle(arrived).await;
         }
         for _ in 0..2 {
             let chosen = match only {
@@ -466,14 +469,18 @@ pub(crate) struct DirectConn {
 /// destination a rule names goes straight to it (`--bypass`: on a path the scheduler
 /// picks; `--pin`: on its path or not at all), whether or not a session is up; otherwise a
 /// stream of the current session when one is up (or direct mode is off: then it waits for
-/// one), else a direct connection.
+/// one), else, once the agent's start-up wait is over (`startup`), a direct connection.
 pub(crate) async fn open_tcp(shared: &Shared, target: &TargetAddr) -> Result<Relay, ReplyCode> {
     if let Some(r) = ruled::open(shared, target).await {
         return r;
     }
     if let Some(d) = shared.fallback() {
-        if shared.session.borrow().is_none() {
-            return d.connect(target, None).await.map(Relay::Direct);
+        // While the agent starts, wait for its first session rather than go direct for
+        // the connection's whole life.
+        let arrived = Instant::now();
+        shared.wait_start().await;
+        if shared.direct_now() {
+            return d.connect(target, None, arrived).await.map(Relay::Direct);
         }
     }
     open_stream(shared, target)

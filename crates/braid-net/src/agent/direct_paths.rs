@@ -20,7 +20,7 @@ use crate::policy::{CapLedger, CapStatus};
 use crate::status::ShownState;
 use crate::udp::PathBind;
 use braid_core::connsched::{ConnSched, PathInput};
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::Duration;
 use tokio::sync::mpsc;
@@ -372,41 +372,6 @@ pub(in crate::agent) async fn measure(
                     }
                 }
             },
-        }
-    }
-}
-
-/// Log and show the mode (session or direct) whenever it changes.
-/// Nothing is logged once the agent is `stopping`: its session's end is not a change of mode.
-pub(in crate::agent) async fn watch_mode(
-    mut session: SessionSlot,
-    board: Arc<StatusBoard>,
-    servers: usize,
-    stopping: Arc<AtomicBool>,
-) {
-    let mut shown = None;
-    loop {
-        let up = session.borrow().is_some();
-        if stopping.load(Ordering::SeqCst) {
-            return;
-        }
-        if shown != Some(up) {
-            shown = Some(up);
-            if up {
-                info!("mode: session (packet level through the server) for new connections");
-                board.set_mode("session");
-            } else {
-                if servers == 0 {
-                    info!("mode: direct (no server configured): each new connection goes whole on one path");
-                } else {
-                    info!("mode: direct (no server answers; still trying): each new connection goes whole on one path");
-                }
-                board.set_mode("direct");
-            }
-        }
-        if session.changed().await.is_err() {
-            // No session task (no server configured): direct for good.
-            std::future::pending::<()>().await;
         }
     }
 }

@@ -48,8 +48,12 @@ pub(super) async fn open(shared: &Shared, target: &TargetAddr) -> Option<Result<
         },
         _ => None,
     };
-    Some(d.connect(target, only).await.map(|mut c| {
-        c.rule = label;
-        Relay::Direct(c)
-    }))
+    Some(
+        d.connect(target, only, tokio::time::Instant::now())
+            .await
+            .map(|mut c| {
+                c.rule = label;
+                Relay::Direct(c)
+            }),
+    )
 }

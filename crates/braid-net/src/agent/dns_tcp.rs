@@ -29,7 +29,8 @@ pub(super) fn server_resolver() -> TargetAddr {
 /// server).
 pub(super) async fn open(shared: &Shared, asked: Option<SocketAddr>) -> Result<Relay, ReplyCode> {
     let ruled = asked.is_some_and(|a| shared.route_ip(a.ip()) != Route::Default);
-    let direct_now = shared.fallback().is_some() && shared.session.borrow().is_none();
+    shared.wait_start().await;
+    let direct_now = shared.direct_now();
     match asked {
         Some(a) if ruled || direct_now => direct::open_tcp(shared, &TargetAddr::Ip(a)).await,
         None if direct_now => Err(ReplyCode::NetworkUnreachable),

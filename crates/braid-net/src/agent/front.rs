@@ -173,7 +173,8 @@ async fn udp_associate(
     bound: SocketAddr,
 ) -> Result<(), String> {
     if let Some(d) = shared.fallback() {
-        if shared.session.borrow().is_none() && shared.cfg.rules.is_empty() {
+        shared.wait_start().await;
+        if shared.direct_now() && shared.cfg.rules.is_empty() {
             return super::direct_udp::associate(tcp, d, &shared.board, bound).await;
         }
     }

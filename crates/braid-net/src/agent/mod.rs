@@ -21,6 +21,8 @@
 //!   flows of both; [`dns_tcp`]: DNS over TCP (TUN mode and `--dns`);
 //! - [`inbound`]: inbound ports (`--forward`): the public ports asked of the server and
 //!   the traffic that comes in through them;
+//! - [`startup`]: the mode for new connections (session, starting, direct): the wait for
+//!   the first session while the agent starts, and the mode's log lines;
 //! - [`report`]: the status board (`braid status`), refreshed by the session loop.
 //!
 //! Must not touch: the protocol (the session task and the core), the SOCKS/HTTP wire
@@ -44,6 +46,7 @@ mod report;
 mod resolver;
 mod ruled_udp;
 mod run;
+mod startup;
 mod tproxy;
 mod tun;
 mod tun_conn;
@@ -55,6 +58,7 @@ pub use tun::{tun_mtu, TunSettings};
 pub use report::{Counters, StatusBoard};
 
 pub use braid_core::connsched::ConnPolicy;
+pub use client::startup::START_WAIT;
 pub use direct::{DirectMode, DirectSettings};
 
 pub use crate::common::IDLE_TIMEOUT;
@@ -71,6 +75,7 @@ use braid_crypto::{Ciphers, PublicKey, RekeyPolicy, StaticKeypair};
 use braid_proxy::TargetAddr;
 use braid_proxy::{AuthPolicy, HttpLimits, ProxyLimits};
 use bytes::Bytes;
+use client::startup::Startup;
 use front::Front;
 use std::collections::HashMap;
 use std::net::SocketAddr;
@@ -100,6 +105,9 @@ struct Shared {
     stopping: Arc<AtomicBool>,
     /// Names learned from the DNS answers TUN mode carried, for domain rules.
     learned: Arc<Mutex<LearnedNames>>,
+    /// The start-up: while the first handshake has its chance, new connections wait for
+    /// the session instead of going direct (`startup`).
+    startup: startup::StartSlot,
 }
 
 impl Shared {
@@ -224,13 +232,16 @@ impl Agent {
         let direct =
             (direct_on || !cfg.rules.is_empty()).then(|| direct::Direct::new(&cfg, ledger.clone()));
         let stopping = Arc::new(AtomicBool::new(false));
+        let start = Startup::new(!cfg.servers.is_empty());
+        let startup: startup::StartSlot = Arc::new(watch::channel(start).0);
         if let Some(d) = &direct {
             let (slot, b) = (rx.clone(), board.clone());
             tasks.push(tokio::spawn(direct::measure(d.clone(), slot, b, direct_on)));
         }
         if direct_on {
-            tasks.push(tokio::spawn(direct::watch_mode(
+            tasks.push(tokio::spawn(startup::watch_mode(
                 rx.clone(),
+                startup.clone(),
                 board.clone(),
                 cfg.servers.len(),
                 stopping.clone(),
@@ -245,6 +256,7 @@ impl Agent {
             direct,
             stopping: stopping.clone(),
             learned: Arc::default(),
+            startup,
         };
         let mut socks = None;
         if let Some(addr) = cfg.socks {

@@ -90,7 +90,8 @@ impl RuledUdp {
         let (only, label) = match &route {
             Route::Pin(p) => (self.direct.path_index(p), format!("pin {p}")),
             Route::Bypass => (None, "bypass".to_string()),
-            Route::Default if session_up || shared.fallback().is_none() => {
+            // While the agent starts (`startup`) the datagram waits for the session too.
+            Route::Default if session_up || !shared.direct_now() => {
                 self.show(conn, "session", None);
                 self.last = None;
                 return false;

@@ -20,6 +20,7 @@ use super::client::{Client, PathSetting};
 use super::handshake::{self, Established};
 use super::links::{Connected, Links, PathSockets, Route, SocketTable, Task};
 use super::report::{PolicyView, SessionMeta};
+use super::startup::StartSlot;
 use super::{AgentConfig, PathStatus, Shared};
 use crate::bridge::{Cmd, SessionFn};
 use crate::driver::{Clock, Incoming, SessionTask};
@@ -75,6 +76,8 @@ struct Runner {
     /// The server of the current session.
     server: SocketAddr,
     keys: Arc<KeyStats>,
+    /// The start-up: told when the first handshake goes out and when the start-up is over.
+    startup: StartSlot,
 }
 
 /// Establish, run, and re-establish the session for as long as the agent runs.
@@ -109,6 +112,7 @@ pub(super) async fn keep_session(
         status,
         server,
         keys,
+        startup: shared.startup.clone(),
     };
     let mut next: Option<Established> = None;
     loop {
@@ -117,9 +121,12 @@ pub(super) async fn keep_session(
             None => {
                 r.wait_for_a_path().await;
                 let avail = r.avail();
+                let sent = tokio::time::Instant::now().into_std();
+                r.startup.send_if_modified(|s| s.handshake_sent(sent));
                 match handshake::handshake(&r.cfg, &avail, r.client.rounds()).await {
                     Ok(est) => est,
                     Err(e) => {
+                        r.start_over();
                         let backoff = r.client.handshake_failed();
                         warn!("cannot establish a session: {e}; retrying in {backoff:?} (or when a path appears)");
                         shared.board.handshake_failed(&e);
@@ -208,6 +215,16 @@ impl Runner {
         });
     }
 
+    /// The start-up is over (`startup`): from now on a connection made while no session
+    /// is up goes direct at once.
+    fn start_over(&self) {
+        self.startup.send_if_modified(|s| {
+            let was = *s;
+            s.over();
+            was != *s
+        });
+    }
+
     fn name(&self, slot: usize) -> &str {
         &self.cfg.paths[slot].name
     }
@@ -278,6 +295,8 @@ impl Runner {
                     .collect();
                 warn!("no path is available ({}); waiting for one", why.join("; "));
                 said = true;
+                // Nothing to shake hands on: connections need not wait for a handshake.
+                self.start_over();
             }
             let m = Self::next_net(&mut self.net).await;
             self.on_net(m);
@@ -363,6 +382,8 @@ impl Runner {
             _dispatcher,
             _inbound,
         } = self.start_session(est, tx, shared);
+        // After the session is in the slot: no connection sees the start-up over without it.
+        self.start_over();
         let mut counted: HashMap<PathId, u64> = HashMap::new();
         let hints = self.keys.hints.load(std::sync::atomic::Ordering::Relaxed);
         self.client

@@ -136,7 +136,12 @@ impl Flows {
                 return;
             }
         }
-        if let (None, None, Some(d)) = (&session, &flow.direct, shared.fallback()) {
+        // While the agent starts, a flow waits for the session (its datagrams are dropped,
+        // as with direct mode off) rather than stay direct; a DNS query's flow, answered
+        // once, need not wait.
+        let direct_now = dns || shared.direct_now();
+        if let (None, None, Some(d), true) = (&session, &flow.direct, shared.fallback(), direct_now)
+        {
             // No session: this flow goes on a path of its own (a flow that began in the
             // session moves here when the session is gone).
             flow.direct = start(d);

@@ -8,7 +8,7 @@
 use crate::common;
 
 use braid_crypto::StaticKeypair;
-use braid_net::agent::{Agent, AgentConfig, AgentPath, ConnPolicy, DirectMode};
+use braid_net::agent::{Agent, AgentConfig, AgentPath, ConnPolicy, DirectMode, START_WAIT};
 use braid_net::server::{Server, ServerConfig};
 use braid_testkit::http;
 pub(crate) use braid_testkit::netns::{rx_bytes_in, skip, thread_in, Net};
@@ -284,7 +284,8 @@ fn direct_mode_adds_up_links_and_operetta_alpha_0_uses_the_cheapest() {
     );
 }
 
-/// An agent configured with a server that is not there runs in direct mode; when the
+/// An agent configured with a server that is not there runs in direct mode (once its
+/// start-up wait, `START_WAIT`, is over: issue 38); when the
 /// server appears it is picked up within 5 s: new connections go through the session
 /// (status shows `session`, the session's paths count bytes), and a download that started
 /// direct finishes direct.
@@ -330,7 +331,7 @@ fn a_server_that_appears_later_is_used_by_new_connections_within_5_s() {
         let agent = Agent::start(cfg).await.unwrap();
         let socks = agent.socks.unwrap();
         let status = agent.status();
-        tokio::time::sleep(Duration::from_millis(300)).await;
+        tokio::time::sleep(START_WAIT + Duration::from_millis(300)).await;
         assert_eq!(status.snapshot().mode.as_deref(), Some("direct"));
         // A long download starts direct.
         let old = tokio::spawn(curl(vec![

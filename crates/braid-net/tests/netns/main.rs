@@ -18,4 +18,5 @@ mod ipv6;
 mod router;
 mod rules;
 mod rules_rig;
+mod startup;
 mod wildcard;

@@ -7,6 +7,8 @@
 //!   lowest RTT) and the refusals;
 //! - [`silence`]: the silence watch of a running session: when to ping the server, when to
 //!   probe with a new handshake, and whether a probe's new session replaces the old one;
+//! - [`startup`]: where a new connection goes while the agent starts (it waits for the
+//!   first session, up to a stated time, before direct mode takes it);
 //! - [`Client`] (here): the reconnection backoff between failed handshakes, the current
 //!   session's silence watch, and the path manager ([`PathManager`]: the paths' link
 //!   decisions in a running session, among them the TCP fallback: a path whose UDP goes
@@ -21,6 +23,7 @@
 
 pub(crate) mod handshake;
 pub(crate) mod silence;
+pub(crate) mod startup;
 
 use crate::pathmgr::{PathManager, Recheck};
 use crate::udp::PathBind;
