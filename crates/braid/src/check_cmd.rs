@@ -32,7 +32,7 @@ pub fn run(file: &Path, role: Option<&str>) -> Result<()> {
             ..Default::default()
         })
         .with_context(|| format!("{}: not a valid server configuration", file.display()))?;
-        println!(
+        outln!(
             "{}: a valid server configuration: listen {}, {} authorized key(s) from {}, state {}, at most {} sessions, {} streams per session, {} bytes buffered per session, control {}, metrics {}, dashboard {}",
             file.display(),
             s.cfg.listen,
@@ -58,7 +58,7 @@ pub fn run(file: &Path, role: Option<&str>) -> Result<()> {
             .iter()
             .map(|p| format!("{} ({:?})", p.name, p.bind))
             .collect();
-        println!(
+        outln!(
             "{}: a valid agent configuration: servers {:?}, paths {}, SOCKS5 {}, HTTP {}, scheduler {}, cc {}, control {}, metrics {}, dashboard {}",
             file.display(),
             s.cfg.servers,
@@ -79,7 +79,7 @@ pub fn run(file: &Path, role: Option<&str>) -> Result<()> {
             .map(braid_net::rules::describe)
             .collect();
         if !rules.is_empty() {
-            println!(
+            outln!(
                 "rules (straight to the destination, never through the server): {}",
                 rules.join(", ")
             );

@@ -54,8 +54,8 @@ pub fn run(json: bool) -> Result<bool> {
     let report = run_scenario(&scn, crate::progress_printer("demo"))?;
     crate::print_report(&report, json)?;
     if !json {
-        println!();
-        println!("{}", summary(&report));
+        outln!();
+        outln!("{}", summary(&report));
     }
     Ok(report.all_verified())
 }

@@ -1,6 +1,8 @@
 //! The `braid` command: the simulator (`sim`, `demo`) and the real thing (`keygen`,
 //! `server`, `agent`, `status`, `check-config`).
 
+#[macro_use]
+mod out;
 mod bench;
 mod check_cmd;
 mod demo;
@@ -248,7 +250,7 @@ fn bench_cmd(a: BenchArgs) -> Result<bool> {
     };
     let r = bench::run(&o)?;
     if a.json {
-        println!(
+        outln!(
             "{}",
             serde_json::to_string(&r).context("encoding the report as JSON")?
         );
@@ -262,9 +264,9 @@ fn bench_cmd(a: BenchArgs) -> Result<bool> {
 pub(crate) fn print_report(report: &braid_sim::Report, json: bool) -> Result<()> {
     if json {
         let text = serde_json::to_string(report).context("encoding the report as JSON")?;
-        println!("{text}");
+        outln!("{text}");
     } else {
-        print!("{}", report.table());
+        out!("{}", report.table());
     }
     Ok(())
 }

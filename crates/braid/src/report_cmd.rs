@@ -21,8 +21,8 @@ pub fn run(db: Option<PathBuf>, out: Option<PathBuf>) -> Result<()> {
     let out = out.unwrap_or_else(|| PathBuf::from(DEFAULT_OUT));
     let store = Store::open_existing(&db)?;
     let written = braid_results::write_report(&store, &out)?;
-    print!("{}", written.text);
-    println!(
+    out!("{}", written.text);
+    outln!(
         "wrote {} ({} scenario{}, {} figure{})",
         written.index.display(),
         written.sections,

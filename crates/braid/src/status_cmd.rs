@@ -70,9 +70,9 @@ pub fn run(a: StatusArgs) -> Result<()> {
         };
         if a.watch && !a.json {
             // Clear the screen and go home, then the new snapshot.
-            print!("\x1b[H\x1b[2J{out}");
+            out!("\x1b[H\x1b[2J{out}");
         } else {
-            println!("{out}");
+            outln!("{out}");
         }
         if !a.watch {
             return Ok(());

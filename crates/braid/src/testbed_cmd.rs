@@ -101,14 +101,14 @@ pub fn run(
     }
     if json {
         let text = serde_json::to_string(&report).context("encoding the report as JSON")?;
-        println!("{text}");
+        outln!("{text}");
     } else {
         // The table's last line talks about virtual time; the testbed runs in real time.
         let mut table = report.report.clone();
         table.wall_s = 0.0;
-        print!("{}", table.table());
-        print!("{}", braid_testbed::faults::table(&report.faults));
-        println!(
+        out!("{}", table.table());
+        out!("{}", braid_testbed::faults::table(&report.faults));
+        outln!(
             "ran {} transfers on the testbed in {:.1} s (real kernels; links emulated with \
              the simulator's model)",
             report.report.results.len(),

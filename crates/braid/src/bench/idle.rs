@@ -127,10 +127,10 @@ pub fn serve_child(authorized: &Path) -> Result<()> {
     let public = key.public();
     let cfg = server_config(key, keys.clone(), keys.len(), 1, Ciphers::auto())?;
     let addr = start_server(cfg)?;
-    println!("ready {addr} {}", public.to_base64());
+    outln!("ready {addr} {}", public.to_base64());
     for line in std::io::stdin().lock().lines() {
         if line?.trim() == "rss" {
-            println!("{} {}", rss_kib()?, heap_kib());
+            outln!("{} {}", rss_kib()?, heap_kib());
         }
     }
     Ok(())

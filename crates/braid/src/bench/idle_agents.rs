@@ -150,11 +150,11 @@ pub fn serve_child(arg: &str) -> Result<()> {
         .build()?;
     rt.block_on(async move {
         let (live, up) = run(&spec, |k| {
-            println!("established {k}");
+            outln!("established {k}");
             let _ = std::io::stdout().flush();
         })
         .await?;
-        println!("done {up}");
+        outln!("done {up}");
         std::io::stdout().flush()?;
         // The agents keep their sessions (keepalives) while the parent measures.
         let stdin_closed = tokio::task::spawn_blocking(|| {

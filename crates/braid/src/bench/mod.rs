@@ -381,7 +381,7 @@ pub fn run(o: &Options) -> Result<Report> {
 /// Print the report as a table.
 pub fn print(r: &Report) {
     let s = &r.settings;
-    println!(
+    outln!(
         "{} agent(s) x {} stream(s), {} path(s) each, server threads {}, ciphers {}",
         s.agents,
         s.streams,
@@ -389,7 +389,7 @@ pub fn print(r: &Report) {
         s.threads,
         s.ciphers.join(" > ")
     );
-    println!(
+    outln!(
         "{:<12} {:>12} {:>9} {:>10} {:>12} {:>16} {:>10} {:>12} {:>22}",
         "",
         "bytes",
@@ -407,7 +407,7 @@ pub fn print(r: &Report) {
             None => x.name.clone(),
         };
         if let Some(why) = &x.skipped {
-            println!("{label:<12} skipped: {why}");
+            outln!("{label:<12} skipped: {why}");
             continue;
         }
         let opt =
@@ -418,7 +418,7 @@ pub fn print(r: &Report) {
                 p.idle_p50_ms, p.loaded_p50_ms, p.loaded_p95_ms
             )
         });
-        println!(
+        outln!(
             "{:<12} {:>12} {:>9.2} {:>10.2} {:>12.2} {:>16} {:>10} {:>12} {:>22}",
             label,
             x.bytes,
@@ -432,12 +432,12 @@ pub fn print(r: &Report) {
         );
     }
     let cc = r.rows.iter().find_map(|x| x.cc.as_deref()).unwrap_or("?");
-    println!(
+    outln!(
         "braid ({cc}) / tcp: goodput {:.3}, CPU per GB {:.1}x (encrypted, loopback)",
         r.goodput_ratio, r.cpu_ratio
     );
     if let Some(v) = &r.vs_shadowsocks {
-        println!(
+        outln!(
             "braid ({cc}) / shadowsocks-libev: goodput {:.2}x, proxy CPU per GB {:.2}x",
             v.goodput_ratio, v.cpu_ratio
         );
@@ -448,7 +448,7 @@ pub fn print(r: &Report) {
         .find(|x| x.name == "braid" && x.skipped.is_none())
     {
         let server = b.server_cores_busy.unwrap_or(0.0);
-        println!(
+        outln!(
             "braid row: {:.2} of {} cores busy, the server's {} thread(s) {:.2} of them ({:.2} CPU s/GB)",
             b.cores_busy,
             r.cores,
@@ -457,20 +457,20 @@ pub fn print(r: &Report) {
             b.server_cpu_s_per_gb.unwrap_or(0.0)
         );
         if b.cores_busy >= 0.9 * r.cores as f64 {
-            println!(
+            outln!(
                 "  the machine was saturated: agents, server, source and sink share its cores, \
                  so more server threads cannot raise this row here"
             );
         }
     }
     for a in &r.aead {
-        println!(
+        outln!(
             "{}: one core seals {:.2} and opens {:.2} Gbit/s of {}-byte packets: {:.2} CPU s per GB sealed and opened",
             a.cipher, a.seal_gbit_per_s, a.open_gbit_per_s, a.packet_bytes, a.seal_open_s_per_gb
         );
     }
     if let Some(u) = &r.udp {
-        println!(
+        outln!(
             "udp: {} of {} datagrams of {} bytes ({}) delivered in {:.2} s: {:.0} datagrams/s, loss {:.1}%",
             u.delivered,
             u.sent,
@@ -485,7 +485,7 @@ pub fn print(r: &Report) {
         );
     }
     if let Some(i) = &r.idle {
-        println!(
+        outln!(
             "idle sessions: {} of {} established, server RSS {} -> {} KiB: {:.1} KiB per session; heap in use {} -> {} KiB: {:.1} KiB per session ({}; agents in {} process(es)); braid_core::Session itself {} bytes",
             i.established, i.sessions, i.rss_before_kib, i.rss_after_kib, i.kib_per_session,
             i.heap_before_kib, i.heap_after_kib, i.heap_kib_per_session, i.measured,
@@ -493,7 +493,7 @@ pub fn print(r: &Report) {
         );
     }
     if let Some(h) = &r.handshakes {
-        println!(
+        outln!(
             "handshakes: {} ({} lost) from {} ports in {:.2} s: {:.0}/s; server ({} thread(s)) {:.3} CPU s, {:.1} us each = {:.2}x five X25519 ({:.0} ops/s on one core: {:.1} us; {:.2}x five of curve25519-dalek's, {:.0} ops/s; {:.2}x five of ring's, {:.0} ops/s)",
             h.count, h.lost, h.source_ports, h.seconds, h.per_s, h.threads, h.server_cpu_s,
             h.server_cpu_us_per_handshake, h.ratio_to_five_x25519, h.x25519_ops_per_s, h.five_x25519_us,
@@ -501,7 +501,7 @@ pub fn print(r: &Report) {
             h.ratio_to_five_ring_x25519, h.ring_x25519_ops_per_s
         );
         let s = &h.started;
-        println!(
+        outln!(
             "handshakes each followed by a first packet: {} ({} lost), {} sessions made: {:.0}/s; server {:.3} CPU s, {:.1} us each = {:.2}x five X25519",
             s.count, s.lost, s.sessions, s.per_s, s.server_cpu_s, s.server_cpu_us_per_handshake, s.ratio_to_five_x25519
         );

@@ -116,12 +116,12 @@ pub(crate) fn runtime() -> Result<tokio::runtime::Runtime> {
 /// `braid keygen`.
 pub fn keygen(a: KeygenArgs) -> Result<()> {
     let (key, public) = braid_crypto::write_keypair(&a.out)?;
-    println!(
+    outln!(
         "wrote {} (private, mode 0600) and {} (public)",
         key.display(),
         public.display()
     );
-    println!("public key: {}", braid_crypto::read_public_key(&public)?);
+    outln!("public key: {}", braid_crypto::read_public_key(&public)?);
     Ok(())
 }
 

@@ -5,6 +5,7 @@ mod soakrig;
 
 mod fd_limit;
 mod package;
+mod pipes;
 mod pkgrig;
 mod signals;
 mod soak_flap;

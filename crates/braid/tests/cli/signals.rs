@@ -6,7 +6,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
-const BRAID: &str = env!("CARGO_BIN_EXE_braid");
+pub(crate) const BRAID: &str = env!("CARGO_BIN_EXE_braid");
 
 /// A child process, killed if the test ends before it exits.
 struct Proc(Child);
@@ -37,7 +37,7 @@ impl Proc {
     }
 }
 
-fn keygen(dir: &Path, name: &str) {
+pub(crate) fn keygen(dir: &Path, name: &str) {
     let out = Command::new(BRAID)
         .args(["keygen", "--out"])
         .arg(dir.join(name))
@@ -89,19 +89,19 @@ fn until(sock: &Path, d: Duration, what: &str, f: impl Fn(&Value) -> bool) -> Va
     }
 }
 
-struct Setup {
-    dir: tempfile::TempDir,
+pub(crate) struct Setup {
+    pub(crate) dir: tempfile::TempDir,
     server: Proc,
-    server_sock: PathBuf,
+    pub(crate) server_sock: PathBuf,
     addr: String,
 }
 
-fn p(dir: &Path, f: &str) -> String {
+pub(crate) fn p(dir: &Path, f: &str) -> String {
     dir.join(f).to_str().unwrap().to_string()
 }
 
 /// A server on loopback with agent keys `a` and `b` authorized.
-fn server() -> Setup {
+pub(crate) fn server() -> Setup {
     let dir = tempfile::tempdir().unwrap();
     let d = dir.path();
     for k in ["s", "a", "b"] {
