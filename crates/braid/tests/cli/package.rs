@@ -213,6 +213,31 @@ fn check_contents(deb: &Path) {
     );
     let depends = sh(run("dpkg-deb", &["-f", &deb, "Depends"]));
     assert!(depends.contains("adduser"), "{depends}");
+    check_stripped(&deb, dir.path());
+}
+
+/// Issue 38, item 2: the packaged binary carries no debug sections and the package
+/// installs in under 25 MB (it was 99 MB unstripped).
+fn check_stripped(deb: &str, dir: &Path) {
+    let kb: u64 = sh(run("dpkg-deb", &["-f", deb, "Installed-Size"]))
+        .trim()
+        .parse()
+        .unwrap();
+    assert!(kb < 25 * 1024, "Installed-Size {kb} KB");
+    let root = dir.join("root");
+    sh(run("dpkg-deb", &["-x", deb, &root.display().to_string()]));
+    let bin = root.join("usr/bin/braid").display().to_string();
+    let sections = sh(run("readelf", &["-S", "-W", &bin]));
+    // (`.debug_gdb_scripts`, loaded with the program, is no debug information.)
+    for s in [".debug_info", ".debug_line", ".symtab"] {
+        assert!(!sections.contains(s), "{s} in the binary:\n{sections}");
+    }
+    let len = std::fs::metadata(&bin).unwrap().len();
+    assert!(len < 25 << 20, "the binary is {len} bytes");
+    eprintln!(
+        "package: Installed-Size {kb} KB, the binary {} KB",
+        len >> 10
+    );
 }
 
 /// The TUN unit has what TUN and router mode need: `--tun`, CAP_NET_ADMIN (device, routes,
