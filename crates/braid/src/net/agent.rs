@@ -466,6 +466,8 @@ fn socks_auth(user: Option<String>, pass: Option<String>) -> Result<AuthPolicy> 
     })
 }
 
+use super::key_role::KeySetting::{AgentKey, ServerPub};
+
 /// An agent configuration with the server's public key and this agent's key read (from
 /// their files, or `server_pub` as the key itself), for the first server address; with
 /// neither key, a direct-only one.
@@ -479,9 +481,9 @@ fn with_keys(
             addrs.first().copied().unwrap_or(([127, 0, 0, 1], 0).into()),
             match inline_key(&p) {
                 Some(k) if !p.exists() => k,
-                _ => braid_crypto::read_public_key(&p)?,
+                _ => braid_crypto::read_public_key(&p).map_err(|e| ServerPub.explain(e))?,
             },
-            Arc::new(braid_crypto::read_private_key(&k)?),
+            Arc::new(braid_crypto::read_private_key(&k).map_err(|e| AgentKey.explain(e))?),
             Vec::new(),
         ),
         _ => AgentConfig::direct_only(Vec::new())?,

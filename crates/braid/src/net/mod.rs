@@ -9,6 +9,7 @@
 
 mod agent;
 mod egress;
+mod key_role;
 mod server;
 
 pub use agent::*;

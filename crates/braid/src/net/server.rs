@@ -152,7 +152,8 @@ pub(crate) fn server_settings(a: ServerArgs) -> Result<ServerSettings> {
         .context("--authorized FILE is required: the agent public keys allowed to connect")?;
     let log_level = a.log_level.or(f.log_level);
     check_log_level(log_level.as_deref())?;
-    let key = braid_crypto::read_private_key(&key)?;
+    let key = braid_crypto::read_private_key(&key)
+        .map_err(|e| super::key_role::KeySetting::ServerKey.explain(e))?;
     let state = a.state.or(f.state).unwrap_or_else(|| {
         let mut p = authorized.clone().into_os_string();
         p.push(".state");

@@ -216,6 +216,25 @@ fn check_contents(deb: &Path) {
     check_stripped(&deb, dir.path());
 }
 
+/// Issue 38, item 3: the install printed both public keys on every machine, while the
+/// quick start asks for one per machine: it prints none, and says which file to `cat`.
+fn check_install_output(ms: &Machines, m: &str, said: &str) {
+    for f in ["server.pub", "agent.pub"] {
+        let key = ms.sh(m, &format!("cut -d' ' -f1 /etc/braid/{f}"));
+        let key = key.trim();
+        assert!(
+            !key.is_empty() && !said.contains(key),
+            "{m}: the install printed {f}:\n{said}"
+        );
+    }
+    for tell in ["cat /etc/braid/server.pub", "cat /etc/braid/agent.pub"] {
+        assert!(
+            said.contains(tell),
+            "{m}: the install does not say `{tell}`:\n{said}"
+        );
+    }
+}
+
 /// Issue 38, item 2: the packaged binary carries no debug sections and the package
 /// installs in under 25 MB (it was 99 MB unstripped).
 fn check_stripped(deb: &str, dir: &Path) {
@@ -361,7 +380,8 @@ impl Rig {
         let ms = &self.ms;
         let install = format!("cd /mnt && apt install -y ./{deb}");
         both(|m| {
-            ms.sh(m, &install);
+            let said = ms.sh(m, &install);
+            check_install_output(ms, m, &said);
         });
         // The test's "internet" web server sits on the VPS's own loopback, which the
         // server's egress policy refuses by default (a real one is elsewhere).
@@ -376,15 +396,15 @@ impl Rig {
         let server = self.start("vps", 0, "server.log");
         let agent_pub = ms.sh("router", "cat /etc/braid/agent.pub");
         ms.sh(
-            "vps",
-            &format!("echo '{}' >> /etc/braid/agents.txt", agent_pub.trim()),
-        );
-        ms.sh(
             "router",
             &format!(
                 "cat >> /etc/braid/agent.toml <<'EOF'\nserver = \"{PUBLIC}:4433\"\nserver_pub = \"{}\"\nEOF",
                 server_pub.trim()
             ),
+        );
+        ms.sh(
+            "vps",
+            &format!("echo '{}' >> /etc/braid/agents.txt", agent_pub.trim()),
         );
         enable_now(ms, "router", "braid-agent-tun");
         let tun = self.start("router", 2, "agent-tun.log");
