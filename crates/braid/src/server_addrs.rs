@@ -4,24 +4,95 @@
 //! server family (the first `--server`'s first family) and, when it has one, an address of
 //! the other family for paths that have only that family (an IPv6-only mobile network).
 //!
-//! Owns: resolving and pairing. Must not touch: anything else of the agent's settings.
+//! A name that does not resolve is not a format error: `braid agent` says the name does not
+//! resolve yet and tries again (1 s, doubling to 30 s: at boot the resolver may not be up),
+//! `check-config` says so and fails.
+//!
+//! Owns: resolving (and retrying) and pairing. Must not touch: anything else of the
+//! agent's settings.
 
-use anyhow::{bail, Context, Result};
+use anyhow::{bail, Result};
 use std::net::{SocketAddr, ToSocketAddrs};
+use std::time::Duration;
+
+/// What to do when a well-formed `HOST:PORT` does not resolve.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Unresolved {
+    /// Fail with what is wrong (`check-config`).
+    Fail,
+    /// Say so and try again, for as long as it takes (`braid agent`).
+    Retry,
+}
+
+/// The first wait before resolving a name again; it doubles up to [`RETRY_MAX`].
+const RETRY_FIRST: Duration = Duration::from_secs(1);
+const RETRY_MAX: Duration = Duration::from_secs(30);
+
+/// The system resolver.
+fn system_lookup(part: &str) -> std::io::Result<Vec<SocketAddr>> {
+    part.to_socket_addrs().map(Iterator::collect)
+}
+
+/// The host of `HOST:PORT` or `[IPV6]:PORT`, `None` when `part` is not of that form.
+fn host_of(part: &str) -> Option<&str> {
+    let (host, port) = match part.strip_prefix('[') {
+        Some(rest) => rest.split_once("]:")?,
+        None => part.rsplit_once(':').filter(|(h, _)| !h.contains(':'))?,
+    };
+    (!host.is_empty() && port.parse::<u16>().is_ok()).then_some(host)
+}
 
 /// The servers' addresses in the agent's family, and (address, the same server's address
 /// of the other family) pairs.
 pub(crate) type ServerAddrs = (Vec<SocketAddr>, Vec<(SocketAddr, SocketAddr)>);
 
 /// Resolve every `--server` value (see the module docs).
-pub(crate) fn resolve(servers: &[String]) -> Result<ServerAddrs> {
+pub(crate) fn resolve(servers: &[String], unresolved: Unresolved) -> Result<ServerAddrs> {
+    resolve_with(
+        servers,
+        unresolved,
+        &mut system_lookup,
+        &mut std::thread::sleep,
+    )
+}
+
+/// [`resolve`] with the lookup and the sleep given (tests).
+fn resolve_with(
+    servers: &[String],
+    unresolved: Unresolved,
+    lookup: &mut dyn FnMut(&str) -> std::io::Result<Vec<SocketAddr>>,
+    sleep: &mut dyn FnMut(Duration),
+) -> Result<ServerAddrs> {
     let mut all = Vec::new();
     for server in servers {
         let mut found: Vec<SocketAddr> = Vec::new();
         for part in server.split(',').map(str::trim).filter(|p| !p.is_empty()) {
-            let addrs = part.to_socket_addrs().with_context(|| {
-                format!("--server {server:?}: cannot resolve {part:?}; expected HOST:PORT")
-            })?;
+            let Some(host) = host_of(part) else {
+                bail!(
+                    "--server {server:?}: {part:?} is not HOST:PORT (like vpn.example.net:4433, \
+                     203.0.113.1:4433 or [2001:db8::1]:4433)"
+                );
+            };
+            let mut wait = RETRY_FIRST;
+            let addrs = loop {
+                match lookup(part) {
+                    Ok(a) => break a,
+                    Err(e) if unresolved == Unresolved::Retry => {
+                        eprintln!(
+                            "braid: --server {server:?}: the name {host:?} does not resolve yet \
+                             ({e}); trying again in {} s",
+                            wait.as_secs()
+                        );
+                        sleep(wait);
+                        wait = (wait * 2).min(RETRY_MAX);
+                    }
+                    Err(e) => bail!(
+                        "--server {server:?}: the name {host:?} does not resolve ({e}); check \
+                         the name and this machine's DNS (/etc/resolv.conf; `braid agent` \
+                         waits for it)"
+                    ),
+                }
+            };
             found.extend(addrs);
         }
         if found.is_empty() {
@@ -59,7 +130,58 @@ mod tests {
     use super::*;
 
     fn r(v: &[&str]) -> Result<ServerAddrs> {
-        resolve(&v.iter().map(|s| s.to_string()).collect::<Vec<_>>())
+        resolve(&strings(v), Unresolved::Fail)
+    }
+
+    fn strings(v: &[&str]) -> Vec<String> {
+        v.iter().map(|s| s.to_string()).collect()
+    }
+
+    /// Issue 38, item 12: a temporary DNS failure ended the agent with "cannot resolve
+    /// ...; expected HOST:PORT". The agent tries again (1 s, 2 s, ...) until the name
+    /// resolves; check-config says the name does not resolve, not that the format is wrong.
+    #[test]
+    fn a_name_that_does_not_resolve_yet_is_tried_again_and_not_blamed_on_the_format() {
+        let want: SocketAddr = "192.0.2.7:4433".parse().unwrap();
+        let mut failures = 3;
+        let mut lookup = |part: &str| {
+            assert_eq!(part, "vpn.example.net:4433");
+            if failures > 0 {
+                failures -= 1;
+                let e = "Temporary failure in name resolution";
+                return Err(std::io::Error::other(e));
+            }
+            Ok(vec![want])
+        };
+        let mut slept = Vec::new();
+        let servers = strings(&["vpn.example.net:4433"]);
+        let (p, _) = resolve_with(&servers, Unresolved::Retry, &mut lookup, &mut |d| {
+            slept.push(d.as_secs())
+        })
+        .unwrap();
+        assert_eq!(p, vec![want]);
+        assert_eq!(slept, [1, 2, 4]);
+        let mut down = |_: &str| Err(std::io::Error::other("Temporary failure"));
+        let e = resolve_with(&servers, Unresolved::Fail, &mut down, &mut |_| {})
+            .unwrap_err()
+            .to_string();
+        assert!(
+            e.contains("does not resolve") && !e.contains("HOST:PORT"),
+            "{e}"
+        );
+        // A value that is not HOST:PORT is a format error, and no lookup is made.
+        for bad in [
+            "vpn.example.net",
+            "vpn.example.net:x",
+            "2001:db8::1:4433",
+            ":4433",
+        ] {
+            let mut never = |_: &str| -> std::io::Result<Vec<SocketAddr>> { panic!("looked up") };
+            let e = resolve_with(&strings(&[bad]), Unresolved::Retry, &mut never, &mut |_| {})
+                .unwrap_err()
+                .to_string();
+            assert!(e.contains("is not HOST:PORT"), "{bad}: {e}");
+        }
     }
 
     /// One server's IPv4 and IPv6 addresses joined by a comma: the IPv4 one is the

@@ -333,13 +333,19 @@ pub(crate) struct AgentSettings {
     pub log_level: Option<String>,
 }
 
-/// Turn flags and the config file into an agent configuration, reading the key files.
+/// Turn flags and the config file into an agent configuration, reading the key files; a
+/// server name that does not resolve fails (`check-config`).
 pub(crate) fn agent_settings(a: AgentArgs) -> Result<AgentSettings> {
+    settings(a, Unresolved::Fail)
+}
+
+/// [`agent_settings`], with what to do when a server name does not resolve (yet).
+fn settings(a: AgentArgs, unresolved: Unresolved) -> Result<AgentSettings> {
     let f = agent_file(a.config.as_deref())?;
     let servers = either(a.servers, f.servers);
     // A name with A and AAAA records, or `ADDR,ADDR`: one server reachable over both
     // families (paths of either family join its session).
-    let (addrs, other_family) = crate::server_addrs::resolve(&servers)?;
+    let (addrs, other_family) = crate::server_addrs::resolve(&servers, unresolved)?;
     let direct_only = servers.is_empty();
     let server_pub = a.server_pub.or(f.server_pub);
     let key = a.key.or(f.key);
@@ -467,6 +473,7 @@ fn socks_auth(user: Option<String>, pass: Option<String>) -> Result<AuthPolicy> 
 }
 
 use super::key_role::KeySetting::{AgentKey, ServerPub};
+use crate::server_addrs::Unresolved;
 
 /// An agent configuration with the server's public key and this agent's key read (from
 /// their files, or `server_pub` as the key itself), for the first server address; with
@@ -493,7 +500,8 @@ fn with_keys(
 /// `braid agent`: runs until SIGTERM or Ctrl-C, then closes its session (the server gets a
 /// CLOSE), its proxy ports and its control socket.
 pub fn agent(a: AgentArgs) -> Result<()> {
-    let st = agent_settings(a)?;
+    // At boot the resolver may not answer yet: the agent waits for the server's name.
+    let st = settings(a, Unresolved::Retry)?;
     init_logging(st.log_level.as_deref())?;
     let (control, metrics, dashboard) = (st.control, st.metrics, st.dashboard);
     runtime()?.block_on(async move {
