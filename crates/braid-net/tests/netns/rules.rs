@@ -147,6 +147,39 @@ fn a_bypassed_destination_is_reached_without_the_server_while_a_session_is_up() 
     eprintln!("bypass test took {:.1} s", t0.elapsed().as_secs_f64());
 }
 
+/// Issue 38, item 5: the default `path = ["auto"]` (both links have a default route, as a
+/// router's do) with `--bypass 10.0.0.2`, session up: the download from 10.0.0.2 comes
+/// from a link address, the one from 10.0.0.3 through the server. The command refused the
+/// rule before ("auto paths cannot take direct connections yet").
+#[test]
+fn a_bypass_rule_goes_straight_on_auto_paths() {
+    if skip() {
+        return;
+    }
+    let net = Net::with_prefix("rauto");
+    let key = Arc::new(StaticKeypair::generate().unwrap());
+    let d = serve(&net, 256 << 10, key.public(), true);
+    let mut cfg = agent_cfg(&["auto"], key, d.server_pub);
+    cfg.rules = Rules::parse(&[RULED.to_string()], &[], &[]).unwrap();
+    let (straight, through) = net.client(move || async move {
+        let mut agent = Agent::start(cfg).await.unwrap();
+        assert!(
+            agent.wait_established(Duration::from_secs(5)).await,
+            "no session"
+        );
+        let socks = agent.socks.unwrap();
+        let open = |ip| socks_connect(socks, Target::Ip(ip, WEB_PORT));
+        let straight = get(open(RULED).await.expect("bypassed")).await;
+        let through = get(open(OTHER).await.expect("through the session")).await;
+        (straight, through)
+    });
+    assert_eq!(sha(&straight), sha(&d.data));
+    assert_eq!(sha(&through), sha(&d.data));
+    let (ruled, other) = (peers_at(&d.peers, RULED), peers_at(&d.peers, OTHER));
+    assert!(ruled.len() == 1 && from_client_link(ruled[0]), "{ruled:?}");
+    assert!(other.len() == 1 && !from_client_link(other[0]), "{other:?}");
+}
+
 /// `--pin 10.0.0.2=b` (b on p1, the link with the higher metric), session up: a download
 /// from 10.0.0.2 and 300 UDP echoes come over p1 alone (p0's receive counter moves by
 /// less than 2 % of it), from p1's address; with p1 down, a connection to 10.0.0.2 fails

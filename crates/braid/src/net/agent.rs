@@ -195,9 +195,7 @@ fn agent_rules(
         .filter(|p| p.bind != braid_net::udp::PathBind::Auto)
         .map(|p| p.name.as_str())
         .collect();
-    if !bypass.is_empty() && named.is_empty() {
-        bail!("--bypass needs a path bound to an interface or address (NAME=IFACE_OR_LOCAL_IP); `auto` paths cannot take direct connections yet");
-    }
+    // A bypass takes any path, `auto` slots too (as direct mode does); a pin names one.
     braid_net::rules::Rules::parse(&bypass, &pin, &named).map_err(|e| anyhow::anyhow!("{e}"))
 }
 

@@ -13,6 +13,26 @@ fn args(extra: impl FnOnce(&mut AgentArgs)) -> AgentArgs {
     a
 }
 
+/// Issue 38, item 5: the shipped `path = ["auto"]` refused `--bypass` ("auto paths cannot
+/// take direct connections yet"); a bypass takes auto slots as direct mode does. A pin
+/// still needs a named path.
+#[test]
+fn the_default_auto_path_takes_a_bypass_rule() {
+    let auto = |a: &mut AgentArgs| {
+        a.paths = vec!["auto".into()];
+        a.bypass = vec!["10.0.0.0/8".into()];
+    };
+    let s = agent_settings(args(auto)).unwrap();
+    assert_eq!(s.cfg.rules.rules().len(), 1);
+    let e = agent_settings(args(|a| {
+        auto(a);
+        a.pin = vec!["192.0.2.1=auto1".into()];
+    }))
+    .err()
+    .unwrap();
+    assert!(format!("{e:#}").contains("cannot be pinned"), "{e:#}");
+}
+
 #[test]
 fn no_server_means_direct_mode_without_key_files() {
     let s = agent_settings(args(|_| {})).unwrap();
