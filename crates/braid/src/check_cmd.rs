@@ -7,10 +7,17 @@
 
 use crate::net::{agent_settings, server_settings, AgentArgs, ServerArgs};
 use anyhow::{bail, Context, Result};
+use braid_net::udp::PathBind;
 use std::path::Path;
 
 /// Check `file`; `role` is `agent` or `server` (else told from the keys it has).
 pub fn run(file: &Path, role: Option<&str>) -> Result<()> {
+    outln!("{}", summary(file, role)?);
+    Ok(())
+}
+
+/// What `run` prints.
+fn summary(file: &Path, role: Option<&str>) -> Result<String> {
     let text = std::fs::read_to_string(file)
         .with_context(|| format!("reading the config file {}", file.display()))?;
     let table: toml::Table = toml::from_str(&text)
@@ -32,12 +39,15 @@ pub fn run(file: &Path, role: Option<&str>) -> Result<()> {
             ..Default::default()
         })
         .with_context(|| format!("{}: not a valid server configuration", file.display()))?;
-        outln!(
-            "{}: a valid server configuration: listen {}, {} authorized key(s) from {}, state {}, at most {} sessions, {} streams per session, {} bytes buffered per session, control {}, metrics {}, dashboard {}",
+        Ok(format!(
+            "{}: a valid server configuration: listen {}, {} authorized key(s) from {}, {}, \
+             state {} (unless the command gives --state: braid-server.service gives \
+             /var/lib/braid/authorized.state), at most {} sessions, {} streams per session, {} bytes buffered per session, control {}, metrics {}, dashboard {}",
             file.display(),
             s.cfg.listen,
             s.cfg.authorized.len(),
             s.authorized.display(),
+            forwards(&table),
             s.cfg.state_file.as_ref().map_or("-".into(), |p| p.display().to_string()),
             s.cfg.max_sessions,
             s.cfg.max_streams,
@@ -45,7 +55,7 @@ pub fn run(file: &Path, role: Option<&str>) -> Result<()> {
             s.control.as_ref().map_or("(default)".into(), |p| p.display().to_string()),
             s.metrics.map_or("off".into(), |m| m.to_string()),
             dashboard(s.dashboard.as_ref()),
-        );
+        ))
     } else {
         let s = agent_settings(AgentArgs {
             config,
@@ -56,12 +66,17 @@ pub fn run(file: &Path, role: Option<&str>) -> Result<()> {
             .cfg
             .paths
             .iter()
-            .map(|p| format!("{} ({:?})", p.name, p.bind))
+            .map(|p| match &p.bind {
+                PathBind::Interface(i) => format!("{} (interface {i})", p.name),
+                PathBind::Address(a) => format!("{} (address {a})", p.name),
+                PathBind::Auto => "auto (every interface that is up with a default route)".into(),
+            })
             .collect();
-        outln!(
-            "{}: a valid agent configuration: servers {:?}, paths {}, SOCKS5 {}, HTTP {}, scheduler {}, cc {}, control {}, metrics {}, dashboard {}",
+        let servers: Vec<String> = s.cfg.servers.iter().map(ToString::to_string).collect();
+        let mut out = format!(
+            "{}: a valid agent configuration: servers {}, paths {}, SOCKS5 {}, HTTP {}, scheduler {}, cc {}, control {}, metrics {}, dashboard {}",
             file.display(),
-            s.cfg.servers,
+            if servers.is_empty() { "none (direct mode)".into() } else { servers.join(", ") },
             paths.join(", "),
             s.cfg.socks.map_or("off".into(), |a| a.to_string()),
             s.cfg.http.map_or("off".into(), |a| a.to_string()),
@@ -79,13 +94,32 @@ pub fn run(file: &Path, role: Option<&str>) -> Result<()> {
             .map(braid_net::rules::describe)
             .collect();
         if !rules.is_empty() {
-            outln!(
-                "rules (straight to the destination, never through the server): {}",
+            out.push_str(&format!(
+                "\nrules (straight to the destination, never through the server): {}",
                 rules.join(", ")
-            );
+            ));
         }
+        Ok(out)
     }
-    Ok(())
+}
+
+/// The server's `[forward]` table as `check-config` says it: which agent keys may have
+/// public ports opened, and which.
+fn forwards(table: &toml::Table) -> String {
+    let Some(toml::Value::Table(f)) = table.get("forward") else {
+        return "[forward]: none (no agent may have a public port opened)".into();
+    };
+    let each: Vec<String> = f
+        .iter()
+        .map(|(key, ports)| {
+            let short: String = key.chars().take(8).collect();
+            let list: Vec<&str> = (ports.as_array().into_iter().flatten())
+                .filter_map(toml::Value::as_str)
+                .collect();
+            format!("{short}... {}", list.join(" "))
+        })
+        .collect();
+    format!("[forward]: {} agent key(s): {}", f.len(), each.join("; "))
 }
 
 /// How `check-config` describes the dashboard setting.
@@ -99,7 +133,7 @@ fn dashboard(d: Option<&braid_ops::dashboard::DashboardConfig>) -> String {
 
 #[cfg(test)]
 mod tests {
-    use super::run;
+    use super::{run, summary};
     use std::path::Path;
 
     fn config(dir: &Path, name: &str, text: String) -> std::path::PathBuf {
@@ -145,6 +179,41 @@ mod tests {
             agent("pin = [\"*.example.com=dsl\"]"),
         ));
         assert!(e.contains("write example.com"), "{e}");
+    }
+
+    /// Issue 38, item 9: for a server file `check-config` named a state file the packaged
+    /// unit does not use (it gives --state) and never the `[forward]` table; for an agent
+    /// it printed Rust debug text (`auto (Auto)`, `Interface("r1")`).
+    #[test]
+    fn check_config_says_the_units_state_the_forward_table_and_paths_in_plain_words() {
+        let dir = tempfile::tempdir().unwrap();
+        let d = dir.path();
+        let (_, agent_pub) = braid_crypto::write_keypair(d.join("agent")).unwrap();
+        braid_crypto::write_keypair(d.join("server")).unwrap();
+        let key = std::fs::read_to_string(&agent_pub).unwrap();
+        let key = key.split_whitespace().next().unwrap().to_string();
+        std::fs::write(d.join("agents.txt"), &key).unwrap();
+        let base =
+            "listen = \"127.0.0.1:4433\"\nkey = \"server.key\"\nauthorized = \"agents.txt\"\n";
+        let plain = summary(&config(d, "s.toml", base.into()), None).unwrap();
+        assert!(plain.contains("[forward]: none"), "{plain}");
+        assert!(plain.contains("/var/lib/braid/authorized.state"), "{plain}");
+        let fwd = format!("{base}[forward]\n\"{key}\" = [\"tcp:8080\", \"udp:5000-5010\"]\n");
+        let text = summary(&config(d, "f.toml", fwd), None).unwrap();
+        assert!(
+            text.contains("[forward]: 1 agent key(s)") && text.contains("tcp:8080 udp:5000-5010"),
+            "{text}"
+        );
+        let agent = "path = [\"auto\", \"r1=eth1\", \"r2=10.0.0.2\"]\nsocks = \"127.0.0.1:0\"\n";
+        let text = summary(&config(d, "a.toml", agent.into()), None).unwrap();
+        for debug in ["Auto)", "Interface(", "Address(", "[]"] {
+            assert!(!text.contains(debug), "{debug} in {text}");
+        }
+        assert!(
+            text.contains("r1 (interface eth1)") && text.contains("r2 (address 10.0.0.2)"),
+            "{text}"
+        );
+        assert!(text.contains("servers none (direct mode)"), "{text}");
     }
 
     /// Issue 24: `check-config` passed a public key given as `key` (after advising
