@@ -114,11 +114,11 @@ impl Ports {
         let sid = format_args!("{session:016x}");
         match inner.table.claim(&self.policy, key, session, port) {
             Claim::NotAllowed => {
+                let how = self.policy.how_to_allow(&key, port);
                 warn!(
                     %key, %port, session = %sid,
                     "inbound port refused: the server's configuration does not allow it for \
-                     this agent's key; to allow it, add it to the server's config file, \
-                     [forward] \"{key}\" = [\"{port}\"] (or --allow-forward {key}={port})"
+                     this agent's key; to allow it, {how}"
                 );
                 Err(ForwardResult::NotAllowed)
             }

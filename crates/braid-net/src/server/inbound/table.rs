@@ -80,6 +80,34 @@ impl ForwardPolicy {
             .is_some_and(|r| r.iter().any(|r| r.contains(port)))
     }
 
+    /// What to write in the server's config file to allow `key` the refused `port`: a new
+    /// line of the `[forward]` table, or, when the key has one, that line with the port
+    /// added (a second line for the key is a duplicate TOML key, the file then fails).
+    pub fn how_to_allow(&self, key: &PublicKey, port: PublicPort) -> String {
+        let p = PortRange {
+            proto: port.proto,
+            lo: port.port,
+            hi: port.port,
+        };
+        match self.allowed.get(key) {
+            Some(ranges) => {
+                let list: Vec<String> = (ranges.iter().chain([&p]))
+                    .map(|r| format!("\"{r}\""))
+                    .collect();
+                format!(
+                    "add it to this key's line in the [forward] table of the server's config \
+                     file: \"{key}\" = [{}] (one line per key: a second one is an error)",
+                    list.join(", ")
+                )
+            }
+            None => format!(
+                "add a line to the [forward] table of the server's config file (the table's \
+                 header [forward] once, at the end): \"{key}\" = [\"{p}\"] (or \
+                 --allow-forward {key}={p})"
+            ),
+        }
+    }
+
     /// Whether no key may open any port.
     pub fn is_empty(&self) -> bool {
         self.allowed.is_empty()
@@ -204,6 +232,32 @@ mod tests {
 
     fn port(proto: Proto, port: u16) -> PublicPort {
         PublicPort { proto, port }
+    }
+
+    /// Issue 38, item 7: the advice for a refused port was always a new `"KEY" = [...]`
+    /// line, which, for a key that has a line, makes a duplicate TOML key (`check-config`
+    /// then refuses the file). The advice now extends the key's line.
+    #[test]
+    fn the_advice_for_a_refused_port_extends_the_keys_line_when_it_has_one() {
+        let key = braid_crypto::StaticKeypair::generate().unwrap().public();
+        let mut policy = ForwardPolicy::default();
+        let new = policy.how_to_allow(&key, port(Proto::Tcp, 8080));
+        assert!(
+            new.contains(&format!("\"{key}\" = [\"tcp:8080\"]")),
+            "{new}"
+        );
+        policy
+            .allow_specs(&key.to_string(), &["udp:5000-5010"])
+            .unwrap();
+        let more = policy.how_to_allow(&key, port(Proto::Tcp, 8080));
+        let line = format!("\"{key}\" = [\"udp:5000-5010\", \"tcp:8080\"]");
+        assert!(more.contains(&line), "{more}");
+        // The line, as the advice gives it, is one the policy reads back whole.
+        let quoted: Vec<&str> = line.split('"').skip(1).step_by(2).collect();
+        let mut read = ForwardPolicy::default();
+        read.allow_specs(quoted[0], &quoted[1..]).unwrap();
+        assert!(read.allows(&key, port(Proto::Tcp, 8080)));
+        assert!(read.allows(&key, port(Proto::Udp, 5003)));
     }
 
     #[test]
