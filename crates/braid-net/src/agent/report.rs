@@ -37,6 +37,8 @@ pub(super) struct PolicyView {
     pub cap_used: Vec<Option<u64>>,
     /// Per path id: (local address, remote address) of its socket.
     pub addrs: HashMap<PathId, (Option<SocketAddr>, SocketAddr)>,
+    /// Per configured path: the interface an `auto` slot took now.
+    pub auto: Vec<Option<String>>,
 }
 
 /// The current session, as the loop knows it.
@@ -415,6 +417,10 @@ impl StatusBoard {
                 down_at[slot] = Some(now - c.silent + DOWN_AFTER);
             }
             p.cap_used_bytes = policy.cap_used.get(slot).copied().flatten();
+            // An auto slot shows the interface it took (issue 38: it showed `-`).
+            if let Some(Some(dev)) = policy.auto.get(slot) {
+                p.interface = Some(dev.clone());
+            }
             p.energy_j = p.energy_j.map(|_| meters[slot].0.energy_j());
             totals.bytes_sent += p.bytes_sent;
             totals.bytes_received += p.bytes_received;
@@ -499,6 +505,7 @@ mod tests {
             over_cap: vec![false],
             cap_used: vec![None],
             addrs: HashMap::new(),
+            auto: vec![None],
         };
         let meta = SessionMeta {
             id: 1,

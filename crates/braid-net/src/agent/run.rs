@@ -349,7 +349,11 @@ impl Runner {
     fn on_validated(&mut self, id: PathId) {
         let paths = &self.client.paths;
         if let Some(slot) = paths.slot_of(id) {
-            let name = self.name(slot);
+            // An auto slot says which interface it took.
+            let name = match paths.auto_interface(slot) {
+                Some(dev) => format!("{} (interface {dev})", self.name(slot)),
+                None => self.name(slot).to_string(),
+            };
             if paths.is_probe(id) {
                 info!(path = %name, id, "UDP answers again: the path moves back from TCP to UDP");
             } else if paths.is_tcp(id) && paths.udp_failed(id) {

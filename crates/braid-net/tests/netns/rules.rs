@@ -171,6 +171,18 @@ fn a_bypass_rule_goes_straight_on_auto_paths() {
         let open = |ip| socks_connect(socks, Target::Ip(ip, WEB_PORT));
         let straight = get(open(RULED).await.expect("bypassed")).await;
         let through = get(open(OTHER).await.expect("through the session")).await;
+        // Item 6: the auto slots in the session show the interface each took.
+        tokio::time::sleep(Duration::from_millis(300)).await;
+        let mut shown: Vec<Option<String>> = (agent.status().snapshot().paths.iter())
+            .filter(|p| p.bytes_sent > 0)
+            .map(|p| p.interface.clone())
+            .collect();
+        shown.sort();
+        assert_eq!(
+            shown,
+            [Some("p0".into()), Some("p1".into())],
+            "auto slots' interfaces"
+        );
         (straight, through)
     });
     assert_eq!(sha(&straight), sha(&d.data));

@@ -29,10 +29,14 @@ impl Runner {
                     .collect()
             })
             .unwrap_or_default();
+        let auto = (0..self.cfg.paths.len())
+            .map(|slot| self.client.paths.auto_interface(slot).map(str::to_string))
+            .collect();
         PolicyView {
             over_cap: self.slots.iter().map(|s| s.over_cap).collect(),
             cap_used,
             addrs,
+            auto,
         }
     }
 
