@@ -434,12 +434,14 @@ pub fn print(r: &Report) {
     let cc = r.rows.iter().find_map(|x| x.cc.as_deref()).unwrap_or("?");
     outln!(
         "braid ({cc}) / tcp: goodput {:.3}, CPU per GB {:.1}x (encrypted, loopback)",
-        r.goodput_ratio, r.cpu_ratio
+        r.goodput_ratio,
+        r.cpu_ratio
     );
     if let Some(v) = &r.vs_shadowsocks {
         outln!(
             "braid ({cc}) / shadowsocks-libev: goodput {:.2}x, proxy CPU per GB {:.2}x",
-            v.goodput_ratio, v.cpu_ratio
+            v.goodput_ratio,
+            v.cpu_ratio
         );
     }
     if let Some(b) = r
