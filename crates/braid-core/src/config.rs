@@ -102,6 +102,13 @@ pub struct Config {
     /// path's packets less often as the path's window grows: one acknowledgement per 1/16
     /// of the window, 2 to 64 packets (session/ackfreq.rs). On by default.
     pub ack_frequency: bool,
+    /// Find each path's datagram size (DPLPMTUD, `path/pmtud.rs`): start at 1200 bytes of
+    /// UDP payload and probe up to the path's limit. Off: every path sends its limit at
+    /// once (a path that drops large packets then carries next to nothing).
+    pub pmtu_discovery: bool,
+    /// How long after a search that stopped below a path's limit it searches upward again
+    /// (RFC 8899's raise timer, 600 s).
+    pub pmtu_raise_interval: Duration,
 }
 
 impl Config {
@@ -160,6 +167,8 @@ impl Default for Config {
             blackout_freeze: true,
             loss_recovery: true,
             ack_frequency: true,
+            pmtu_discovery: true,
+            pmtu_raise_interval: Duration::from_secs(600),
         }
     }
 }

@@ -21,6 +21,7 @@ impl Path {
         lost: &mut Vec<SentPacket>,
     ) -> bool {
         let prior_in_flight = self.in_flight;
+        let (first_acked, first_lost) = (acked.len(), lost.len());
         let spurious = self.on_late_acks(now, ack, acked);
         let first_acked_now = acked.len();
         let mut sampler = rate::Sampler::default();
@@ -67,6 +68,7 @@ impl Path {
             self.capacity
                 .observe(now, rate.delivery_rate, app, cap, held, rtt);
         }
+        self.pmtu_observe(now, &acked[first_acked..], &lost[first_lost..]);
         if acked_bytes > 0 {
             self.cc.on_ack(&AckEvent {
                 now,

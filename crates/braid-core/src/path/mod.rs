@@ -28,13 +28,17 @@ const MIN_MAX_BURST: u64 = 10;
 mod ack;
 mod capacity;
 mod detect;
+mod mtu;
 mod owd;
+pub(crate) mod pmtud;
 mod rate;
 mod recv;
 mod sent;
 mod stats;
 mod timers;
 
+pub use pmtud::BASE_DATAGRAM;
+pub(crate) use pmtud::SizeChange;
 pub(crate) use sent::{SentFrame, SentPacket};
 pub use stats::{ip_kbps_to_payload_bytes, PathCost, PathStats, IP_UDP_OVERHEAD};
 
@@ -136,6 +140,10 @@ pub struct Path {
     /// The transport under the path is reliable and ordered (braid packets over a TCP
     /// connection): nothing is declared lost by threshold, and the controller is BBR.
     pub(crate) reliable: bool,
+    /// The path's datagram size, found by probing (`pmtud.rs`).
+    pub(crate) pmtud: pmtud::Pmtud,
+    /// A drop of the datagram size (black hole) the session has not reported yet.
+    pub(crate) pmtu_dropped: Option<SizeChange>,
 }
 
 impl Path {
@@ -193,6 +201,8 @@ impl Path {
             ack_freq: AckFrequencyAsked::default(),
             rate_cap: None,
             reliable: false,
+            pmtud: pmtud::Pmtud::new(mss as usize, cfg.pmtu_raise_interval, cfg.pmtu_discovery),
+            pmtu_dropped: None,
         }
     }
 
@@ -211,6 +221,8 @@ impl Path {
             return;
         }
         self.reliable = reliable;
+        // TCP carries packets of any size: nothing to discover.
+        self.pmtud.set_enabled(!reliable);
         let iw = self.cc.window().max(2 * self.mss);
         self.cc = if reliable {
             CcAlgorithm::Bbr.build(self.mss, iw, now)
@@ -221,18 +233,23 @@ impl Path {
         self.refresh_pacer(now);
     }
 
-    /// The largest datagram this path carries (the network driver's per-path limit,
-    /// `Session::set_path_max_datagram`; the session's `max_datagram_size` otherwise).
+    /// The largest datagram this path carries now: the size its discovery confirmed
+    /// (`pmtud.rs`), at most the network driver's per-path limit
+    /// (`Session::set_path_max_datagram`; the session's `max_datagram_size` otherwise).
     pub(crate) fn max_datagram(&self) -> usize {
-        self.mss as usize
+        self.pmtud.current()
     }
 
-    /// Limit this path's datagrams to `size` bytes: its packets are built no larger, and
-    /// its controller and pacer count in packets of that size (the controller is rebuilt
+    /// Limit this path's datagrams to `size` bytes: discovery searches up to it, and the
+    /// controller and pacer count in packets of that size (the controller is rebuilt
     /// with its window scaled to the new size, `reliable` choosing BBR as
     /// [`Path::set_reliable`] does).
     pub(crate) fn set_max_datagram(&mut self, size: u64, cc: CcAlgorithm, now: Instant) {
-        if size == self.mss || size == 0 {
+        if size == 0 {
+            return;
+        }
+        self.pmtud.set_ceiling(size as usize);
+        if size == self.mss {
             return;
         }
         let iw = (self.cc.window() * size / self.mss).max(2 * size);
@@ -294,7 +311,7 @@ impl Path {
 
     /// When the pacer lets a full packet leave.
     pub(crate) fn pacer_ready_at(&self, now: Instant) -> Instant {
-        self.pacer.ready_at(now, self.mss)
+        self.pacer.ready_at(now, self.max_datagram() as u64)
     }
 
     /// A read-only view for schedulers.
@@ -331,6 +348,8 @@ impl Path {
         s.spurious_losses = self.loss.spurious;
         s.undone_cuts = self.loss.undone;
         s.packet_threshold = self.loss.packet_threshold();
+        s.datagram_size = self.pmtud.current() as u64;
+        s.datagram_black_holes = self.pmtud.black_holes;
         s
     }
 
@@ -399,7 +418,9 @@ impl Path {
     fn refresh_pacer(&mut self, now: Instant) {
         let cwnd = self.cc.window();
         let cc_rate = self.cc.pacing_rate(&self.rtt);
-        let mut max_burst = MIN_MAX_BURST * self.mss;
+        // In packets of the size in use (discovery may still be below the route's limit).
+        let pkt = self.max_datagram() as u64;
+        let mut max_burst = MIN_MAX_BURST * pkt;
         if self.max_burst > MIN_MAX_BURST {
             // A driver whose timers fire up to TIMER_GRANULARITY late (tokio: 1 ms) and that
             // sends in batches: the bucket holds what two granularities at the controller's
@@ -410,7 +431,7 @@ impl Path {
             let ticks = cc_rate as f64 * 2.0 * TIMER_GRANULARITY.as_secs_f64();
             max_burst = max_burst.max(ticks as u64);
         }
-        let burst = cwnd.clamp(2 * self.mss, max_burst);
+        let burst = cwnd.clamp(2 * pkt, max_burst);
         let rate = match self.rate_cap {
             // The scheduler's cap; the controller's own rate when lower (0: no pacing).
             Some(cap) if cap > 0 => {

@@ -39,6 +39,10 @@ pub struct PathStats {
     pub undone_cuts: u64,
     /// The packet threshold of loss detection now (raised by reordering).
     pub packet_threshold: u64,
+    /// The largest datagram (UDP payload) the path carries now, as its discovery found it.
+    pub datagram_size: u64,
+    /// Times its datagram size dropped because full-size packets fell into a black hole.
+    pub datagram_black_holes: u64,
 }
 
 /// What using a path costs, as set locally or told by the peer (PATH_COST).

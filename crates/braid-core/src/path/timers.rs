@@ -89,7 +89,9 @@ impl Path {
     /// The loss-detection timer fired. Returns true when it was a probe timeout.
     pub(crate) fn on_loss_timer(&mut self, now: Instant, lost: &mut Vec<SentPacket>) -> bool {
         if self.loss_time.is_some_and(|t| t <= now) {
+            let first = lost.len();
             self.detect_lost(now, lost);
+            self.pmtu_observe(now, &[], &lost[first..]);
             return false;
         }
         self.pto_count += 1;

@@ -92,6 +92,10 @@ pub enum Event {
     PathValidated(PathId),
     /// A path was abandoned (by either end).
     PathClosed(PathId),
+    /// Full-size packets of a path fell into a black hole (lost while smaller ones got
+    /// through): its datagram size dropped from `from` to `to` bytes of UDP payload, and
+    /// discovery searches upward again.
+    PathDatagramSizeDropped { path: PathId, from: usize, to: usize },
     /// The peer opened a stream.
     StreamOpened(StreamId),
     /// Data (or the end of the stream) can be read.
@@ -580,6 +584,7 @@ impl Session {
         }
         self.scratch_acked = acked;
         self.scratch_lost = lost;
+        self.report_pmtu_drops();
     }
 }
 

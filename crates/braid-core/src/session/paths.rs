@@ -209,11 +209,34 @@ impl Session {
         self.state_changed(now);
     }
 
-    /// The largest datagram path `id` carries (see [`Session::set_path_max_datagram`]).
+    /// A path's datagram size fell into a black hole: tell the application once per drop.
+    pub(super) fn report_pmtu_drops(&mut self) {
+        for p in self.paths.values_mut() {
+            if let Some(c) = p.pmtu_dropped.take() {
+                self.events.push_back(Event::PathDatagramSizeDropped {
+                    path: p.id,
+                    from: c.from,
+                    to: c.to,
+                });
+            }
+        }
+    }
+
+    /// The largest datagram path `id` carries now: the size its discovery confirmed
+    /// (`Config::pmtu_discovery`), at most the limit [`Session::set_path_max_datagram`]
+    /// set.
     pub fn path_max_datagram(&self, id: PathId) -> usize {
         self.paths
             .get(&id)
             .map_or(self.cfg.max_datagram_size, |p| p.max_datagram())
+    }
+
+    /// The limit of path `id`'s datagrams as [`Session::set_path_max_datagram`] set it
+    /// (clamped), up to which its discovery searches.
+    pub fn path_datagram_limit(&self, id: PathId) -> usize {
+        self.paths
+            .get(&id)
+            .map_or(self.cfg.max_datagram_size, |p| p.pmtud.ceiling())
     }
 
     /// True when the driver said path `id` runs over a reliable transport.

@@ -15,6 +15,7 @@ use smallvec::SmallVec;
 mod batch;
 mod datagrams;
 mod frames;
+mod mtu_probe;
 mod redundant;
 
 pub use batch::BatchTransmit;
@@ -67,9 +68,20 @@ impl Session {
     }
 
     pub(super) fn begin<'a>(&self, pid: PathId, buf: &'a mut [u8]) -> Option<Packet<'a>> {
+        // The path's own limit (the size its discovery confirmed).
+        let size = self.paths.get(&pid)?.max_datagram();
+        self.begin_sized(pid, buf, size)
+    }
+
+    /// Begin a packet of at most `size` bytes (a PMTU probe's size) on `pid`.
+    pub(super) fn begin_sized<'a>(
+        &self,
+        pid: PathId,
+        buf: &'a mut [u8],
+        size: usize,
+    ) -> Option<Packet<'a>> {
         let p = self.paths.get(&pid)?;
-        // The path's own limit (its address family's or interface's MTU).
-        let end = buf.len().min(p.max_datagram()) - self.cfg.tag_len;
+        let end = buf.len().min(size).checked_sub(self.cfg.tag_len)?;
         let mut w = Writer::new(&mut buf[..end]);
         let h = Header::new(PacketType::Transport, self.id, pid, p.next_pn).ok()?;
         h.write_into(w.slot(h.header_len)?)?;
@@ -178,6 +190,11 @@ impl Session {
                 pkt.ack_eliciting = true;
                 return self.finish(now, pid, pkt);
             }
+        }
+
+        // 1b. A probe of a larger datagram size (no data, outside congestion control).
+        if let Some(t) = self.send_mtu_probe(now, buf) {
+            return Some(t);
         }
 
         // 2. Path validation, carrying the handshake.

@@ -24,6 +24,9 @@ pub enum Timer {
     Close,
     /// A datagram held back so that arrivals keep their order becomes due.
     Datagram,
+    /// A path's datagram-size discovery: send a probe, judge one unanswered, or search
+    /// upward again (`path/pmtud.rs`).
+    Pmtu(PathId),
 }
 
 /// All armed timers and the earliest of them.
@@ -125,6 +128,11 @@ impl Session {
             if (p.probes_due > 0 && self.amplification_ok(p.id, 64)) || self.validation_ready(p) {
                 self.timers.arm(Timer::Loss(p.id), now);
             }
+            if self.state == State::Established && p.pmtu_probe_due().is_some() {
+                self.timers.arm(Timer::Pmtu(p.id), now);
+            } else if let Some(t) = p.pmtu_deadline() {
+                self.timers.arm(Timer::Pmtu(p.id), t);
+            }
         }
         if has_data {
             if let Some(at) = self.datagram_due().filter(|&at| at > now) {
@@ -217,6 +225,11 @@ impl Session {
             self.scratch_lost = lost;
             if pto {
                 self.on_pto(now, pid);
+            }
+        }
+        for p in self.paths.values_mut().filter(|p| !p.abandoned) {
+            if p.pmtu_deadline().is_some_and(|t| t <= now) {
+                p.on_pmtu_timer(now);
             }
         }
         self.on_blackout_timers(now);
