@@ -5,7 +5,7 @@
 //! Owns: those methods of [`Path`]. Must not touch: the search itself (`pmtud.rs`), frames
 //! or other paths.
 
-use super::{Path, SentPacket};
+use super::{Path, SentPacket, SizeChange};
 use crate::time::Instant;
 use std::time::Duration;
 
@@ -22,11 +22,17 @@ impl Path {
             self.pmtud.on_acked(now, p.pn, p.size as usize);
         }
         for p in lost.iter().filter(|p| p.ack_eliciting) {
-            if let Some(c) = self.pmtud.on_lost(now, p.pn, p.size as usize) {
-                // The first drop not yet reported is the one to report (from its largest).
-                let from = self.pmtu_dropped.map_or(c.from, |d| d.from);
-                self.pmtu_dropped = Some(super::SizeChange { from, to: c.to });
-            }
+            let drop = self.pmtud.on_lost(now, p.pn, p.size as usize);
+            self.note_pmtu_drop(drop);
+        }
+    }
+
+    /// Keep a drop of the datagram size for the session to report (several before it
+    /// reports: one, from the largest size).
+    fn note_pmtu_drop(&mut self, drop: Option<SizeChange>) {
+        if let Some(c) = drop {
+            let from = self.pmtu_dropped.map_or(c.from, |d| d.from);
+            self.pmtu_dropped = Some(SizeChange { from, to: c.to });
         }
     }
 
@@ -44,18 +50,30 @@ impl Path {
 
     /// The discovery timer (`Timer::Pmtu`): the probe's deadline or the raise timer.
     pub(crate) fn pmtu_deadline(&self) -> Option<Instant> {
-        self.pmtud.deadline()
+        self.pmtud.deadline(self.pmtu_received_since())
+    }
+
+    /// Something arrived on the path since a packet of ours above the base size was last
+    /// acknowledged: the path is in use, its size worth checking.
+    fn pmtu_received_since(&self) -> bool {
+        self.last_recv > self.pmtud.last_big_ack()
     }
 
     /// The discovery timer fired.
     pub(crate) fn on_pmtu_timer(&mut self, now: Instant) {
-        self.pmtud.on_timeout(now);
+        let drop = self.pmtud.on_timeout(now, self.pmtu_received_since());
+        self.note_pmtu_drop(drop);
     }
 
-    /// The size of the PMTU probe this path should send now, if any: searching, no probe in
-    /// flight, usable and not failing.
+    /// The size of the PMTU probe this path should send now, if any: searching (with room
+    /// in the window, so that a full queue does not drop the probe and fail a size that
+    /// passes) or confirming a suspected black hole, no probe in flight, usable and not
+    /// failing.
     pub(crate) fn pmtu_probe_due(&self) -> Option<usize> {
         if !self.usable() || self.pto_count > 0 || self.reliable {
+            return None;
+        }
+        if !self.pmtud.suspect() && !self.window_open() {
             return None;
         }
         self.pmtud.probe_due()

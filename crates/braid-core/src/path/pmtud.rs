@@ -18,10 +18,16 @@
 //!
 //! Black hole: [`BLACK_HOLE_LOSSES`] packets larger than the base size lost in a row, with
 //! no packet larger than the base sent after them acknowledged (losses are only declared
-//! when a later packet is acknowledged, so smaller ones do get through), is a black hole: the size
-//! falls back to the base at once and the search starts again below the size that failed.
-//! The raise timer ([`Pmtud::new`]'s `raise`, RFC 8899's 600 s by default) searches upward
-//! again after a search that stopped below the route's limit.
+//! when a later packet is acknowledged, so smaller ones do get through), make a black hole
+//! suspected. A flight's tail lost to congestion looks the same, so a probe of the size in
+//! use decides: [`CONFIRM_PROBES`] of them lost in a row confirm it, and the size falls back
+//! to the base and the search starts again below the size that failed; one acknowledged
+//! packet of that size clears it.
+//! A path that only receives (a downloading agent sends acknowledgements) would never
+//! notice: one that received something with no packet above the base acknowledged for
+//! [`CONFIRM_AFTER`] checks its size the same way. The raise timer ([`Pmtud::new`]'s
+//! `raise`, RFC 8899's 600 s by default) searches upward again after a search that stopped
+//! below the route's limit.
 
 use crate::time::Instant;
 use std::time::Duration;
@@ -35,8 +41,13 @@ pub(crate) const MAX_PROBES: u8 = 3;
 /// that failed is at most this many bytes.
 pub(crate) const SEARCH_STEP: usize = 16;
 /// Packets larger than the base size lost in a row, none acknowledged, that make a black
-/// hole.
+/// hole suspected.
 pub(crate) const BLACK_HOLE_LOSSES: u32 = 4;
+/// Probes of the size in use lost in a row that confirm a suspected black hole.
+pub(crate) const CONFIRM_PROBES: u8 = 2;
+/// A path that receives but has had no packet larger than the base acknowledged for this
+/// long (a downloading agent sends only acknowledgements) checks its size with a probe.
+pub(crate) const CONFIRM_AFTER: Duration = Duration::from_secs(3);
 
 /// The size in use changed: `from` → `to` bytes of UDP payload.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -77,6 +88,11 @@ pub(crate) struct Pmtud {
     /// The newest packet larger than the base acknowledged: a loss of an older one is
     /// congestion or reordering (a later packet of that size passed), not a black hole.
     big_acked_pn: Option<u64>,
+    /// [`BLACK_HOLE_LOSSES`] losses make a black hole suspected: probes of the size in use
+    /// confirm it ([`CONFIRM_PROBES`] lost) or clear it (one acknowledged).
+    suspect: bool,
+    /// When a packet larger than the base was last acknowledged (or the size last set).
+    last_big_ack: Instant,
     /// Off: the size is the ceiling (a reliable transport carries any size).
     enabled: bool,
     /// Discovery is configured (`Config::pmtu_discovery`): without it, always off.
@@ -110,6 +126,8 @@ impl Pmtud {
             raise,
             big_lost: 0,
             big_acked_pn: None,
+            suspect: false,
+            last_big_ack: Instant::ZERO,
             enabled: true,
             configured: true,
             black_holes: 0,
@@ -124,6 +142,11 @@ impl Pmtud {
     /// The route's limit: never probed beyond.
     pub(crate) fn ceiling(&self) -> usize {
         self.ceiling
+    }
+
+    /// A black hole is suspected and being confirmed.
+    pub(crate) fn suspect(&self) -> bool {
+        self.suspect
     }
 
     /// Still searching upward.
@@ -177,9 +200,17 @@ impl Pmtud {
         }
     }
 
-    /// The size of the probe to send now, if one is due (searching, none in flight).
+    /// The size of the probe to send now, if one is due (searching or confirming a suspected
+    /// black hole, none in flight).
     pub(crate) fn probe_due(&self) -> Option<usize> {
-        let hi = self.search_hi.filter(|_| self.enabled && self.probe.is_none())?;
+        if !self.enabled || self.probe.is_some() {
+            return None;
+        }
+        if self.suspect {
+            // Does a packet of the size in use still pass?
+            return Some(self.current);
+        }
+        let hi = self.search_hi?;
         // The route's limit first (most paths carry it: one probe), then halve the gap.
         Some(if hi > self.ceiling {
             self.ceiling
@@ -198,25 +229,57 @@ impl Pmtud {
         });
     }
 
-    /// When [`Pmtud::on_timeout`] must run: the probe's deadline or the raise timer.
-    pub(crate) fn deadline(&self) -> Option<Instant> {
+    /// When [`Pmtud::on_timeout`] must run: the probe's deadline, else the earlier of the
+    /// raise timer and, when the path received something since (`received_since`: after
+    /// [`Pmtud::last_big_ack`]), the check of a size no packet confirmed lately.
+    pub(crate) fn deadline(&self, received_since: bool) -> Option<Instant> {
         if !self.enabled {
             return None;
         }
-        self.probe.map(|p| p.deadline).or(self.raise_at)
+        if let Some(p) = self.probe {
+            return Some(p.deadline);
+        }
+        let confirm = self.confirm_at().filter(|_| received_since);
+        match (self.raise_at, confirm) {
+            (Some(a), Some(b)) => Some(a.min(b)),
+            (a, b) => a.or(b),
+        }
     }
 
-    /// Time passed: a probe not acknowledged by its deadline failed; the raise timer starts
-    /// a new search.
-    pub(crate) fn on_timeout(&mut self, now: Instant) {
+    /// When a packet larger than the base was last acknowledged.
+    pub(crate) fn last_big_ack(&self) -> Instant {
+        self.last_big_ack
+    }
+
+    /// When the size in use needs a check: settled above the base, nothing confirming it
+    /// for [`CONFIRM_AFTER`].
+    fn confirm_at(&self) -> Option<Instant> {
+        let settled = !self.suspect && self.search_hi.is_none() && self.current > self.base;
+        settled.then(|| self.last_big_ack + CONFIRM_AFTER)
+    }
+
+    /// Time passed: a probe not acknowledged by its deadline failed (which may confirm a
+    /// black hole: the drop is returned); the raise timer starts a new search; a size no
+    /// packet confirmed lately on a path that receives is checked with a probe.
+    pub(crate) fn on_timeout(&mut self, now: Instant, received_since: bool) -> Option<SizeChange> {
+        let mut drop = None;
         if let Some(p) = self.probe.filter(|p| p.deadline <= now) {
-            self.probe_failed(now, p.size);
+            drop = self.probe_failed(now, p.size);
+        }
+        if self.confirm_at().is_some_and(|t| t <= now) {
+            if received_since {
+                self.suspect = true;
+                self.fails = 0;
+            } else {
+                self.last_big_ack = now;
+            }
         }
         if self.raise_at.is_some_and(|t| t <= now) {
             self.raise_at = None;
             self.fails = 0;
             self.search_hi = Some(self.ceiling + 1);
         }
+        drop
     }
 
     /// A packet of `size` bytes was acknowledged: a size that passes.
@@ -225,7 +288,13 @@ impl Pmtud {
             return;
         }
         if size > self.base {
+            // A packet of that size passed: congestion, not a black hole.
             self.big_lost = 0;
+            self.last_big_ack = now;
+            if self.suspect {
+                self.suspect = false;
+                self.fails = 0;
+            }
             self.big_acked_pn = Some(self.big_acked_pn.map_or(pn, |a| a.max(pn)));
         }
         if self.probe.is_some_and(|p| p.pn == pn) {
@@ -244,14 +313,13 @@ impl Pmtud {
     }
 
     /// Packet `pn` of `size` bytes was declared lost. Returns the drop to the base size when
-    /// this loss completes a black hole.
+    /// this loss confirms a black hole.
     pub(crate) fn on_lost(&mut self, now: Instant, pn: u64, size: usize) -> Option<SizeChange> {
         if !self.enabled {
             return None;
         }
         if let Some(p) = self.probe.filter(|p| p.pn == pn) {
-            self.probe_failed(now, p.size);
-            return None;
+            return self.probe_failed(now, p.size);
         }
         // Probes (larger than the size in use) say nothing about the packets in use, nor
         // does a packet older than one of its size that was acknowledged.
@@ -260,10 +328,20 @@ impl Pmtud {
             return None;
         }
         self.big_lost += 1;
-        if self.big_lost < BLACK_HOLE_LOSSES {
-            return None;
+        if self.big_lost >= BLACK_HOLE_LOSSES && !self.suspect {
+            // A tail of a flight lost to congestion looks the same: a probe of the size in
+            // use tells them apart (sent at once, outside congestion control).
+            self.suspect = true;
+            self.fails = 0;
+            self.probe = None;
         }
+        None
+    }
+
+    /// The size in use fell into a black hole: back to the base, search again below it.
+    fn fall_back(&mut self, now: Instant) -> SizeChange {
         let from = self.current;
+        self.suspect = false;
         self.black_holes += 1;
         self.big_lost = 0;
         self.current = self.base;
@@ -273,26 +351,32 @@ impl Pmtud {
         // Search again below the size that fell into the hole.
         self.search_hi = Some(from);
         self.narrowed(now, from);
-        Some(SizeChange {
+        SizeChange {
             from,
             to: self.current,
-        })
+        }
     }
 
-    fn probe_failed(&mut self, now: Instant, size: usize) {
+    fn probe_failed(&mut self, now: Instant, size: usize) -> Option<SizeChange> {
         self.probe = None;
-        let Some(hi) = self.search_hi else {
-            return;
-        };
+        if self.suspect {
+            if size != self.current {
+                return None;
+            }
+            self.fails += 1;
+            return (self.fails >= CONFIRM_PROBES).then(|| self.fall_back(now));
+        }
+        let hi = self.search_hi?;
         // A probe of a size no longer searched (the search moved on) is forgotten.
         if size <= self.current || size >= hi {
-            return;
+            return None;
         }
         self.fails += 1;
         if self.fails >= MAX_PROBES {
             self.fails = 0;
             self.narrowed(now, size);
         }
+        None
     }
 
     /// The search now lies between `current` (passes) and `hi` (fails): stop when the gap

@@ -46,6 +46,15 @@ impl Session {
         self.names.peer.get(&id).map(String::as_str)
     }
 
+    /// The name of path `id` for logs: ours if we named it, else the peer's.
+    pub fn path_name(&self, id: PathId) -> Option<&str> {
+        self.names
+            .local
+            .get(&id)
+            .or_else(|| self.names.peer.get(&id))
+            .map(String::as_str)
+    }
+
     /// True when the peer's HELLO says it reads PATH_NAME frames.
     pub(super) fn peer_reads_names(&self) -> bool {
         self.peer_params
