@@ -246,6 +246,16 @@ impl<P: PacketProtection, S: PathSender> SessionTask<P, S> {
                     }
                     Event::PathValidated(p) => debug!(path = p, "path validated"),
                     Event::PathClosed(p) => debug!(path = p, "path closed"),
+                    Event::PathDatagramSizeDropped { path, from, to } => {
+                        let name = self.session.path_name(*path).unwrap_or("").to_string();
+                        warn!(
+                            path,
+                            %name,
+                            "datagrams of {from} bytes are lost on this path while smaller \
+                             ones arrive (an MTU black hole, no ICMP): sending {to}-byte \
+                             datagrams and searching upward again"
+                        );
+                    }
                     _ => {}
                 }
                 if let Some(tx) = &self.events {

@@ -275,6 +275,17 @@ pub struct PathReport {
     pub retransmitted_bytes: u64,
     /// Blackouts seen on the path (freezes).
     pub blackouts: u64,
+    /// The largest datagram (UDP payload) the path carries now, as its discovery found it
+    /// (DPLPMTUD: 1200 at first, then up to the route's MTU; `null` while not in a session).
+    #[serde(default)]
+    pub datagram_bytes: Option<u64>,
+    /// The IP packet such a datagram makes (its address family's IP and UDP headers added).
+    #[serde(default)]
+    pub packet_bytes: Option<u64>,
+    /// Times its datagram size dropped because full-size packets were lost while smaller
+    /// ones got through (an MTU black hole), in the current session.
+    #[serde(default)]
+    pub datagram_drops: u64,
     /// The path's data cap per period, bytes (agent, `null` without a cap).
     pub cap_bytes: Option<u64>,
     /// Bytes counted against the cap this period, both directions (agent).
@@ -319,6 +330,21 @@ impl PathReport {
         self.packets_lost = sum.packets_lost;
         self.retransmitted_bytes = sum.retransmitted_bytes;
         self.blackouts = sum.blackouts;
+        self.datagram_bytes = Some(c.stats.datagram_size);
+        self.datagram_drops = c.stats.datagram_black_holes;
+        self.set_packet_bytes();
+    }
+
+    /// Derive `packet_bytes` from `datagram_bytes` and the family of `remote_address`
+    /// (IPv4 when unknown); call again when the address is set.
+    pub fn set_packet_bytes(&mut self) {
+        let v6 = self
+            .remote_address
+            .as_deref()
+            .and_then(|a| a.parse::<std::net::SocketAddr>().ok())
+            .is_some_and(crate::pmtu::is_ipv6_on_wire);
+        let headers = if v6 { 48 } else { 28 };
+        self.packet_bytes = self.datagram_bytes.map(|d| d + headers);
     }
 }
 

@@ -85,6 +85,7 @@ struct PathFamilies {
     in_flight: Family<PathLabels, FGauge>,
     pacing: Family<PathLabels, FGauge>,
     delivery: Family<PathLabels, FGauge>,
+    packet_size: Family<PathLabels, FGauge>,
     bytes: Family<DirLabels, FCounter>,
     packets: Family<DirLabels, FCounter>,
     lost: Family<PathLabels, FCounter>,
@@ -104,6 +105,7 @@ impl PathFamilies {
             in_flight: Family::default(),
             pacing: Family::default(),
             delivery: Family::default(),
+            packet_size: Family::default(),
             bytes: Family::default(),
             packets: Family::default(),
             lost: Family::default(),
@@ -138,6 +140,11 @@ impl PathFamilies {
             "braid_path_delivery_rate_bytes_per_second",
             "Latest delivery-rate sample",
             f.delivery.clone(),
+        );
+        r.register(
+            "braid_path_packet_size_bytes",
+            "Largest IP packet the path carries now, as its datagram-size discovery found it",
+            f.packet_size.clone(),
         );
         r.register(
             "braid_path_bytes",
@@ -202,6 +209,9 @@ impl PathFamilies {
             .set(p.pacing_rate_bps as f64 / 8.0);
         if let Some(v) = p.delivery_rate_bps {
             self.delivery.get_or_create(&l).set(v as f64 / 8.0);
+        }
+        if let Some(v) = p.packet_bytes {
+            self.packet_size.get_or_create(&l).set(v as f64);
         }
         for (dir, b, n) in [
             ("sent", p.bytes_sent, p.packets_sent),

@@ -121,10 +121,19 @@ fn state(p: &PathReport) -> String {
         .unwrap_or_else(|| "-".into())
 }
 
+/// The IP packet the path's datagrams make now, with the drops its MTU black holes caused.
+fn packet_size(p: &PathReport) -> String {
+    match (p.packet_bytes, p.datagram_drops) {
+        (None, _) => "-".into(),
+        (Some(b), 0) => b.to_string(),
+        (Some(b), n) => format!("{b} ({n} drop{})", if n == 1 { "" } else { "s" }),
+    }
+}
+
 fn path_table(paths: &[PathReport], agent: bool) -> String {
     let mut rows = vec![vec![
         "PATH", "STATE", "IFACE", "LOCAL", "REMOTE", "SRTT ms", "MIN ms", "CWND", "PACING",
-        "DELIVERY", "RATE IN", "RATE OUT", "LOSS", "SENT", "RECEIVED",
+        "DELIVERY", "RATE IN", "RATE OUT", "LOSS", "PACKET", "SENT", "RECEIVED",
     ]
     .into_iter()
     .map(String::from)
@@ -147,6 +156,7 @@ fn path_table(paths: &[PathReport], agent: bool) -> String {
             p.receive_rate_bps.map_or("-".into(), rate),
             p.send_rate_bps.map_or("-".into(), rate),
             format!("{:.2} %", p.loss_rate * 100.0),
+            packet_size(p),
             bytes(p.bytes_sent),
             bytes(p.bytes_received),
         ];

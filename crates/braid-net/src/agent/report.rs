@@ -409,6 +409,7 @@ impl StatusBoard {
                 if let Some((local, remote)) = policy.addrs.get(&c.id) {
                     p.local_address = local.map(|a| a.to_string());
                     p.remote_address = Some(remote.to_string());
+                    p.set_packet_bytes();
                 }
             }
             let over = policy.over_cap.get(slot).copied().unwrap_or(false);

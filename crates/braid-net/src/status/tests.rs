@@ -94,6 +94,9 @@ fn the_json_names_are_the_documented_ones() {
         "interface",
         "local_address",
         "remote_address",
+        "datagram_bytes",
+        "packet_bytes",
+        "datagram_drops",
     ] {
         assert!(v["paths"][0].get(k).is_some(), "paths[].{k} missing");
     }
