@@ -15,6 +15,7 @@ mod fallback;
 mod faults_paths;
 mod inbound;
 mod ipv6;
+mod mtu;
 mod router;
 mod rules;
 mod rules_rig;
