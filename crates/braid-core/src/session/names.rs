@@ -106,4 +106,4 @@ impl Session {
 
 #[cfg(test)]
 #[path = "names_tests.rs"]
-mod tests;
+pub(in crate::session) mod tests;

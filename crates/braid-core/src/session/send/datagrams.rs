@@ -28,7 +28,13 @@ impl Session {
         flow: u64,
         data: Bytes,
     ) -> Result<(), DatagramError> {
-        let max = self.peer_params.map_or(0, |p| p.max_datagram) as usize;
+        // Before the peer's HELLO its limit is unknown: hold the datagram to our own (both
+        // ends default to the same; a receiver drops one larger than it takes). With 0
+        // here, the first datagrams of a session were dropped ("limit of 0").
+        let max = self
+            .peer_params
+            .map_or(self.cfg.max_datagram_payload as u64, |p| p.max_datagram)
+            as usize;
         // Header, frame type, sequence number and length at their largest.
         let fits = self
             .cfg
@@ -217,3 +223,7 @@ impl Session {
         bulk.into_iter().chain(rt).min()
     }
 }
+
+#[cfg(test)]
+#[path = "datagrams_tests.rs"]
+mod tests;
