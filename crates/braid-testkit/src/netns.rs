@@ -396,6 +396,21 @@ pub struct Outcome {
     pub stall: Duration,
     pub stall_end: Duration,
     pub took: Duration,
+    /// Every gap between two reads longer than 10 ms: (when it ended, since the start; its
+    /// length).
+    pub gaps: Vec<(Duration, Duration)>,
+}
+
+impl Outcome {
+    /// The longest gap between two reads that ended within `window` (since the start).
+    pub fn stall_within(&self, window: std::ops::Range<Duration>) -> Duration {
+        self.gaps
+            .iter()
+            .filter(|(end, _)| window.contains(end))
+            .map(|g| g.1)
+            .max()
+            .unwrap_or_default()
+    }
 }
 
 /// GET /file from `web` through the SOCKS5 port `socks` (the server resolves and connects).
@@ -408,6 +423,7 @@ pub async fn download(socks: SocketAddr, web: SocketAddr) -> Outcome {
     let mut all = Vec::new();
     let mut buf = vec![0u8; 1 << 16];
     let (mut last, mut stall, mut stall_end) = (Instant::now(), Duration::ZERO, Duration::ZERO);
+    let mut gaps = Vec::new();
     loop {
         let n = tokio::time::timeout(Duration::from_secs(30), s.read(&mut buf))
             .await
@@ -417,6 +433,9 @@ pub async fn download(socks: SocketAddr, web: SocketAddr) -> Outcome {
             break;
         }
         let now = Instant::now();
+        if now - last > Duration::from_millis(10) {
+            gaps.push((now - t0, now - last));
+        }
         if now - last > stall {
             stall = now - last;
             stall_end = now - t0;
@@ -434,6 +453,7 @@ pub async fn download(socks: SocketAddr, web: SocketAddr) -> Outcome {
         stall,
         stall_end,
         took: t0.elapsed(),
+        gaps,
     }
 }
 
@@ -445,6 +465,21 @@ pub async fn start(cfg: AgentConfig, web: SocketAddr) -> (Agent, tokio::task::Jo
         agent.wait_established(Duration::from_secs(5)).await,
         "no session"
     );
+    let dl = tokio::spawn(download(agent.socks.unwrap(), web));
+    (agent, dl)
+}
+
+/// [`start`], with the download started once every path of `paths` is up (within 3 s).
+pub async fn start_when_up(
+    cfg: AgentConfig,
+    web: SocketAddr,
+    paths: &[&str],
+) -> (Agent, tokio::task::JoinHandle<Outcome>) {
+    let mut agent = Agent::start(cfg).await.unwrap();
+    assert!(agent.wait_established(Duration::from_secs(3)).await, "no session");
+    for name in paths {
+        wait(&mut agent, name, PathStatus::Up, 3000).await;
+    }
     let dl = tokio::spawn(download(agent.socks.unwrap(), web));
     (agent, dl)
 }

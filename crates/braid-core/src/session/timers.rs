@@ -249,6 +249,12 @@ impl Session {
                 p.probes_due = 0;
             }
         }
+        self.reinject_in_flight(now, pid);
+    }
+
+    /// Move the stream data in flight on `pid` onto the other paths, if any of them works
+    /// (the originals stay in flight; whichever copy is acknowledged first counts).
+    pub(super) fn reinject_in_flight(&mut self, now: Instant, pid: PathId) {
         let other_ok = self
             .paths
             .values()

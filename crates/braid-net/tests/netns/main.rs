@@ -16,6 +16,7 @@ mod faults_paths;
 mod inbound;
 mod ipv6;
 mod mtu;
+mod nat;
 mod router;
 mod rules;
 mod rules_rig;
