@@ -6,7 +6,7 @@
 //! from a new address, validates it and carries on: the same session (no new handshake),
 //! the download exact, and the longest wait for a read in the 2 s after the rebinding is
 //! printed beside the bar (two of the path's round trips plus 50 ms: 51 ms in this
-//! rig, whose links add no delay). It is a miss: 45 to 92 ms were measured, the server's
+//! rig, whose links add no delay). It is a miss: 25 to 92 ms were measured, the server's
 //! probe timeout on the path (its RTT, 4 variances and the agent's 25 ms ACK delay) plus
 //! the resent data's wait behind wifi's queue. The test holds the wait to [`MAX_WAIT`],
 //! which the code before the in-flight data was resent at once failed (146 and 248 ms).
