@@ -192,13 +192,12 @@ impl Session {
             }
         }
 
-        // 1b. A probe of a larger datagram size (no data, outside congestion control).
-        if let Some(t) = self.send_mtu_probe(now, buf) {
-            return Some(t);
-        }
-
         // 2. Path validation, carrying the handshake.
         if let Some(t) = self.send_validation(now, buf) {
+            return Some(t);
+        }
+        // 2b. A probe of a larger datagram size (no data, outside congestion control).
+        if let Some(t) = self.send_mtu_probe(now, buf) {
             return Some(t);
         }
         if self.state != State::Established {
