@@ -92,6 +92,11 @@ pub fn session_config(scn: &Scenario, plan: &Plan, seed: u64) -> Config {
             .keepalive
             .map_or(Config::default().keepalive, Duration::from_nanos),
         seed,
+        // The link model carries any datagram up to `max_datagram_size` (it has no MTU):
+        // discovery (braid-core `path/pmtud.rs`) would only add its probes to every
+        // scenario's figures. Its coverage is braid-core's session tests and the namespace
+        // tests (issue 35).
+        pmtu_discovery: false,
         ..Config::default()
     }
 }
