@@ -33,7 +33,12 @@ fn one_way(path: PathId) -> Duration {
 }
 
 fn run(mode: Mode, bytes: usize, max_burst: usize) -> Log {
-    let cfg = Config::default();
+    // Full-size datagrams on both paths from the start (these tests are about batches, not
+    // about the datagram size discovery finds: `paths_mtu_tests.rs`).
+    let cfg = Config {
+        pmtu_discovery: false,
+        ..Config::default()
+    };
     let mds = cfg.max_datagram_size;
     let mut now = Instant(0);
     let mut client = Session::connect(cfg.clone(), now, SID, 0);
