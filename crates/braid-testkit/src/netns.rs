@@ -476,7 +476,10 @@ pub async fn start_when_up(
     paths: &[&str],
 ) -> (Agent, tokio::task::JoinHandle<Outcome>) {
     let mut agent = Agent::start(cfg).await.unwrap();
-    assert!(agent.wait_established(Duration::from_secs(3)).await, "no session");
+    assert!(
+        agent.wait_established(Duration::from_secs(3)).await,
+        "no session"
+    );
     for name in paths {
         wait(&mut agent, name, PathStatus::Up, 3000).await;
     }

@@ -37,8 +37,8 @@ mod sent;
 mod stats;
 mod timers;
 
-pub use pmtud::BASE_DATAGRAM;
 pub(crate) use pmtud::SizeChange;
+pub use pmtud::BASE_DATAGRAM;
 pub(crate) use sent::{SentFrame, SentPacket};
 pub use stats::{ip_kbps_to_payload_bytes, PathCost, PathStats, IP_UDP_OVERHEAD};
 

@@ -12,12 +12,7 @@ use std::time::Duration;
 impl Path {
     /// Packets `acked[first_acked..]` were acknowledged and `lost[first_lost..]` declared
     /// lost: tell discovery, acknowledgements first.
-    pub(crate) fn pmtu_observe(
-        &mut self,
-        now: Instant,
-        acked: &[SentPacket],
-        lost: &[SentPacket],
-    ) {
+    pub(crate) fn pmtu_observe(&mut self, now: Instant, acked: &[SentPacket], lost: &[SentPacket]) {
         for p in acked.iter().filter(|p| p.ack_eliciting) {
             self.pmtud.on_acked(now, p.pn, p.size as usize);
         }

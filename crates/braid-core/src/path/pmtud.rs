@@ -323,8 +323,7 @@ impl Pmtud {
         }
         // Probes (larger than the size in use) say nothing about the packets in use, nor
         // does a packet older than one of its size that was acknowledged.
-        if size <= self.base || size > self.current || self.big_acked_pn.is_some_and(|a| a > pn)
-        {
+        if size <= self.base || size > self.current || self.big_acked_pn.is_some_and(|a| a > pn) {
             return None;
         }
         self.big_lost += 1;

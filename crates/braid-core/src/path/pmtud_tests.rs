@@ -17,7 +17,11 @@ fn search(d: &mut Pmtud, limit: usize, now: Instant) -> Vec<usize> {
         if size <= limit {
             d.on_acked(now, pn, size);
         } else {
-            assert_eq!(d.on_lost(now, pn, size), None, "a probe's loss is no black hole");
+            assert_eq!(
+                d.on_lost(now, pn, size),
+                None,
+                "a probe's loss is no black hole"
+            );
         }
         pn += 1;
     }
@@ -33,7 +37,11 @@ fn starts_at_the_base_size_and_probes_the_route_limit_first() {
     assert_eq!(sent, vec![1472], "one probe when the route's limit passes");
     assert_eq!(d.current(), 1472);
     assert!(!d.searching());
-    assert_eq!(d.deadline(false), None, "no raise timer at the route's limit");
+    assert_eq!(
+        d.deadline(false),
+        None,
+        "no raise timer at the route's limit"
+    );
 }
 
 #[test]
@@ -51,9 +59,16 @@ fn binary_search_ends_within_the_step_below_a_smaller_limit() {
         let sent = search(&mut d, limit, Instant(0));
         let cur = d.current();
         assert!(cur <= limit, "limit {limit}: {cur} does not pass");
-        assert!(limit - cur <= SEARCH_STEP, "limit {limit}: stopped at {cur} ({sent:?})");
+        assert!(
+            limit - cur <= SEARCH_STEP,
+            "limit {limit}: stopped at {cur} ({sent:?})"
+        );
         assert!(sent.len() <= 30, "limit {limit}: {} probes", sent.len());
-        assert_eq!(d.deadline(false), Some(Instant(0) + RAISE), "the raise timer is armed");
+        assert_eq!(
+            d.deadline(false),
+            Some(Instant(0) + RAISE),
+            "the raise timer is armed"
+        );
     }
 }
 
@@ -63,7 +78,12 @@ fn a_size_fails_only_after_max_probes_losses() {
     for i in 0..MAX_PROBES as u64 - 1 {
         d.on_probe_sent(i, 1472, Instant(0));
         d.on_lost(Instant(0), i, 1472);
-        assert_eq!(d.probe_due(), Some(1472), "still probing 1472 after {} losses", i + 1);
+        assert_eq!(
+            d.probe_due(),
+            Some(1472),
+            "still probing 1472 after {} losses",
+            i + 1
+        );
     }
     d.on_probe_sent(9, 1472, Instant(0));
     d.on_lost(Instant(0), 9, 1472);
@@ -105,7 +125,13 @@ fn black_hole_falls_back_to_the_base_and_searches_again() {
     assert_eq!(d.probe_due(), Some(1472));
     d.on_probe_sent(301, 1472, now + Duration::from_millis(100));
     let change = d.on_timeout(now + Duration::from_millis(100), false);
-    assert_eq!(change, Some(SizeChange { from: 1472, to: 1200 }));
+    assert_eq!(
+        change,
+        Some(SizeChange {
+            from: 1472,
+            to: 1200
+        })
+    );
     assert_eq!(d.black_holes, 1);
     assert!(d.searching());
     // Packets of the old size still in flight are lost too: no second black hole.
@@ -113,8 +139,15 @@ fn black_hole_falls_back_to_the_base_and_searches_again() {
         assert_eq!(d.on_lost(now, pn, 1472), None);
     }
     let sent = search(&mut d, 1372, now);
-    assert!(sent.iter().all(|&s| s < 1472), "the failed size is not probed again: {sent:?}");
-    assert!((1372 - SEARCH_STEP..=1372).contains(&d.current()), "{}", d.current());
+    assert!(
+        sent.iter().all(|&s| s < 1472),
+        "the failed size is not probed again: {sent:?}"
+    );
+    assert!(
+        (1372 - SEARCH_STEP..=1372).contains(&d.current()),
+        "{}",
+        d.current()
+    );
 }
 
 /// A flight's tail lost to congestion (a probe timeout's PING acknowledged, the full-size
@@ -225,7 +258,13 @@ fn a_path_that_only_receives_checks_its_size_now_and_then() {
         if i == 0 {
             assert_eq!(drop, None);
         } else {
-            assert_eq!(drop, Some(SizeChange { from: 1472, to: 1200 }));
+            assert_eq!(
+                drop,
+                Some(SizeChange {
+                    from: 1472,
+                    to: 1200
+                })
+            );
         }
     }
 }

@@ -95,7 +95,11 @@ pub enum Event {
     /// Full-size packets of a path fell into a black hole (lost while smaller ones got
     /// through): its datagram size dropped from `from` to `to` bytes of UDP payload, and
     /// discovery searches upward again.
-    PathDatagramSizeDropped { path: PathId, from: usize, to: usize },
+    PathDatagramSizeDropped {
+        path: PathId,
+        from: usize,
+        to: usize,
+    },
     /// The peer opened a stream.
     StreamOpened(StreamId),
     /// Data (or the end of the stream) can be read.

@@ -9,7 +9,11 @@ const SID: u64 = 0x1d6_0002;
 
 /// Run both sessions, delivering every datagram after 5 ms, until `done` or 10 s (the
 /// client adds a path 9 named "wifi" once established).
-pub(in crate::session) fn pump(client: &mut Session, server: &mut Session, mut done: impl FnMut(&Session) -> bool) {
+pub(in crate::session) fn pump(
+    client: &mut Session,
+    server: &mut Session,
+    mut done: impl FnMut(&Session) -> bool,
+) {
     let mut now = Instant(0);
     let mut buf = vec![0u8; 2048];
     let mut wire: Vec<(Instant, bool, Vec<u8>)> = Vec::new();

@@ -239,7 +239,11 @@ fn discovery_finds_a_path_mtu_smaller_than_the_route_says() {
             carried(&w, 0, dir, Instant(0)..end),
             carried(&w, 1, dir, Instant(0)..end),
         );
-        assert!(p0 * 5 >= p0 + p1, "dir {dir}: path 0 carried {p0} of {}", p0 + p1);
+        assert!(
+            p0 * 5 >= p0 + p1,
+            "dir {dir}: path 0 carried {p0} of {}",
+            p0 + p1
+        );
     }
     let drops = w.sent.iter().filter(|s| s.0 == 0 && s.2 > SMALL).count();
     assert!(drops <= 20, "only probes were too large ({drops})");
@@ -268,23 +272,42 @@ fn a_black_hole_mid_transfer_drops_the_size_within_a_second_and_keeps_the_path()
         let drops: Vec<_> = w
             .events
             .iter()
-            .filter(|(_, c, e)| *c == client && matches!(e, Event::PathDatagramSizeDropped { path: 0, .. }))
+            .filter(|(_, c, e)| {
+                *c == client && matches!(e, Event::PathDatagramSizeDropped { path: 0, .. })
+            })
             .collect();
         let Some((at, _, _)) = drops.first() else {
-            panic!("client {client}: no drop reported ({} events)", w.events.len());
+            panic!(
+                "client {client}: no drop reported ({} events)",
+                w.events.len()
+            );
         };
         assert!(
             at.saturating_since(opened) <= Duration::from_secs(1),
             "client {client}: dropped {:?} after the hole opened",
             at.saturating_since(opened)
         );
-        assert!(drops.len() <= 2, "client {client}: reported {} times", drops.len());
-        assert!(!w.events.iter().any(|(_, c, e)| *c == client && *e == Event::PathClosed(0)));
+        assert!(
+            drops.len() <= 2,
+            "client {client}: reported {} times",
+            drops.len()
+        );
+        assert!(!w
+            .events
+            .iter()
+            .any(|(_, c, e)| *c == client && *e == Event::PathClosed(0)));
     }
     let end = *w.at.last().unwrap();
     let after = opened + Duration::from_secs(1);
-    assert!(end > after + Duration::from_millis(200), "the transfer outlasts the drop");
+    assert!(
+        end > after + Duration::from_millis(200),
+        "the transfer outlasts the drop"
+    );
     let p0 = carried(&w, 0, false, after..end);
     let p1 = carried(&w, 1, false, after..end);
-    assert!(p0 * 5 >= p0 + p1, "path 0 still carries data: {p0} of {}", p0 + p1);
+    assert!(
+        p0 * 5 >= p0 + p1,
+        "path 0 still carries data: {p0} of {}",
+        p0 + p1
+    );
 }

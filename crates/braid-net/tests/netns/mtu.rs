@@ -116,7 +116,10 @@ fn run(prefix: &str, bytes: usize, hole_after: Option<Duration>) -> (nsrig::Setu
                 tokio::time::sleep(after).await;
                 let t = Instant::now();
                 let r = black_hole(&net);
-                eprintln!("black hole opened ({} ms to apply)", t.elapsed().as_millis());
+                eprintln!(
+                    "black hole opened ({} ms to apply)",
+                    t.elapsed().as_millis()
+                );
                 r
             }
             (None, None) => unreachable!(),
@@ -185,7 +188,12 @@ fn a_path_dropping_packets_over_1400_bytes_finds_its_size_and_carries_its_share(
     let bytes = size(8 << 20);
     let (s, r) = run("mtu", bytes, None);
     let of_sum = report("black hole from the start", &r, bytes);
-    check("black hole from the start", &r.o, &s.data, Duration::from_secs(1));
+    check(
+        "black hole from the start",
+        &r.o,
+        &s.data,
+        Duration::from_secs(1),
+    );
     sizes_found(&r);
     assert!(r.share >= 0.2, "LTE carried {:.3} of the bytes", r.share);
     assert!(of_sum >= 0.85, "{of_sum:.3} of the sum");
@@ -203,8 +211,16 @@ fn a_black_hole_opening_mid_download_drops_the_size_and_keeps_the_path() {
     let after = if bytes > 20 << 20 { 5000 } else { 1500 };
     let (s, r) = run("mtuh", bytes, Some(Duration::from_millis(after)));
     report("black hole after the start", &r, bytes);
-    check("black hole after the start", &r.o, &s.data, Duration::from_secs(1));
-    assert!(r.dropped > 0, "the rules never dropped anything: nothing was tested");
+    check(
+        "black hole after the start",
+        &r.o,
+        &s.data,
+        Duration::from_secs(1),
+    );
+    assert!(
+        r.dropped > 0,
+        "the rules never dropped anything: nothing was tested"
+    );
     sizes_found(&r);
     assert!(
         r.server_lte["datagram_drops"].as_u64() >= Some(1),

@@ -43,14 +43,22 @@ fn rebind(ns: &str, port: u16, new_port: Option<u16>) {
     nft(
         ns,
         &[
-            "add", "chain", "inet", "braidnat", "post",
+            "add",
+            "chain",
+            "inet",
+            "braidnat",
+            "post",
             "{ type filter hook postrouting priority 100 ; }",
         ],
     );
     nft(
         ns,
         &[
-            "add", "chain", "inet", "braidnat", "pre",
+            "add",
+            "chain",
+            "inet",
+            "braidnat",
+            "pre",
             "{ type filter hook prerouting priority -300 ; }",
         ],
     );
@@ -62,16 +70,25 @@ fn rebind(ns: &str, port: u16, new_port: Option<u16>) {
     let p = port.to_string();
     match new_port {
         Some(np) => {
-            rule("post", format!("oifname \"p1\" udp sport {p} udp sport set {np}"));
+            rule(
+                "post",
+                format!("oifname \"p1\" udp sport {p} udp sport set {np}"),
+            );
             rule("pre", format!("iifname \"p1\" udp dport {p} drop"));
-            rule("pre", format!("iifname \"p1\" udp dport {np} udp dport set {p}"));
+            rule(
+                "pre",
+                format!("iifname \"p1\" udp dport {np} udp dport set {p}"),
+            );
         }
         None => {
             rule(
                 "post",
                 format!("oifname \"p1\" udp sport {p} ip saddr set {NEW_ADDR}"),
             );
-            rule("pre", format!("iifname \"p1\" ip daddr 10.2.0.1 udp dport {p} drop"));
+            rule(
+                "pre",
+                format!("iifname \"p1\" ip daddr 10.2.0.1 udp dport {p} drop"),
+            );
             rule(
                 "pre",
                 format!("iifname \"p1\" ip daddr {NEW_ADDR} udp dport {p} ip daddr set 10.2.0.1"),
@@ -114,7 +131,11 @@ fn rebinding(prefix: &str, new_port: Option<u16>) {
             .collect();
         (o, srtt, st.handshakes_accepted, seen, at)
     });
-    let name = if new_port.is_some() { "new port" } else { "new address" };
+    let name = if new_port.is_some() {
+        "new port"
+    } else {
+        "new address"
+    };
     let limit = srtt * 2 + Duration::from_millis(50);
     let around = o.stall_within(at..at + Duration::from_secs(2));
     eprintln!(
@@ -123,7 +144,10 @@ fn rebinding(prefix: &str, new_port: Option<u16>) {
         at.as_secs_f64()
     );
     check(name, &o, &s.data, Duration::from_secs(1));
-    assert!(around <= MAX_WAIT, "{name}: a read waited {around:?} after the rebinding");
+    assert!(
+        around <= MAX_WAIT,
+        "{name}: a read waited {around:?} after the rebinding"
+    );
     assert_eq!(accepted, 1, "{name}: a new handshake");
     let want = match new_port {
         Some(p) => format!("10.2.0.1:{p}"),

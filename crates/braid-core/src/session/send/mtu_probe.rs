@@ -34,7 +34,9 @@ impl Session {
         pkt.pad_to = size - self.cfg.tag_len;
         let t = self.finish(now, pid, pkt)?;
         let mad = self.cfg.max_ack_delay;
-        self.paths.get_mut(&pid)?.on_pmtu_probe_sent(now, pn, t.len, mad);
+        self.paths
+            .get_mut(&pid)?
+            .on_pmtu_probe_sent(now, pn, t.len, mad);
         Some(t)
     }
 }
