@@ -346,10 +346,17 @@ fn forwarded_ports_reach_the_agents_services_and_a_port_not_allowed_is_refused()
         "tcp:{REFUSED_PORT} is not allowed, yet it accepts connections"
     );
     let (slog, alog) = (server_log.text(), agent_log.text());
-    let want = format!("[forward] \"{agent_pub}\" = [\"tcp:{REFUSED_PORT}\"]");
+    // The advice is the key's whole [forward] line with the refused port added (a second
+    // line for the key would be a duplicate key in the file).
+    let (key, port) = (
+        format!("\"{agent_pub}\" = ["),
+        format!("\"tcp:{REFUSED_PORT}\"]"),
+    );
     assert!(
-        slog.lines()
-            .any(|l| l.contains("inbound port refused") && l.contains(&want)),
+        slog.lines().any(|l| l.contains("inbound port refused")
+            && l.contains("[forward]")
+            && l.contains(&key)
+            && l.contains(&port)),
         "the server's log names neither the refused port nor what to configure:\n{slog}"
     );
     assert!(
