@@ -138,6 +138,11 @@ fn calls_keep_every_packet_through_a_silent_wifi_and_a_carrier_loss() {
             f.fault.kind,
             around_longest_gap(&r.loaded_probe, &f.fault)
         );
+        println!(
+            "{:?} lost: {}",
+            f.fault.kind,
+            lost_in(&r.loaded_probe, &f.fault)
+        );
     }
     if std::env::var_os("BRAID_CALLS_GAPS").is_some() {
         let mut arr: Vec<f64> = r
@@ -244,6 +249,18 @@ fn around_longest_gap(probe: &[(f64, f64)], f: &Fault) -> String {
     probe[i.saturating_sub(8)..(i + 4).min(probe.len())]
         .iter()
         .map(|(t, rtt)| format!("{:.0}+{:.0}", t * 1e3, rtt * 1e3))
+        .collect::<Vec<_>>()
+        .join(" ")
+}
+
+/// The send times (ms) of the call's packets lost in `f`'s window (its start to 1 s after
+/// its end), to tell a burst at one moment (a path's switch) from losses spread over it.
+fn lost_in(probe: &[(f64, f64)], f: &Fault) -> String {
+    let end = f.at_s + f.duration_s + 1.0;
+    probe
+        .iter()
+        .filter(|p| p.0 >= f.at_s && p.0 < end && !p.1.is_finite())
+        .map(|p| format!("{:.0}", p.0 * 1e3))
         .collect::<Vec<_>>()
         .join(" ")
 }
