@@ -13,6 +13,13 @@
 //! wait confirms the blackout and freezes the path. A frozen path is probed every
 //! [`REPROBE`]; the first packet that arrives on it ends the freeze. An arrival that answers
 //! a probe does not count towards a busy run, so an idle path is probed at most once.
+//!
+//! A freeze the peer reported (it stopped hearing us on the path) says that our direction
+//! of the path is dark, not the peer's: packets still arriving on the path prove only the
+//! peer's direction. Such a freeze ends on an acknowledgement of our packets sent on the
+//! path (over any path), not on an arrival: a cellular uplink that stalls for seconds while
+//! its downlink carries data would otherwise be unfrozen by every packet the peer sends
+//! and frozen again by the next report, its downlink idle meanwhile.
 
 use crate::time::Instant;
 use std::time::Duration;
@@ -48,6 +55,8 @@ pub(crate) struct BlackoutWatch {
     last_probe: Option<Instant>,
     /// A probe should be sent now.
     probe_due: bool,
+    /// The freeze came from the peer's report: only an acknowledgement of ours ends it.
+    reported: bool,
     /// Blackouts confirmed or reported, for statistics.
     pub freezes: u64,
 }
@@ -70,8 +79,28 @@ impl BlackoutWatch {
     }
 
     /// A packet arrived at `now`; `prev` is the previous arrival on the path. Returns true
-    /// when this ends a freeze.
+    /// when this ends a freeze. A freeze the peer reported outlasts arrivals.
     pub fn on_packet(&mut self, now: Instant, prev: Instant) -> bool {
+        if self.frozen && self.reported {
+            return false;
+        }
+        self.on_alive(now, prev)
+    }
+
+    /// The peer acknowledged a packet of ours sent on the path: our direction works. Ends
+    /// any freeze (returns true when it does).
+    pub fn on_acked(&mut self, now: Instant, prev: Instant) -> bool {
+        self.reported = false;
+        self.on_alive(now, prev)
+    }
+
+    /// The peer reported a blackout of the path: freeze it until it acknowledges us.
+    pub fn freeze_reported(&mut self, now: Instant) -> bool {
+        self.reported = true;
+        self.freeze(now)
+    }
+
+    fn on_alive(&mut self, now: Instant, prev: Instant) -> bool {
         if self.confirm_at.is_some() || self.frozen {
             // An answer to a probe, not traffic: do not start watching an idle path.
             self.run = 0;
@@ -217,5 +246,22 @@ mod tests {
         assert!(w.freeze(ms(5)));
         assert!(!w.freeze(ms(6)));
         assert_eq!(w.freezes, 1);
+    }
+
+    #[test]
+    fn a_reported_freeze_outlasts_arrivals_and_ends_on_an_acknowledgement() {
+        let mut w = busy();
+        assert!(w.freeze_reported(ms(50)));
+        w.on_probe_sent(ms(50));
+        // The peer's packets still arrive: its direction works, ours is what it reported.
+        assert!(!w.on_packet(ms(60), ms(40)));
+        assert!(w.frozen());
+        // Probes go on meanwhile.
+        assert_eq!(w.on_timer(ms(150), ms(60), None, WAIT), Verdict::Probe);
+        assert!(w.on_acked(ms(170), ms(60)));
+        assert!(!w.frozen());
+        // The next freeze is an ordinary one again: the first arrival ends it.
+        assert!(w.freeze(ms(400)));
+        assert!(w.on_packet(ms(410), ms(170)));
     }
 }

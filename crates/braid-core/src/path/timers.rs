@@ -42,8 +42,17 @@ impl Path {
     /// signal (their frames are returned for resending elsewhere) and without backing off
     /// the probe timer, so the path resumes with the window and timers it had.
     /// Returns false when the path was frozen already (the drain is repeated regardless).
-    pub(crate) fn freeze(&mut self, now: Instant, out: &mut Vec<SentPacket>) -> bool {
-        let newly = self.watch.freeze(now);
+    pub(crate) fn freeze(
+        &mut self,
+        now: Instant,
+        reported: bool,
+        out: &mut Vec<SentPacket>,
+    ) -> bool {
+        let newly = if reported {
+            self.watch.freeze_reported(now)
+        } else {
+            self.watch.freeze(now)
+        };
         self.drain_all(out);
         self.pto_count = 0;
         self.last_pto = None;

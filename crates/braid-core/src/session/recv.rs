@@ -69,7 +69,7 @@ impl Session {
         }
         path.record_received_bytes(data.len());
         self.last_recv = now;
-        self.on_path_alive(now, pid);
+        self.on_path_alive(now, pid, false);
         for f in frames {
             self.on_frame(now, pid, f, &data);
             if self.is_closed() {
@@ -145,7 +145,7 @@ impl Session {
                         &mut self.scratch_lost,
                     );
                     if newly {
-                        self.on_path_alive(now, a.path);
+                        self.on_path_alive(now, a.path, true);
                         self.ack_frequency_on_ack(now, a.path);
                     }
                 }

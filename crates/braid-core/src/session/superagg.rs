@@ -124,7 +124,9 @@ impl Session {
         else {
             return;
         };
-        p.freeze(now, &mut out);
+        // A freeze of our own watch is told to the peer; one the peer reported is ours to
+        // end only on an acknowledgement (`BlackoutWatch::freeze_reported`).
+        p.freeze(now, !notify, &mut out);
         for pkt in &out {
             self.on_frames_lost(now, &pkt.frames);
         }
@@ -133,14 +135,19 @@ impl Session {
         }
     }
 
-    /// A sign of life of `pid`: a packet arrived on it, or an acknowledgement of our
-    /// packets on it (over any path).
-    pub(super) fn on_path_alive(&mut self, now: Instant, pid: PathId) {
+    /// A sign of life of `pid`: a packet arrived on it (`acked` false), or an
+    /// acknowledgement of our packets on it came back over any path (`acked` true).
+    pub(super) fn on_path_alive(&mut self, now: Instant, pid: PathId, acked: bool) {
         let Some(p) = self.paths.get_mut(&pid) else {
             return;
         };
         let prev = std::mem::replace(&mut p.last_heard, now);
-        if p.watch.on_packet(now, prev) {
+        let unfrozen = if acked {
+            p.watch.on_acked(now, prev)
+        } else {
+            p.watch.on_packet(now, prev)
+        };
+        if unfrozen {
             p.on_unfrozen(now);
             self.pending.path_blackout.remove(&pid);
         }

@@ -4,7 +4,7 @@
 //! Owns: the path and direction rules and the default queue size. Must not touch: the other
 //! tables, or what the link model does with the result (`link`).
 
-use super::raw::{RawDir, RawPath, UnitStr};
+use super::raw::{RawBlackout, RawDir, RawPath, UnitStr};
 use super::resolve::{Resolver, R};
 use super::{LinkSpec, PathSpec, RateSpec, MIN_BLACKOUT_EVERY, MIN_QUEUE_BYTES};
 use crate::time::Nanos;
@@ -54,8 +54,9 @@ impl Resolver<'_> {
             None
         };
         let mut up = self.direction(&k, "up", &rp, &up_raw, medium.as_ref())?;
-        for l in [&mut up, &mut down] {
-            l.blackouts.clone_from(&blackouts);
+        for (l, raw, dir) in [(&mut up, &up_raw, "up"), (&mut down, &down_raw, "down")] {
+            let own = self.blackout_list(&format!("{k}.{dir}"), &raw.blackouts)?;
+            l.blackouts = merged(blackouts.iter().chain(&own).copied());
             l.blackout_every = blackout_every;
         }
         let own_errors = [up_raw.frame_error, down_raw.frame_error];
@@ -94,20 +95,7 @@ impl Resolver<'_> {
     /// A path's `[[path.blackouts]]` (sorted) and its periodic `blackout_every` with
     /// `blackout_duration`.
     fn blackouts(&self, k: &str, rp: &RawPath) -> R<Blackouts> {
-        let mut blackouts = Vec::with_capacity(rp.blackouts.len());
-        for (j, b) in rp.blackouts.iter().enumerate() {
-            let bk = format!("{k}.blackouts[{j}]");
-            let at =
-                b.at.as_ref()
-                    .ok_or_else(|| self.err(format!("{bk}.at"), "missing required key `at`"))?;
-            let dur = b.duration.as_ref().ok_or_else(|| {
-                self.err(format!("{bk}.duration"), "missing required key `duration`")
-            })?;
-            let at = self.duration(&format!("{bk}.at"), at)?;
-            let dur = self.duration(&format!("{bk}.duration"), dur)?;
-            blackouts.push((at, at.saturating_add(dur)));
-        }
-        blackouts.sort_unstable();
+        let blackouts = self.blackout_list(k, &rp.blackouts)?;
         let blackout_every = match (&rp.blackout_every, &rp.blackout_duration) {
             (None, None) => None,
             (Some(_), None) => {
@@ -144,6 +132,25 @@ impl Resolver<'_> {
             }
         };
         Ok((blackouts, blackout_every))
+    }
+
+    /// A `blackouts` list (`k` is its table's key), sorted.
+    fn blackout_list(&self, k: &str, list: &[RawBlackout]) -> R<Vec<(Nanos, Nanos)>> {
+        let mut blackouts = Vec::with_capacity(list.len());
+        for (j, b) in list.iter().enumerate() {
+            let bk = format!("{k}.blackouts[{j}]");
+            let at =
+                b.at.as_ref()
+                    .ok_or_else(|| self.err(format!("{bk}.at"), "missing required key `at`"))?;
+            let dur = b.duration.as_ref().ok_or_else(|| {
+                self.err(format!("{bk}.duration"), "missing required key `duration`")
+            })?;
+            let at = self.duration(&format!("{bk}.at"), at)?;
+            let dur = self.duration(&format!("{bk}.duration"), dur)?;
+            blackouts.push((at, at.saturating_add(dur)));
+        }
+        blackouts.sort_unstable();
+        Ok(blackouts)
     }
 
     /// The `wifi` key: a standard, on a path that is not also `half_duplex`, whose
@@ -315,4 +322,18 @@ fn time_to_bytes(t: Nanos, rate: &RateSpec) -> u64 {
     u64::try_from(bytes)
         .unwrap_or(u64::MAX)
         .max(MIN_QUEUE_BYTES)
+}
+
+/// Blackout intervals sorted, overlapping ones joined (a path's and a direction's own).
+fn merged(list: impl Iterator<Item = (Nanos, Nanos)>) -> Vec<(Nanos, Nanos)> {
+    let mut all: Vec<(Nanos, Nanos)> = list.collect();
+    all.sort_unstable();
+    let mut out: Vec<(Nanos, Nanos)> = Vec::with_capacity(all.len());
+    for (a, b) in all {
+        match out.last_mut() {
+            Some(last) if a <= last.1 => last.1 = last.1.max(b),
+            _ => out.push((a, b)),
+        }
+    }
+    out
 }

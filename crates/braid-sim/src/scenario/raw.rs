@@ -89,6 +89,9 @@ pub(super) struct RawDir {
     pub(super) trace: Option<String>,
     pub(super) trace_format: Option<String>,
     pub(super) burst: Option<BurstSpec>,
+    /// Blackouts of this direction only (beside the path's, which darken both).
+    #[serde(default)]
+    pub(super) blackouts: Vec<RawBlackout>,
 }
 
 #[derive(Deserialize)]

@@ -162,3 +162,45 @@ fn the_80211b_model_gives_the_papers_70_percent_gap_and_offload_takes_it_back() 
     // Offload can at most remove the gap: Wi-Fi at its UDP rate.
     assert!(wifi_ip_mbit(&off) <= alone.capacity_bps / 1e6);
 }
+
+/// Two 10 Mbit/s paths, 20 and 30 ms one way, and a 16 MB download with the agent's
+/// stack; with `stall`, the second path's uplink (the way back of its acknowledgements)
+/// is dark from 2 s to 5 s while its downlink keeps working, as a cellular uplink that
+/// stalls for seconds does (the AT&T trace of field-mahimahi has one of 2.2 s).
+fn uplink_stall(stall: bool) -> RunResult {
+    let up = if stall {
+        "[path.up]\nblackouts = [{ at = \"2s\", duration = \"3s\" }]\n"
+    } else {
+        ""
+    };
+    let text = format!(
+        "name = \"uplink-stall\"\n\
+         [[path]]\nname = \"a\"\nrate = \"10Mbit\"\ndelay = \"20ms\"\nqueue = \"50ms\"\n\
+         [[path]]\nname = \"b\"\nrate = \"10Mbit\"\ndelay = \"30ms\"\nqueue = \"50ms\"\n{up}\
+         [workload]\nsize = \"16MB\"\nprobe = false\n[[variant]]\nname = \"default\"\n"
+    );
+    let dir = std::path::PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../scenarios/x.toml");
+    let scn = braid_sim::Scenario::from_toml_str(&text, &dir).unwrap_or_else(|e| panic!("{e}"));
+    let r = braid_sim::run_scenario(&scn, |_, _| {}).unwrap();
+    assert!(r.all_verified(), "{}", r.table());
+    r.results[0].clone()
+}
+
+/// The bug: the server froze the path whose acknowledgements stopped and told the agent,
+/// and the agent froze its side too; but the next packet that arrived on the path (its
+/// downlink worked) unfroze the agent's side, which sent its acknowledgements back into
+/// the dark uplink, and the server's side stayed frozen: the downlink idled for the whole
+/// stall. A freeze the peer reported now ends only on an acknowledgement of ours, and the
+/// acknowledgements of the path travel on the other one meanwhile.
+#[test]
+fn an_uplink_stall_does_not_idle_the_downlink() {
+    let (clear, stalled) = (uplink_stall(false), uplink_stall(true));
+    // Idle for the 3 s of the stall, the path would cost about 3 s x 10 Mbit/s of the 16 MB
+    // (about a fifth of the goodput); detecting the stall costs a few hundred ms.
+    assert!(
+        stalled.goodput_bps >= 0.9 * clear.goodput_bps,
+        "with the uplink stalled {:.2} Mbit/s, without {:.2}",
+        mbit(&stalled),
+        mbit(&clear)
+    );
+}
