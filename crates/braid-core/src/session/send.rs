@@ -174,22 +174,8 @@ impl Session {
             }
         }
         // 1. Probes after a probe timeout, on the path that timed out.
-        if let Some(pid) = self
-            .paths
-            .values()
-            .find(|p| p.probes_due > 0 && !p.abandoned)
-            .map(|p| p.id)
-        {
-            if let Some(p) = self.paths.get_mut(&pid) {
-                p.probes_due -= 1;
-            }
-            if self.amplification_ok(pid, 64) {
-                let mut pkt = self.begin(pid, buf)?;
-                self.write_ack(now, pid, &mut pkt);
-                emit::ping(&mut pkt.w)?;
-                pkt.ack_eliciting = true;
-                return self.finish(now, pid, pkt);
-            }
+        if let Some(probe) = self.send_pto_probe(now, buf) {
+            return probe;
         }
 
         // 2. Path validation, carrying the handshake.
@@ -258,17 +244,44 @@ impl Session {
         }
 
         // 5. Keepalives.
+        self.send_keepalive(now, buf)
+    }
+
+    /// The probe owed to a path whose probe timeout fired: `Some(transmit)` when one was
+    /// due (the transmit itself `None` when it could not be built), `None` when none was.
+    fn send_pto_probe(&mut self, now: Instant, buf: &mut [u8]) -> Option<Option<Transmit>> {
+        let pid = self
+            .paths
+            .values()
+            .find(|p| p.probes_due > 0 && !p.abandoned)
+            .map(|p| p.id)?;
+        if let Some(p) = self.paths.get_mut(&pid) {
+            p.probes_due -= 1;
+        }
+        if !self.amplification_ok(pid, 64) {
+            return None;
+        }
+        Some(self.ping(now, pid, buf))
+    }
+
+    /// A PING on the first usable path that sent nothing for a keepalive interval.
+    fn send_keepalive(&mut self, now: Instant, buf: &mut [u8]) -> Option<Transmit> {
         let keepalive = self.cfg.keepalive_interval();
         let due = self
             .paths
             .values()
             .find(|p| p.usable() && now >= p.last_sent + keepalive)
             .map(|p| p.id)?;
-        let mut pkt = self.begin(due, buf)?;
-        self.write_ack(now, due, &mut pkt);
+        self.ping(now, due, buf)
+    }
+
+    /// An ack-eliciting PING on `pid`, with its acknowledgement.
+    fn ping(&mut self, now: Instant, pid: PathId, buf: &mut [u8]) -> Option<Transmit> {
+        let mut pkt = self.begin(pid, buf)?;
+        self.write_ack(now, pid, &mut pkt);
         emit::ping(&mut pkt.w)?;
         pkt.ack_eliciting = true;
-        self.finish(now, due, pkt)
+        self.finish(now, pid, pkt)
     }
 
     /// A path with a challenge or response that may go out now.

@@ -294,25 +294,7 @@ pub fn run(o: &Options) -> Result<Report> {
     };
     let n = conns as usize;
     let tcp = measure_row("tcp", Via::Tcp, to, n, per_conn, total, o.progress)?;
-    let ccs = if o.ccs.is_empty() {
-        vec![braid_core::Config::default().cc]
-    } else {
-        o.ccs.clone()
-    };
-    let mut braids = Vec::new();
-    let mut first_socks = None;
-    for cc in ccs {
-        // A server and agents of their own for each controller; those of the rows before
-        // stay up, idle.
-        let rig = rig::start(o.agents, o.paths, o.threads, &o.ciphers, cc)?;
-        let via = Via::Socks(rig.socks.clone());
-        first_socks.get_or_insert(rig.socks[0]);
-        let label = format!("braid {cc}");
-        let mut b = measure_row(&label, via, to, o.streams, per_conn, total, o.progress)?;
-        b.name = "braid".into();
-        b.cc = Some(cc.to_string());
-        braids.push(b);
-    }
+    let (braids, first_socks) = braid_rows(o, to, per_conn, total)?;
     let braid = &braids[0];
     let shadowsocks = ss::measure_row(to, n, per_conn, total, o.progress)?;
     let vs_shadowsocks = shadowsocks.skipped.is_none().then(|| VsShadowsocks {
@@ -320,25 +302,9 @@ pub fn run(o: &Options) -> Result<Report> {
         cpu_ratio: braid.braid_cpu_s_per_gb.unwrap_or(0.0)
             / shadowsocks.proxy_cpu_s_per_gb.unwrap_or(0.0),
     });
-    let mptcp = match traffic::mptcp_unavailable() {
-        Some(why) => Row {
-            skipped: Some(why),
-            ..row("mptcp", 0, 1.0, 0.0)
-        },
-        None => {
-            let src = Targets {
-                source: traffic::start_source(per_conn, true)?,
-                ..to
-            };
-            measure_row("mptcp", Via::Mptcp, src, n, per_conn, total, o.progress)?
-        }
-    };
+    let mptcp = mptcp_row(to, n, per_conn, total, o.progress)?;
     let udp = match o.udp {
-        Some(count) => Some(traffic::udp_flow(
-            first_socks.context("no braid row")?,
-            count,
-            o.udp_rate,
-        )?),
+        Some(count) => Some(traffic::udp_flow(first_socks, count, o.udp_rate)?),
         None => None,
     };
     let idle = match o.idle_sessions {
@@ -378,8 +344,61 @@ pub fn run(o: &Options) -> Result<Report> {
     })
 }
 
+/// One braid row per controller asked for (the agent's default when none), each through a
+/// server and agents of its own; those of the rows before stay up, idle. Also the first
+/// row's SOCKS5 address (for the UDP flow).
+fn braid_rows(
+    o: &Options,
+    to: Targets,
+    per_conn: u64,
+    total: u64,
+) -> Result<(Vec<Row>, std::net::SocketAddr)> {
+    let ccs = if o.ccs.is_empty() {
+        vec![braid_core::Config::default().cc]
+    } else {
+        o.ccs.clone()
+    };
+    let mut braids = Vec::new();
+    let mut first_socks = None;
+    for cc in ccs {
+        let rig = rig::start(o.agents, o.paths, o.threads, &o.ciphers, cc)?;
+        let via = Via::Socks(rig.socks.clone());
+        first_socks.get_or_insert(rig.socks[0]);
+        let label = format!("braid {cc}");
+        let mut b = measure_row(&label, via, to, o.streams, per_conn, total, o.progress)?;
+        b.name = "braid".into();
+        b.cc = Some(cc.to_string());
+        braids.push(b);
+    }
+    Ok((braids, first_socks.context("no braid row")?))
+}
+
+/// Kernel MPTCP through the same source (its MPTCP listener), or why it is skipped.
+fn mptcp_row(to: Targets, n: usize, per_conn: u64, total: u64, progress: bool) -> Result<Row> {
+    Ok(match traffic::mptcp_unavailable() {
+        Some(why) => Row {
+            skipped: Some(why),
+            ..row("mptcp", 0, 1.0, 0.0)
+        },
+        None => {
+            let src = Targets {
+                source: traffic::start_source(per_conn, true)?,
+                ..to
+            };
+            measure_row("mptcp", Via::Mptcp, src, n, per_conn, total, progress)?
+        }
+    })
+}
+
 /// Print the report as a table.
 pub fn print(r: &Report) {
+    print_rows(r);
+    print_summary(r);
+    print_extras(r);
+}
+
+/// The settings line and one line per row.
+fn print_rows(r: &Report) {
     let s = &r.settings;
     outln!(
         "{} agent(s) x {} stream(s), {} path(s) each, server threads {}, ciphers {}",
@@ -431,6 +450,11 @@ pub fn print(r: &Report) {
             probe
         );
     }
+}
+
+/// The ratios against TCP and shadowsocks, and how busy the braid row kept the machine.
+fn print_summary(r: &Report) {
+    let s = &r.settings;
     let cc = r.rows.iter().find_map(|x| x.cc.as_deref()).unwrap_or("?");
     outln!(
         "braid ({cc}) / tcp: goodput {:.3}, CPU per GB {:.1}x (encrypted, loopback)",
@@ -465,6 +489,10 @@ pub fn print(r: &Report) {
             );
         }
     }
+}
+
+/// The optional measurements: AEAD speed, the UDP flow, idle sessions, handshakes.
+fn print_extras(r: &Report) {
     for a in &r.aead {
         outln!(
             "{}: one core seals {:.2} and opens {:.2} Gbit/s of {}-byte packets: {:.2} CPU s per GB sealed and opened",

@@ -321,35 +321,7 @@ pub fn udp_flow(proxy: SocketAddr, count: u64, rate: u64) -> Result<UdpReport> {
         SocketAddr::V6(_) => bail!("IPv4 only"),
     };
     let (warm, sending) = (Arc::new(AtomicU64::new(0)), Arc::new(AtomicBool::new(true)));
-    let (w, s) = (warm.clone(), sending.clone());
-    // The sink: counts measured datagrams (first byte 1) and warm-up ones (0) apart.
-    let counter = std::thread::Builder::new()
-        .name("load-udp-sink".into())
-        .spawn(move || {
-            // GRO where the kernel has it: the sink, part of the rig, takes the server's
-            // GSO batches whole instead of paying a system call per datagram.
-            braid_net::batch::enable_gro(&sink);
-            let mut buf = bytes::BytesMut::new();
-            let (mut got, mut last, mut quiet) = (0u64, None, Instant::now());
-            loop {
-                if let Ok(r) = braid_net::batch::recv(&sink, &mut buf) {
-                    for d in braid_net::batch::split(&mut buf, r.segment_size) {
-                        if d.len() == DATAGRAM && d[0] == 1 {
-                            got += 1;
-                            last = Some(Instant::now());
-                            quiet = Instant::now();
-                        } else {
-                            w.fetch_add(1, Ordering::Relaxed);
-                        }
-                    }
-                }
-                buf.clear();
-                let idle = quiet.elapsed() > Duration::from_millis(1000);
-                if !s.load(Ordering::Relaxed) && idle {
-                    return (got, last);
-                }
-            }
-        })?;
+    let counter = udp_sink(sink, warm.clone(), sending.clone())?;
     let result = on_thread("load-udp-send", move || {
         Box::pin(async move {
             let mut ctl = socks_hello(proxy).await?;
@@ -426,4 +398,42 @@ pub fn udp_flow(proxy: SocketAddr, count: u64, rate: u64) -> Result<UdpReport> {
         },
         loss: 1.0 - got as f64 / sent.max(1) as f64,
     })
+}
+
+/// The UDP flow's sink thread on `sink`: counts measured datagrams (first byte 1) and
+/// warm-up ones (0, into `w`) apart; ends 1 s after the last datagram once `s` (sending)
+/// is false, with the count and the last arrival.
+fn udp_sink(
+    sink: std::net::UdpSocket,
+    w: Arc<AtomicU64>,
+    s: Arc<AtomicBool>,
+) -> Result<std::thread::JoinHandle<(u64, Option<Instant>)>> {
+    // The sink: counts measured datagrams (first byte 1) and warm-up ones (0) apart.
+    Ok(std::thread::Builder::new()
+        .name("load-udp-sink".into())
+        .spawn(move || {
+            // GRO where the kernel has it: the sink, part of the rig, takes the server's
+            // GSO batches whole instead of paying a system call per datagram.
+            braid_net::batch::enable_gro(&sink);
+            let mut buf = bytes::BytesMut::new();
+            let (mut got, mut last, mut quiet) = (0u64, None, Instant::now());
+            loop {
+                if let Ok(r) = braid_net::batch::recv(&sink, &mut buf) {
+                    for d in braid_net::batch::split(&mut buf, r.segment_size) {
+                        if d.len() == DATAGRAM && d[0] == 1 {
+                            got += 1;
+                            last = Some(Instant::now());
+                            quiet = Instant::now();
+                        } else {
+                            w.fetch_add(1, Ordering::Relaxed);
+                        }
+                    }
+                }
+                buf.clear();
+                let idle = quiet.elapsed() > Duration::from_millis(1000);
+                if !s.load(Ordering::Relaxed) && idle {
+                    return (got, last);
+                }
+            }
+        })?)
 }
