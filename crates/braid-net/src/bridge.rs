@@ -134,6 +134,12 @@ impl StreamWriter {
         Ok(())
     }
 
+    /// True when a write of `n` bytes would wait now (the stream has too much unaccepted
+    /// data: the session sends slower than its writer writes).
+    pub fn would_wait(&self, n: usize) -> bool {
+        self.credit.available_permits() < n.min(WRITE_CREDIT)
+    }
+
     /// No more data from this side.
     pub fn finish(&self) {
         let _ = self.cmd.send(Cmd::Finish(self.id));

@@ -16,6 +16,7 @@ use tokio::sync::mpsc;
 use tracing::{debug, info, warn};
 
 pub mod counters;
+mod shaper;
 
 /// Seals outgoing and opens incoming packets (the AEAD of the networking layer), and
 /// manages its keys (rotation) through [`PacketProtection::poll_control`].
@@ -67,6 +68,16 @@ pub trait PathSender: Send + 'static {
             self.send(path, p);
         }
     }
+}
+
+/// Holds a session's sending to a rate it shares with others (the server's per-agent rate
+/// limits and fair shares, `server::shares`): while it says wait, the session's datagrams
+/// wait in a short queue (`shaper`), like at any slower link.
+pub trait SendGate: Send + 'static {
+    /// When sending may go on (`None`: now).
+    fn wait_until(&mut self) -> Option<tokio::time::Instant>;
+    /// `bytes` of datagrams went out.
+    fn sent(&mut self, bytes: usize);
 }
 
 /// A datagram received for this session.
@@ -154,6 +165,8 @@ pub struct SessionTask<P: PacketProtection, S: PathSender> {
     pub events: Option<mpsc::UnboundedSender<Event>>,
     /// The clock.
     pub clock: Clock,
+    /// What holds its sending to a shared rate, if anything.
+    pub gate: Option<Box<dyn SendGate>>,
 }
 
 impl<P: PacketProtection, S: PathSender> SessionTask<P, S> {
@@ -167,6 +180,7 @@ impl<P: PacketProtection, S: PathSender> SessionTask<P, S> {
         // Pacers may release a whole batch at once where the rate allows.
         self.session.set_max_burst(self.clock.now(), max_segments);
         let mut sleep = Box::pin(tokio::time::sleep_until(tokio::time::Instant::now()));
+        let mut shaper = self.gate.take().map(shaper::Shaper::new);
         loop {
             let now = self.clock.now();
             while let Some(c) = self.protection.poll_control(now) {
@@ -186,9 +200,10 @@ impl<P: PacketProtection, S: PathSender> SessionTask<P, S> {
             SCRATCH.with_borrow_mut(|buf| {
                 buf.resize(mds * max_segments, 0);
                 while let Some(b) = self.session.poll_transmit_batch(now, buf, max_segments) {
-                    self.seal_and_send(b, buf);
+                    self.seal_and_send(b, buf, &mut shaper);
                 }
             });
+            let held = shaper.as_mut().and_then(|s| s.flush(&mut self.sender));
             // Events.
             let mut closed = false;
             while let Some(ev) = self.session.poll_event() {
@@ -273,8 +288,13 @@ impl<P: PacketProtection, S: PathSender> SessionTask<P, S> {
                 (Some(a), Some(b)) => Some(a.min(b)),
                 (a, b) => a.or(b),
             };
+            // Datagrams waiting for the gate: wake when it opens.
+            let wake = match (wake.map(|t| self.clock.to_tokio(t)), held) {
+                (Some(w), Some(h)) => Some(w.min(h)),
+                (w, h) => w.or(h),
+            };
             if let Some(t) = wake {
-                sleep.as_mut().reset(self.clock.to_tokio(t));
+                sleep.as_mut().reset(t);
             } else {
                 sleep
                     .as_mut()
@@ -313,23 +333,31 @@ impl<P: PacketProtection, S: PathSender> SessionTask<P, S> {
 
     /// Seal every datagram of a batch in place and send the batch; a datagram that fails
     /// to seal is left out (the datagrams around it go as two batches).
-    fn seal_and_send(&mut self, b: braid_core::BatchTransmit, buf: &mut [u8]) {
+    /// ... through `shaper` when the session has one.
+    fn seal_and_send(
+        &mut self,
+        b: braid_core::BatchTransmit,
+        buf: &mut [u8],
+        shaper: &mut Option<shaper::Shaper>,
+    ) {
         counters::sent(self.session.side(), b.segments);
         let seg = b.segment_size;
+        let mut out = |sender: &mut S, packets: &[u8]| match shaper.as_mut() {
+            Some(s) => s.offer(sender, b.path, packets, seg),
+            None => sender.send_batch(b.path, packets, seg),
+        };
         let mut start = 0;
         for i in 0..b.segments {
             if self.protection.seal(&mut buf[b.segment(i)]) {
                 continue;
             }
             if i > start {
-                self.sender
-                    .send_batch(b.path, &buf[start * seg..i * seg], seg);
+                out(&mut self.sender, &buf[start * seg..i * seg]);
             }
             start = i + 1;
         }
         if start < b.segments {
-            self.sender
-                .send_batch(b.path, &buf[start * seg..b.len], seg);
+            out(&mut self.sender, &buf[start * seg..b.len]);
         }
     }
 

@@ -68,16 +68,55 @@ pub async fn splice(
     splice_counted(tcp, reader, writer, early, idle, &up, &down).await;
 }
 
+/// Counts (and may hold back or stop) the bytes of a splice as they go: the server's
+/// per-agent shares, rate limits and quotas, status counters.
+pub trait Meter: Sync {
+    /// `n` bytes read from the TCP side go to the stream (`blocked`: the stream has no
+    /// room for them yet: the session sends slower than they come); `Err`: reset the
+    /// stream with this code instead (the connection may carry no more).
+    fn to_stream(&self, n: usize, blocked: bool) -> Result<(), u64>;
+    /// `n` bytes of the stream were written to the TCP side; `Err`: reset with this code.
+    fn to_tcp(&self, n: usize) -> Result<(), u64>;
+}
+
+/// Counts the bytes each way (status displays).
+struct Counted<'a> {
+    up: &'a AtomicU64,
+    down: &'a AtomicU64,
+}
+
+impl Meter for Counted<'_> {
+    fn to_stream(&self, n: usize, _: bool) -> Result<(), u64> {
+        self.up.fetch_add(n as u64, Ordering::Relaxed);
+        Ok(())
+    }
+    fn to_tcp(&self, n: usize) -> Result<(), u64> {
+        self.down.fetch_add(n as u64, Ordering::Relaxed);
+        Ok(())
+    }
+}
+
 /// [`splice`], adding the bytes read from the TCP side to `up` and the bytes written to it
 /// to `down` as they go (for status displays).
 pub async fn splice_counted(
     tcp: TcpStream,
-    mut reader: StreamReader,
+    reader: StreamReader,
     writer: StreamWriter,
     early: Bytes,
     idle: Duration,
     up: &AtomicU64,
     down: &AtomicU64,
+) {
+    splice_metered(tcp, reader, writer, (early, idle), &Counted { up, down }).await;
+}
+
+/// [`splice`], every byte through `meter` as it goes, which may reset the stream.
+pub async fn splice_metered(
+    tcp: TcpStream,
+    mut reader: StreamReader,
+    writer: StreamWriter,
+    (early, idle): (Bytes, Duration),
+    meter: &dyn Meter,
 ) {
     let _ = tcp.set_nodelay(true);
     if let Err(e) = bound_unsent(&tcp) {
@@ -100,8 +139,10 @@ pub async fn splice_counted(
                     return;
                 }
                 Ok(n) => {
-                    up.fetch_add(n as u64, Ordering::Relaxed);
                     touch();
+                    if let Err(code) = meter.to_stream(n, writer.would_wait(n)) {
+                        return writer.reset(code);
+                    }
                     if writer.write(buf.split().freeze()).await.is_err() {
                         return;
                     }
@@ -118,7 +159,9 @@ pub async fn splice_counted(
         if !early.is_empty() && wr.write_all(&early).await.is_err() {
             return false;
         }
-        down.fetch_add(early.len() as u64, Ordering::Relaxed);
+        if meter.to_tcp(early.len()).is_err() {
+            return true;
+        }
         loop {
             match reader.read().await {
                 Some(StreamMsg::Data(b)) => {
@@ -126,7 +169,9 @@ pub async fn splice_counted(
                     if wr.write_all(&b).await.is_err() {
                         return false;
                     }
-                    down.fetch_add(b.len() as u64, Ordering::Relaxed);
+                    if meter.to_tcp(b.len()).is_err() {
+                        return true;
+                    }
                 }
                 Some(StreamMsg::Fin) => {
                     let _ = wr.shutdown().await;

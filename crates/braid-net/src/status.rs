@@ -11,10 +11,12 @@
 mod datagrams;
 mod egress;
 mod rate;
+mod shares;
 
 pub use datagrams::DatagramReport;
 pub use egress::{EgressAgent, EgressReport};
 pub use rate::RateMeter;
+pub use shares::{AgentShare, SharesReport};
 
 use crate::bridge::{Cmd, SessionFn};
 use braid_core::path::PathStats;
@@ -552,6 +554,9 @@ pub struct ServerStatus {
     /// The egress policy and its refusals per agent.
     #[serde(default)]
     pub egress: EgressReport,
+    /// Each agent's bytes, rate limit, fair-share cap and quotas.
+    #[serde(default)]
+    pub shares: SharesReport,
 }
 
 /// Either snapshot; its JSON has `"role": "agent"` or `"role": "server"`.

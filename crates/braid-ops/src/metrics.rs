@@ -417,6 +417,69 @@ fn server(r: &mut Registry, s: &ServerStatus) {
             .inc_by(n as f64);
         }
     }
+    server_shares(r, &s.shares);
+}
+
+/// An agent share's labels: the agent key's fingerprint and which of its figures.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct ShareLabels {
+    agent: String,
+    kind: String,
+}
+
+/// Each agent's bytes (`braid_server_agent_bytes_total`, kind sent or received), its rate
+/// limit and fair-share cap (`braid_server_agent_rate_bytes_per_second`, kind limit or
+/// fair_cap, when set) and its quotas (`braid_server_agent_quota_bytes`, kind
+/// day_used, day_limit, month_used, month_limit).
+fn server_shares(r: &mut Registry, s: &braid_net::status::SharesReport) {
+    let bytes = Family::<ShareLabels, FCounter>::default();
+    r.register(
+        "braid_server_agent_bytes",
+        "Stream bytes the server sent to and received from each agent key",
+        bytes.clone(),
+    );
+    let rate = Family::<ShareLabels, FGauge>::default();
+    r.register(
+        "braid_server_agent_rate_bytes_per_second",
+        "Each agent key's rate limit and its fair-share cap now, where set",
+        rate.clone(),
+    );
+    let quota = Family::<ShareLabels, FGauge>::default();
+    r.register(
+        "braid_server_agent_quota_bytes",
+        "Each agent key's bytes this UTC day and month, and its quotas where set",
+        quota.clone(),
+    );
+    let l = |a: &braid_net::status::AgentShare, kind: &str| ShareLabels {
+        agent: a.agent_key_fingerprint.clone(),
+        kind: kind.to_string(),
+    };
+    for a in &s.agents {
+        bytes
+            .get_or_create(&l(a, "sent"))
+            .inc_by(a.sent_bytes as f64);
+        bytes
+            .get_or_create(&l(a, "received"))
+            .inc_by(a.received_bytes as f64);
+        for (kind, v) in [
+            ("limit", a.rate_limit_bytes_per_sec),
+            ("fair_cap", a.fair_cap_bytes_per_sec),
+        ] {
+            if let Some(v) = v {
+                rate.get_or_create(&l(a, kind)).set(v as f64);
+            }
+        }
+        for (kind, v) in [
+            ("day_used", Some(a.day_bytes)),
+            ("day_limit", a.day_quota_bytes),
+            ("month_used", Some(a.month_bytes)),
+            ("month_limit", a.month_quota_bytes),
+        ] {
+            if let Some(v) = v {
+                quota.get_or_create(&l(a, kind)).set(v as f64);
+            }
+        }
+    }
 }
 
 /// The snapshot as OpenMetrics text (ends with `# EOF`).
@@ -514,5 +577,33 @@ mod tests {
         ] {
             assert!(t.contains(want), "{want} in {t}");
         }
+    }
+
+    #[test]
+    fn agent_shares_show_bytes_limits_and_quotas() {
+        let s = ServerStatus {
+            shares: braid_net::status::SharesReport {
+                capacity_bytes_per_sec: 0,
+                agents: vec![braid_net::status::AgentShare {
+                    agent_key_fingerprint: "SHA256:abc".into(),
+                    sent_bytes: 9000,
+                    rate_limit_bytes_per_sec: Some(1_250_000),
+                    day_bytes: 12,
+                    day_quota_bytes: Some(5_000),
+                    ..Default::default()
+                }],
+            },
+            ..Default::default()
+        };
+        let t = render(&Status::Server(s));
+        for want in [
+            r#"braid_server_agent_bytes_total{agent="SHA256:abc",kind="sent"} 9000"#,
+            r#"braid_server_agent_rate_bytes_per_second{agent="SHA256:abc",kind="limit"} 1250000"#,
+            r#"braid_server_agent_quota_bytes{agent="SHA256:abc",kind="day_used"} 12"#,
+            r#"braid_server_agent_quota_bytes{agent="SHA256:abc",kind="day_limit"} 5000"#,
+        ] {
+            assert!(t.contains(want), "{want} in {t}");
+        }
+        assert!(!t.contains("fair_cap"), "no cap, no line: {t}");
     }
 }

@@ -318,6 +318,7 @@ fn render_server(s: &ServerStatus) -> String {
         bytes(s.totals.bytes_received)
     );
     out.push_str(&egress_lines(&s.egress));
+    out.push_str(&share_lines(&s.shares));
     for sess in &s.sessions {
         let _ = writeln!(
             out,
@@ -336,6 +337,40 @@ fn render_server(s: &ServerStatus) -> String {
             let _ = writeln!(out, "inbound ports: {}", sess.inbound_ports.join(", "));
         }
         out.push_str(&path_table(&sess.paths, false));
+    }
+    out
+}
+
+/// Each agent's share: its bytes, and its limit, fair-share cap and quotas where set.
+fn share_lines(s: &braid_net::status::SharesReport) -> String {
+    let mut out = String::new();
+    let mbit = |b: u64| format!("{:.1} Mbit/s", b as f64 * 8.0 / 1e6);
+    for a in &s.agents {
+        let _ = write!(
+            out,
+            "share {}: sent {}, received {}",
+            a.agent_key_fingerprint,
+            bytes(a.sent_bytes),
+            bytes(a.received_bytes)
+        );
+        if let Some(l) = a.rate_limit_bytes_per_sec {
+            let _ = write!(out, ", limit {}", mbit(l));
+        }
+        if let Some(c) = a.fair_cap_bytes_per_sec {
+            let _ = write!(out, ", fair-share cap {}", mbit(c));
+        }
+        for (name, used, quota) in [
+            ("day", a.day_bytes, a.day_quota_bytes),
+            ("month", a.month_bytes, a.month_quota_bytes),
+        ] {
+            if let Some(q) = quota {
+                let _ = write!(out, ", {name} {} of {}", bytes(used), bytes(q));
+            }
+        }
+        if let Some(p) = &a.quota_reached {
+            let _ = write!(out, " (the {p}'s quota is used up: connections refused)");
+        }
+        out.push('\n');
     }
     out
 }
@@ -447,6 +482,36 @@ mod tests {
         assert!(up.contains("agent SHA256:abc (key a2V5) for"), "{t}");
         assert!(line("0000000000000100").contains("half-open"), "{t}");
         assert!(!up.contains("half-open"), "{t}");
+    }
+
+    /// Issue 37: each agent's share: its bytes, limit, cap and quotas, and a used-up quota.
+    #[test]
+    fn server_status_shows_each_agents_share() {
+        let s = braid_net::status::ServerStatus {
+            shares: braid_net::status::SharesReport {
+                capacity_bytes_per_sec: 0,
+                agents: vec![braid_net::status::AgentShare {
+                    agent_key_fingerprint: "SHA256:abc".into(),
+                    rate_limit_bytes_per_sec: Some(1_250_000),
+                    fair_cap_bytes_per_sec: Some(2_500_000),
+                    day_quota_bytes: Some(5_000_000_000),
+                    quota_reached: Some("month".into()),
+                    ..Default::default()
+                }],
+            },
+            ..Default::default()
+        };
+        let t = render(&Status::Server(s));
+        let line = t
+            .lines()
+            .find(|l| l.starts_with("share SHA256:abc"))
+            .unwrap_or_else(|| panic!("{t}"));
+        assert!(
+            line.contains("limit 10.0 Mbit/s, fair-share cap 20.0 Mbit/s"),
+            "{line}"
+        );
+        assert!(line.contains("day 0 B of "), "{line}");
+        assert!(line.contains("month's quota is used up"), "{line}");
     }
 
     /// Issue 37: the egress refusals per agent, in the agents' log format.

@@ -21,6 +21,7 @@
 //! - [`relay`]: streams to TCP targets and UDP flows (bounded return traffic),
 //! - [`egress`]: where agents' connections and datagrams may go (refused by default: the
 //!   server itself, loopback, link-local, special addresses),
+//! - [`shares`]: each agent key's share: fair shares between agents, rate limits, quotas,
 //! - `budget`: the bound on a session's UDP traffic waiting for the wire,
 //! - [`inbound`]: public ports agents asked for and the configuration allows, carried to
 //!   the agent (inbound port forwarding),
@@ -62,6 +63,7 @@ mod relay;
 mod report;
 mod session;
 mod shared;
+pub mod shares;
 pub mod steer;
 mod table;
 mod worker;
@@ -161,6 +163,9 @@ pub struct ServerConfig {
     /// `--egress-deny`, `--deny-private`); the default refuses the server's own
     /// addresses, loopback, link-local, unspecified, multicast and broadcast addresses.
     pub egress: egress::EgressPolicy,
+    /// Fair shares between agents (on by default), rate limits and quotas per agent key
+    /// (`[limits]`); quotas are kept beside `state_file` (`STATE.usage`).
+    pub shares: shares::SharesPolicy,
 }
 
 impl ServerConfig {
@@ -189,6 +194,7 @@ impl ServerConfig {
             ciphers: Ciphers::auto(),
             forward: inbound::ForwardPolicy::default(),
             egress: egress::EgressPolicy::default(),
+            shares: shares::SharesPolicy::default(),
             // Keepalive as the core's default (25 s, the agent's) and the agent's idle
             // timeout (see `agent::IDLE_TIMEOUT`).
             transport: Config {
@@ -337,7 +343,14 @@ impl Server {
         info!(listen = %local, tcp = tcp.is_some(), threads, kernel_steering, reply_from_destination, "braid server listening");
         let counters: Arc<HandshakeCounters> = Arc::default();
         let egress = egress::Egress::new(cfg.egress.clone());
-        let board = Arc::new(ServerBoard::new(&cfg, local, counters.clone(), egress));
+        let usage = cfg.state_file.as_deref().map(shares::Shares::usage_file_of);
+        let shares = shares::Shares::new(cfg.shares.clone(), usage);
+        let board = Arc::new(ServerBoard::new(
+            &cfg,
+            local,
+            counters.clone(),
+            (egress, shares),
+        ));
         let authorized = Arc::new(std::sync::RwLock::new(cfg.authorized.clone()));
         Ok(Server {
             workers: (0..threads).map(|_| WorkerCounters::default()).collect(),
@@ -430,6 +443,8 @@ impl Server {
             tokio::spawn(worker::persist_guard(path, rx, shared.clone()));
             tx
         });
+        // The fair-share controller and the quotas' file, on worker 0's runtime.
+        let _shares = tcp::AbortOnDrop(tokio::spawn(self.board.shares.clone().run()));
         let (handoff, mut inboxes): (Vec<_>, Vec<_>) =
             (0..n).map(|_| mpsc::channel(worker::HANDOFF_QUEUE)).unzip();
         let _tcp = self.tcp.take().map(|l| {
@@ -452,6 +467,7 @@ impl Server {
                 inbound: inbound::Ports::new(self.cfg.forward.clone(), self.cfg.listen.ip()),
                 system_resolver: relay::SystemResolver::default(),
                 egress: self.board.egress.clone(),
+                shares: self.board.shares.clone(),
             },
             steering: self.steering,
             handoff,

@@ -15,6 +15,7 @@
 pub use super::budget::UdpBudget;
 use super::egress::{AgentEgress, HostAddrs, Kind};
 use super::inbound::SessionPorts;
+use super::shares::AgentShare;
 use crate::bridge::{Cmd, StreamHandle, StreamMsg};
 pub use crate::common::connect;
 use braid_proxy::target::{self, ReplyCode};
@@ -33,14 +34,15 @@ use tracing::{debug, info, warn};
 pub const UDP_RETURN_BYTES: usize = 1 << 20;
 
 /// One proxied connection: read the open request, connect (to an address the egress
-/// policy allows), answer, relay. A stream that starts with a forward request goes to the
+/// policy allows, for an agent whose quota is not used up), answer, relay (through the
+/// agent's share: quotas, fair shares). A stream that starts with a forward request goes to the
 /// session's inbound ports instead; one to [`datagram::SERVER_RESOLVER`] goes to the
 /// server's resolver (DNS over TCP; the operator's choice, so no egress check).
 pub(crate) async fn serve_stream(
     h: StreamHandle,
     (connect_timeout, resolver): (Duration, Option<SocketAddr>),
     idle: Duration,
-    (ports, egress): (&Arc<SessionPorts>, &AgentEgress),
+    (ports, egress, share): (&Arc<SessionPorts>, &AgentEgress, &Arc<AgentShare>),
 ) {
     let StreamHandle {
         id,
@@ -71,6 +73,12 @@ pub(crate) async fn serve_stream(
         }
     };
     let early = head.split_off(used).freeze();
+    if share.quota_reached().is_some() {
+        // Logged by the share, once per period reached.
+        reply(&writer, ReplyCode::NotAllowed).await;
+        writer.finish();
+        return;
+    }
     let conn = match &target {
         TargetAddr::Domain(n, _) if n == datagram::SERVER_RESOLVER => match resolver {
             Some(r) => connect(&TargetAddr::Ip(r), connect_timeout).await,
@@ -87,7 +95,7 @@ pub(crate) async fn serve_stream(
         Ok(tcp) => {
             debug!(stream = id, %target, "connected");
             reply(&writer, ReplyCode::Succeeded).await;
-            crate::splice::splice(tcp, reader, writer, early, idle).await;
+            crate::splice::splice_metered(tcp, reader, writer, (early, idle), &**share).await;
         }
         Err(ReplyCode::NotAllowed) => {
             // Logged by the egress policy, once a minute per destination.

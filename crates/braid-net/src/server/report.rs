@@ -44,6 +44,8 @@ pub struct ServerBoard {
     counters: Arc<HandshakeCounters>,
     /// The egress policy and its refusals (the sessions check with it).
     pub(super) egress: Arc<super::egress::Egress>,
+    /// Each agent's share (fair shares, limits, quotas).
+    pub(super) shares: Arc<super::shares::Shares>,
     pub(super) live: Mutex<BTreeMap<u64, Live>>,
     /// Each session path's rate meter, fed by every snapshot (a path's rate is known from
     /// the second snapshot on: `braid status --watch`, the dashboard, metrics scrapes).
@@ -55,7 +57,7 @@ impl ServerBoard {
         cfg: &ServerConfig,
         listen: SocketAddr,
         counters: Arc<HandshakeCounters>,
-        egress: Arc<super::egress::Egress>,
+        (egress, shares): (Arc<super::egress::Egress>, Arc<super::shares::Shares>),
     ) -> ServerBoard {
         let lim = |max: u64| Limit { max, used: 0 };
         ServerBoard {
@@ -69,6 +71,7 @@ impl ServerBoard {
             },
             counters,
             egress,
+            shares,
             live: Mutex::new(BTreeMap::new()),
             rates: Mutex::new(BTreeMap::new()),
         }
@@ -198,6 +201,7 @@ impl ServerBoard {
             handshakes_waiting: waiting,
             totals,
             egress: self.egress.report(),
+            shares: self.shares.report(),
         }
     }
 }

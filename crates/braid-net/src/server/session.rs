@@ -63,6 +63,8 @@ pub(super) struct SessionCtx {
     pub system_resolver: relay::SystemResolver,
     /// Where agents' connections and datagrams may go.
     pub egress: Arc<super::egress::Egress>,
+    /// Each agent's share: the gate its sessions send through, its streams' meter.
+    pub shares: Arc<super::shares::Shares>,
 }
 
 /// Start session `id`, whose message 1 came on path `path` from `from` (and to the local
@@ -161,7 +163,9 @@ pub(super) fn spawn_session(
         out: out.clone(),
         addrs: addrs.clone(),
     };
+    let share = ctx.shares.agent(client);
     let task = SessionTask {
+        gate: Some(share.gate()),
         session,
         protection: Aead::server(keys, cfg.rekey, inbox.clone(), ctx.keys.clone()),
         sender,
@@ -193,8 +197,9 @@ pub(super) fn spawn_session(
             }
             let open = open.clone();
             let (ports, egress) = (stream_ports.clone(), stream_egress.clone());
+            let share = share.clone();
             tokio::spawn(async move {
-                let to = (&ports, &egress);
+                let to = (&ports, &egress, &share);
                 relay::serve_stream(h, (connect_timeout, resolver), idle, to).await;
                 open.fetch_sub(1, Ordering::Relaxed);
             });

@@ -20,5 +20,6 @@ mod nat;
 mod router;
 mod rules;
 mod rules_rig;
+mod shares;
 mod startup;
 mod wildcard;

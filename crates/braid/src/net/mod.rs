@@ -10,6 +10,7 @@
 mod agent;
 mod egress;
 mod key_role;
+mod limits;
 mod server;
 
 pub use agent::*;

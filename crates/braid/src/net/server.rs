@@ -111,6 +111,11 @@ pub struct ServerArgs {
     #[arg(skip)]
     #[serde(default)]
     pub egress: super::egress::EgressFile,
+    /// The config file's `[limits]` table: fair shares, rate limits and quotas per agent
+    /// key.
+    #[arg(skip)]
+    #[serde(default)]
+    pub limits: super::limits::LimitsFile,
     /// Log level: error, warn, info, debug or trace.
     #[arg(long)]
     pub log_level: Option<String>,
@@ -209,6 +214,7 @@ pub(crate) fn server_settings(a: ServerArgs) -> Result<ServerSettings> {
         deny_private: a.deny_private,
     };
     cfg.egress = super::egress::egress_policy(&f.egress, flags)?;
+    cfg.shares = super::limits::shares_policy(&f.limits)?;
     Ok(ServerSettings {
         cfg,
         authorized: authorized_path,

@@ -86,6 +86,7 @@ impl Runner {
             on_packet: None,
             events: Some(ev_tx),
             clock,
+            gate: None,
         };
         let handle = AbortOnDrop(tokio::spawn(task.run()));
         let _ = tx.send(Some(cmd_tx.clone()));
