@@ -127,60 +127,9 @@ pub async fn splice_metered(
     let active = AtomicU64::new(0);
     let touch = || active.store(start.elapsed().as_millis() as u64, Ordering::Relaxed);
     let (mut rd, mut wr) = tcp.into_split();
-    let mut to_stream = Box::pin(async {
-        let mut buf = BytesMut::with_capacity(64 * 1024);
-        loop {
-            if buf.capacity() - buf.len() < 16 * 1024 {
-                buf.reserve(64 * 1024);
-            }
-            match rd.read_buf(&mut buf).await {
-                Ok(0) => {
-                    writer.finish();
-                    return;
-                }
-                Ok(n) => {
-                    touch();
-                    if let Err(code) = meter.to_stream(n, writer.would_wait(n)) {
-                        return writer.reset(code);
-                    }
-                    if writer.write(buf.split().freeze()).await.is_err() {
-                        return;
-                    }
-                }
-                Err(_) => {
-                    writer.reset(TCP_FAILED);
-                    return;
-                }
-            }
-        }
-    });
+    let mut to_stream = Box::pin(tcp_to_stream(&mut rd, &writer, meter, &touch));
     // True when the stream ended in a reset (or its session ended): abort the TCP side.
-    let mut to_tcp = Box::pin(async {
-        if !early.is_empty() && wr.write_all(&early).await.is_err() {
-            return false;
-        }
-        if meter.to_tcp(early.len()).is_err() {
-            return true;
-        }
-        loop {
-            match reader.read().await {
-                Some(StreamMsg::Data(b)) => {
-                    touch();
-                    if wr.write_all(&b).await.is_err() {
-                        return false;
-                    }
-                    if meter.to_tcp(b.len()).is_err() {
-                        return true;
-                    }
-                }
-                Some(StreamMsg::Fin) => {
-                    let _ = wr.shutdown().await;
-                    return false;
-                }
-                Some(StreamMsg::Reset(_)) | None => return true,
-            }
-        }
-    });
+    let mut to_tcp = Box::pin(stream_to_tcp(&mut reader, &mut wr, &early, meter, &touch));
     let (mut up_done, mut down_done, mut aborted) = (false, false, false);
     let idle_check = tokio::time::sleep(idle);
     tokio::pin!(idle_check);
@@ -216,6 +165,76 @@ pub async fn splice_metered(
         // closed with linger 0: a RST.
         if let Ok(tcp) = rd.reunite(wr) {
             let _ = socket2::SockRef::from(&tcp).set_linger(Some(std::time::Duration::ZERO));
+        }
+    }
+}
+
+/// The application's bytes to the stream until its FIN (then FIN) or an error (then a
+/// reset), each read through `meter`.
+async fn tcp_to_stream(
+    rd: &mut tokio::net::tcp::OwnedReadHalf,
+    writer: &StreamWriter,
+    meter: &dyn Meter,
+    touch: &(dyn Fn() + Sync),
+) {
+    let mut buf = BytesMut::with_capacity(64 * 1024);
+    loop {
+        if buf.capacity() - buf.len() < 16 * 1024 {
+            buf.reserve(64 * 1024);
+        }
+        match rd.read_buf(&mut buf).await {
+            Ok(0) => {
+                writer.finish();
+                return;
+            }
+            Ok(n) => {
+                touch();
+                if let Err(code) = meter.to_stream(n, writer.would_wait(n)) {
+                    return writer.reset(code);
+                }
+                if writer.write(buf.split().freeze()).await.is_err() {
+                    return;
+                }
+            }
+            Err(_) => {
+                writer.reset(TCP_FAILED);
+                return;
+            }
+        }
+    }
+}
+
+/// `early` and then the stream's bytes to the application, each through `meter`, until the
+/// stream's FIN (then a TCP FIN; false) or its reset or the meter's refusal (true: abort).
+async fn stream_to_tcp(
+    reader: &mut StreamReader,
+    wr: &mut tokio::net::tcp::OwnedWriteHalf,
+    early: &Bytes,
+    meter: &dyn Meter,
+    touch: &(dyn Fn() + Sync),
+) -> bool {
+    if !early.is_empty() && wr.write_all(early).await.is_err() {
+        return false;
+    }
+    if meter.to_tcp(early.len()).is_err() {
+        return true;
+    }
+    loop {
+        match reader.read().await {
+            Some(StreamMsg::Data(b)) => {
+                touch();
+                if wr.write_all(&b).await.is_err() {
+                    return false;
+                }
+                if meter.to_tcp(b.len()).is_err() {
+                    return true;
+                }
+            }
+            Some(StreamMsg::Fin) => {
+                let _ = wr.shutdown().await;
+                return false;
+            }
+            Some(StreamMsg::Reset(_)) | None => return true,
         }
     }
 }
