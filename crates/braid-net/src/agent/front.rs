@@ -10,6 +10,7 @@
 //! through `direct::open_tcp`), or the SOCKS/HTTP wire details (braid-proxy).
 
 use super::direct;
+use super::flow_entry::{FlowEntry, FlowTable};
 use super::report::ConnGuard;
 use super::ruled_udp::{next_back, RuledUdp};
 use super::Shared;
@@ -21,7 +22,7 @@ use braid_proxy::{datagram, AcceptBackoff, TargetAddr};
 use bytes::{Bytes, BytesMut};
 use std::future::Future;
 use std::net::{IpAddr, SocketAddr};
-use std::sync::atomic::Ordering;
+use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 use tokio::io::AsyncReadExt;
@@ -188,14 +189,9 @@ async fn udp_associate(
     };
     let relay = relay_socket(bound).await?;
     let relay_addr = relay.local_addr().map_err(|e| e.to_string())?;
-    let flow = shared.next_flow.fetch_add(1, Ordering::Relaxed);
-    let (tx, mut rx) = mpsc::channel::<Bytes>(1024);
-    if let Ok(mut m) = shared.flows.lock() {
-        m.insert(flow, tx);
-    }
-    socks5::reply(&mut tcp, ReplyCode::Succeeded, relay_addr)
-        .await
-        .map_err(|e| e.to_string())?;
+    let (entry, mut rx) =
+        answer_associate(&mut tcp, &shared.flows, &shared.next_flow, relay_addr).await?;
+    let flow = entry.id;
     let conn = shared
         .board
         .open("socks5", peer_of(&tcp), String::new(), Some(flow));
@@ -236,10 +232,25 @@ async fn udp_associate(
             }
         }
     };
-    if let Ok(mut m) = shared.flows.lock() {
-        m.remove(&flow);
-    }
+    drop(entry);
     result
+}
+
+/// The flow of a UDP association, and the success reply to the application. The flow's
+/// entry goes when the association ends, and at once when the reply fails (the
+/// application left): no entry is left behind.
+async fn answer_associate<W: tokio::io::AsyncWrite + Unpin>(
+    tcp: &mut W,
+    flows: &FlowTable,
+    next: &AtomicU32,
+    relay_addr: SocketAddr,
+) -> Result<(FlowEntry, mpsc::Receiver<Bytes>), String> {
+    let (tx, rx) = mpsc::channel::<Bytes>(1024);
+    let entry = FlowEntry::open(flows, next, tx);
+    socks5::reply(tcp, ReplyCode::Succeeded, relay_addr)
+        .await
+        .map_err(|e| format!("the UDP ASSOCIATE reply to the application failed: {e}"))?;
+    Ok((entry, rx))
 }
 
 /// A UDP association's relay socket, on the address the client reached the proxy at.
@@ -351,4 +362,35 @@ fn from_client(
 fn peer_of(tcp: &TcpStream) -> String {
     tcp.peer_addr()
         .map_or_else(|_| "?".into(), |a| a.to_string())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Regression for "a SOCKS5 UDP ASSOCIATE whose reply fails leaves its flow's entry
+    /// behind": the application gone before the reply, the flow table is empty again; an
+    /// association answered keeps its entry until it ends.
+    #[tokio::test]
+    async fn a_udp_associate_whose_reply_fails_leaves_no_flow_entry() {
+        let flows = FlowTable::default();
+        let next = AtomicU32::new(1);
+        let relay: SocketAddr = "127.0.0.1:5000".parse().unwrap();
+        let (mut ours, app) = tokio::io::duplex(64);
+        drop(app);
+        let e = answer_associate(&mut ours, &flows, &next, relay)
+            .await
+            .err()
+            .expect("the reply cannot be written");
+        assert!(e.contains("UDP ASSOCIATE reply"), "{e}");
+        assert!(flows.lock().unwrap().is_empty(), "an entry was left behind");
+
+        let (mut ours, _app) = tokio::io::duplex(64);
+        let (entry, _rx) = answer_associate(&mut ours, &flows, &next, relay)
+            .await
+            .unwrap();
+        assert!(flows.lock().unwrap().contains_key(&entry.id));
+        drop(entry);
+        assert!(flows.lock().unwrap().is_empty());
+    }
 }

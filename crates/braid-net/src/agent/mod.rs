@@ -19,6 +19,7 @@
 //! - [`redirect`], [`redirect_udp`] (with [`tproxy`]): connections and datagrams nftables
 //!   redirected; [`resolver`]: the agent's DNS port (`--dns`); [`lan_udp`]: the datagram
 //!   flows of both; [`dns_tcp`]: DNS over TCP (TUN mode and `--dns`);
+//! - [`flow_entry`]: a datagram flow's entry in the flow table, removed when it ends;
 //! - [`inbound`]: inbound ports (`--forward`): the public ports asked of the server and
 //!   the traffic that comes in through them;
 //! - [`startup`]: the mode for new connections (session, starting, direct): the wait for
@@ -35,6 +36,7 @@ mod direct;
 mod direct_udp;
 mod dns;
 mod dns_tcp;
+mod flow_entry;
 mod front;
 mod handshake;
 mod inbound;
@@ -74,7 +76,6 @@ use braid_core::Config;
 use braid_crypto::{Ciphers, PublicKey, RekeyPolicy, StaticKeypair};
 use braid_proxy::TargetAddr;
 use braid_proxy::{AuthPolicy, HttpLimits, ProxyLimits};
-use bytes::Bytes;
 use client::startup::Startup;
 use front::Front;
 use std::collections::HashMap;
@@ -94,7 +95,7 @@ type SessionSlot = watch::Receiver<Option<mpsc::UnboundedSender<Cmd>>>;
 #[derive(Clone)]
 struct Shared {
     session: SessionSlot,
-    flows: Arc<Mutex<HashMap<u32, mpsc::Sender<Bytes>>>>,
+    flows: flow_entry::FlowTable,
     next_flow: Arc<AtomicU32>,
     cfg: Arc<AgentConfig>,
     board: Arc<StatusBoard>,
