@@ -49,6 +49,9 @@ pub enum ShownState {
     Down,
     /// Over its data cap for this period: on standby until the period ends.
     Capped,
+    /// Not validated, and its network answers the captive-portal check with a login page
+    /// (agent): nothing goes on it until the portal lets traffic through.
+    Captive,
 }
 
 /// One path's view, read from the session in one go.
@@ -300,6 +303,10 @@ pub struct PathReport {
     /// packets (at the status tick's resolution) + `nj_per_byte` × the bytes it carried
     /// (agent, `null` without `power=` or `nj_per_byte=`).
     pub energy_j: Option<f64>,
+    /// The login page of the captive portal in front of the path, where it gave one
+    /// (agent, while `state` is `captive`).
+    #[serde(default)]
+    pub portal_url: Option<String>,
 }
 
 impl PathReport {

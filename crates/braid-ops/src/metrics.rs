@@ -60,13 +60,14 @@ struct EgressLabels {
     kind: String,
 }
 
-const STATES: [ShownState; 6] = [
+const STATES: [ShownState; 7] = [
     ShownState::Validating,
     ShownState::Active,
     ShownState::Backup,
     ShownState::Frozen,
     ShownState::Down,
     ShownState::Capped,
+    ShownState::Captive,
 ];
 
 fn state_name(s: ShownState) -> String {

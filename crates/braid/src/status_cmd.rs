@@ -5,7 +5,9 @@
 //! touch: the snapshot's contents (braid-net) or the socket protocol (braid-ops).
 
 use anyhow::{bail, Result};
-use braid_net::status::{AgentStatus, DatagramReport, PathReport, ServerStatus, Status};
+use braid_net::status::{
+    AgentStatus, DatagramReport, PathReport, ServerStatus, ShownState, Status,
+};
 use braid_ops::control::{default_path, query, ControlError};
 use clap::Args;
 use std::fmt::Write as _;
@@ -172,6 +174,23 @@ fn path_table(paths: &[PathReport], agent: bool) -> String {
     table(&rows)
 }
 
+/// A line per path behind a captive portal: where to log in.
+fn captive_lines(paths: &[PathReport]) -> String {
+    let mut out = String::new();
+    for p in paths
+        .iter()
+        .filter(|p| p.state == Some(ShownState::Captive))
+    {
+        let _ = writeln!(
+            out,
+            "{}: captive portal{}: log in there; the path carries data once it lets traffic through",
+            p.name,
+            p.portal_url.as_ref().map_or(String::new(), |u| format!(" at {u}"))
+        );
+    }
+    out
+}
+
 fn table(rows: &[Vec<String>]) -> String {
     let cols = rows.iter().map(Vec::len).max().unwrap_or(0);
     let widths: Vec<usize> = (0..cols)
@@ -234,6 +253,7 @@ fn render_agent(a: &AgentStatus) -> String {
             .map_or(String::new(), |e| format!(", energy {e:.1} J"))
     );
     out.push_str(&path_table(&a.paths, true));
+    out.push_str(&captive_lines(&a.paths));
     if !a.streams.is_empty() {
         let mut rows = vec![[
             "PROXY",
@@ -418,7 +438,32 @@ fn datagram_line(d: &DatagramReport) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use braid_net::status::ShownState;
+
+    #[test]
+    fn a_captive_path_shows_captive_and_where_to_log_in() {
+        let a = AgentStatus {
+            paths: vec![PathReport {
+                name: "wifi".into(),
+                state: Some(ShownState::Captive),
+                portal_url: Some("http://portal.example/login".into()),
+                ..Default::default()
+            }],
+            ..Default::default()
+        };
+        let t = render(&Status::Agent(a.clone()));
+        let wifi = t.lines().find(|l| l.starts_with("wifi ")).unwrap();
+        assert!(wifi.contains("captive"), "{t}");
+        assert!(
+            t.contains("wifi: captive portal at http://portal.example/login: log in there"),
+            "{t}"
+        );
+        let json = serde_json::to_value(&a).unwrap();
+        assert_eq!(json["paths"][0]["state"], "captive");
+        assert_eq!(
+            json["paths"][0]["portal_url"],
+            "http://portal.example/login"
+        );
+    }
 
     #[test]
     fn the_agent_table_lists_every_path_with_its_state_and_bytes() {

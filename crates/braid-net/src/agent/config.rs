@@ -67,6 +67,9 @@ pub struct AgentConfig {
     /// Inbound ports: public ports the server is asked to open, and the services behind
     /// the agent their traffic goes to.
     pub forwards: Vec<Forward>,
+    /// The captive-portal check URL (`--captive-check`; `None`: no checks): asked from a
+    /// path that does not validate (`pathmgr::captive`).
+    pub captive_check: Option<crate::pathmgr::captive::CheckUrl>,
 }
 
 impl AgentConfig {
@@ -100,6 +103,10 @@ impl AgentConfig {
             ciphers: Ciphers::auto(),
             rules: Rules::default(),
             forwards: Vec::new(),
+            captive_check: crate::pathmgr::captive::CheckUrl::parse(
+                crate::pathmgr::captive::DEFAULT_CHECK_URL,
+            )
+            .ok(),
         }
     }
 

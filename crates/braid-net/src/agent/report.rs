@@ -39,6 +39,8 @@ pub(super) struct PolicyView {
     pub addrs: HashMap<PathId, (Option<SocketAddr>, SocketAddr)>,
     /// Per configured path: the interface an `auto` slot took now.
     pub auto: Vec<Option<String>>,
+    /// Per configured path: behind a captive portal (`Some`, with its URL where known).
+    pub captive: Vec<Option<Option<String>>>,
 }
 
 /// The current session, as the loop knows it.
@@ -414,6 +416,11 @@ impl StatusBoard {
             }
             let over = policy.over_cap.get(slot).copied().unwrap_or(false);
             p.state = Some(display_state(live, over));
+            let unvalidated = matches!(p.state, Some(ShownState::Validating | ShownState::Down));
+            if let (Some(Some(portal)), true) = (policy.captive.get(slot), unvalidated) {
+                p.state = Some(ShownState::Captive);
+                p.portal_url = portal.clone();
+            }
             if let (Some(ShownState::Frozen), Some(c)) = (p.state, live) {
                 down_at[slot] = Some(now - c.silent + DOWN_AFTER);
             }
@@ -507,6 +514,7 @@ mod tests {
             cap_used: vec![None],
             addrs: HashMap::new(),
             auto: vec![None],
+            captive: vec![None],
         };
         let meta = SessionMeta {
             id: 1,

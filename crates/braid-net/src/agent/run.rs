@@ -11,6 +11,7 @@
 
 mod actions;
 mod caps;
+mod captive;
 mod silence;
 mod start;
 use silence::Silence;
@@ -396,8 +397,12 @@ impl Runner {
         let mut replacement = None;
         let mut tick = tokio::time::interval(CAP_TICK);
         tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        let mut checks = captive::Checks::new();
+        self.client.captive.checks_dropped();
         let reason = loop {
+            self.captive_step(&mut checks);
             self.apply(&cmd_tx, &mut links);
+            let check_at = self.client.captive.poll_timeout().map(|d| self.epoch + d);
             let replace_at = self.client.silence.poll_timeout();
             let deadline = self.client.paths.poll_timeout().map_or(
                 tokio::time::Instant::now() + Duration::from_secs(3600),
@@ -424,6 +429,8 @@ impl Runner {
                     }
                 }
                 _ = tokio::time::sleep_until(deadline) => self.client.paths.handle_timeout(self.now()),
+                _ = tokio::time::sleep_until(check_at.unwrap_or(deadline)), if check_at.is_some() => {}
+                Some(Ok(v)) = checks.join_next(), if !checks.is_empty() => self.captive_verdict(&mut checks, v),
                 _ = tokio::time::sleep_until(replace_at.map_or(deadline, tokio::time::Instant::from_std)), if replace_at.is_some() => {
                     let now = tokio::time::Instant::now().into_std();
                     if let Some(quiet) = self.client.silence.handle_timeout(now) {

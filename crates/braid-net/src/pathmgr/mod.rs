@@ -34,6 +34,10 @@
 //!   as long, up to [`Recheck::max`]. A network that blocked UDP for a while (a captive
 //!   portal, a firewall rule) gets its path back on UDP.
 //!
+//! - a path that does not validate gets captive-portal checks ([`captive`]): behind a
+//!   portal it is shown `captive` with the portal's URL, and re-bound at once
+//!   ([`PathManager::retry_now`]) when the portal lets traffic through.
+//!
 //! `--path auto` ([`PathBind::Auto`] slots): each such slot takes, for good, the first
 //! interface that is up, has a default route of the main table in the server's family and
 //! is neither loopback nor one of braid's own devices ([`is_own_device`]) nor named by
@@ -43,6 +47,7 @@
 //! Path ids: slot `i` uses id `i`, or `i + 8` while a make-before-break replacement runs, so
 //! a session never uses more than 16 ids (what the server keeps addresses for).
 
+pub mod captive;
 mod kernel;
 mod probe;
 pub use probe::Recheck;

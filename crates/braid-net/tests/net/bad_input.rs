@@ -48,6 +48,7 @@ fn agent_cfg(
         ciphers: Default::default(),
         forwards: Vec::new(),
         server_other_family: Vec::new(),
+        captive_check: None,
     }
 }
 

@@ -10,7 +10,8 @@ use braid_net::agent::{Agent, PathStatus};
 use nsrig::{agent_cfg, check, download, nft_drop, nft_dropped, setup, skip, wait};
 use std::time::{Duration, Instant};
 
-fn no_nft() -> bool {
+/// True (with the reason printed) when nftables is missing.
+pub(crate) fn no_nft() -> bool {
     if braid_testbed::cmd::run("nft", &["--version"]).is_err() {
         eprintln!("skipped: nft (nftables) is not installed");
         return true;

@@ -8,6 +8,7 @@ use braid_testkit::loopback as common;
 use braid_testkit::netns as nsrig;
 
 mod blocked;
+mod captive;
 mod direct;
 mod direct_links;
 mod egress;

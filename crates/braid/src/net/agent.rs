@@ -105,6 +105,12 @@ pub struct AgentArgs {
     /// [default: 10].
     #[arg(long, value_name = "SECONDS")]
     pub session_wait: Option<u64>,
+    /// The captive-portal check: an http:// URL that answers 204 No Content, asked from a
+    /// path that does not validate; a login page or redirect instead shows the path as
+    /// `captive` with the portal's URL. `off`: no checks
+    /// [default: http://connectivitycheck.gstatic.com/generate_204].
+    #[arg(long, value_name = "URL")]
+    pub captive_check: Option<String>,
     /// Congestion controller for both directions: bbrq (default: BBR whose window keeps the
     /// path's standing queue to a few milliseconds), cubic, bbr, reno, lia, olia or balia.
     #[arg(long)]
@@ -331,6 +337,15 @@ pub(crate) struct AgentSettings {
     pub log_level: Option<String>,
 }
 
+/// `--captive-check`: the URL, the default's, or none (`off`).
+fn captive_check(s: Option<String>) -> Result<Option<braid_net::pathmgr::captive::CheckUrl>> {
+    use braid_net::pathmgr::captive::{CheckUrl, DEFAULT_CHECK_URL};
+    match s.as_deref() {
+        Some("off") => Ok(None),
+        s => Ok(Some(CheckUrl::parse(s.unwrap_or(DEFAULT_CHECK_URL))?)),
+    }
+}
+
 /// Turn flags and the config file into an agent configuration, reading the key files; a
 /// server name that does not resolve fails (`check-config`).
 pub(crate) fn agent_settings(a: AgentArgs) -> Result<AgentSettings> {
@@ -426,6 +441,7 @@ fn settings(a: AgentArgs, unresolved: Unresolved) -> Result<AgentSettings> {
         rekey: Default::default(),
         ciphers: ciphers(a.cipher.or(f.cipher))?,
         rules,
+        captive_check: captive_check(a.captive_check.or(f.captive_check))?,
         forwards: either(a.forward, f.forward)
             .iter()
             .map(|s| braid_net::agent::Forward::parse(s))

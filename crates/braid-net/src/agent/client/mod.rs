@@ -25,6 +25,7 @@ pub(crate) mod handshake;
 pub(crate) mod silence;
 pub(crate) mod startup;
 
+use crate::pathmgr::captive::CaptiveWatch;
 use crate::pathmgr::{PathManager, Recheck};
 use crate::udp::PathBind;
 use std::time::{Duration, Instant};
@@ -57,6 +58,8 @@ pub(crate) struct Client {
     pub(crate) silence: silence::Watch,
     /// The paths' link decisions (with the TCP fallback and the UDP rechecks).
     pub(crate) paths: PathManager,
+    /// The captive-portal checks of paths that do not validate.
+    pub(crate) captive: CaptiveWatch,
 }
 
 impl Client {
@@ -82,6 +85,7 @@ impl Client {
             }
         }
         Client {
+            captive: CaptiveWatch::new(paths.len()),
             paths: mgr,
             direct,
             backoff: BACKOFF_FIRST,

@@ -32,7 +32,11 @@ impl Runner {
         let auto = (0..self.cfg.paths.len())
             .map(|slot| self.client.paths.auto_interface(slot).map(str::to_string))
             .collect();
+        let captive = (0..self.cfg.paths.len())
+            .map(|slot| self.client.captive.portal(slot).cloned())
+            .collect();
         PolicyView {
+            captive,
             over_cap: self.slots.iter().map(|s| s.over_cap).collect(),
             cap_used,
             addrs,
