@@ -12,6 +12,7 @@
 //! - [`agent`]: `braid agent` (SOCKS5, the HTTP proxy, UDP ASSOCIATE, live paths),
 //! - [`pathmgr`]: the agent's path decisions from link and address events,
 //! - [`netwatch`]: link and address events from the kernel (rtnetlink),
+//! - [`nat64`]: the NAT64 prefix (RFC 7050, RFC 6052) for IPv6-only paths to an IPv4 server,
 //! - [`policy`]: per-path backup, cap and power options, and the cap ledger,
 //! - [`rules`]: per-destination rules (`--bypass`, `--pin`) and their matching,
 //! - [`server`]: `braid server` (authenticated sessions, TCP and UDP to legacy servers),
@@ -22,6 +23,7 @@ pub mod batch;
 pub mod bridge;
 pub mod common;
 pub mod driver;
+pub mod nat64;
 pub mod netwatch;
 pub mod pathmgr;
 pub mod pktinfo;

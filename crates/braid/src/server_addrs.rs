@@ -125,9 +125,68 @@ fn pair(all: &[(&String, Vec<SocketAddr>)]) -> Result<ServerAddrs> {
     Ok((primary, other))
 }
 
+/// The servers' addresses for IPv6-only paths through a NAT64 with `prefix`: each IPv4
+/// server without an IPv6 address of its own gets the one synthesized in the prefix.
+pub(crate) fn with_nat64(
+    primary: &[SocketAddr],
+    other: &mut Vec<(SocketAddr, SocketAddr)>,
+    prefix: &braid_net::nat64::Nat64Prefix,
+) {
+    for &p in primary.iter().filter(|p| p.is_ipv4()) {
+        if other.iter().all(|(a, _)| *a != p) {
+            other.push((p, prefix.server(p)));
+        }
+    }
+}
+
+/// `--nat64-prefix`: the prefix given, or with `auto` the one the AAAA records of
+/// ipv4only.arpa reveal (RFC 7050), through `lookup`; `None` when none is found.
+pub(crate) fn nat64_prefix(
+    given: &str,
+    lookup: &mut dyn FnMut(&str) -> std::io::Result<Vec<SocketAddr>>,
+) -> Result<Option<braid_net::nat64::Nat64Prefix>> {
+    use braid_net::nat64::{discover, Nat64Prefix, IPV4ONLY_ARPA};
+    if given != "auto" {
+        return Ok(Some(Nat64Prefix::parse(given)?));
+    }
+    let answers: Vec<std::net::Ipv6Addr> = lookup(&format!("{IPV4ONLY_ARPA}:0"))
+        .unwrap_or_default()
+        .into_iter()
+        .filter_map(|a| match a.ip() {
+            std::net::IpAddr::V6(v6) => Some(v6),
+            std::net::IpAddr::V4(_) => None,
+        })
+        .collect();
+    Ok(discover(&answers))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn nat64_gives_ipv4_servers_a_synthesized_ipv6_address_and_auto_discovers_the_prefix() {
+        let p = braid_net::nat64::Nat64Prefix::parse("64:ff9b::/96").unwrap();
+        let v4: SocketAddr = "203.0.113.5:4433".parse().unwrap();
+        let own: SocketAddr = "198.51.100.7:4433".parse().unwrap();
+        let own6: SocketAddr = "[2001:db8::7]:4433".parse().unwrap();
+        let mut other = vec![(own, own6)];
+        with_nat64(&[v4, own], &mut other, &p);
+        let nat: SocketAddr = "[64:ff9b::cb00:7105]:4433".parse().unwrap();
+        assert_eq!(
+            other,
+            [(own, own6), (v4, nat)],
+            "a server's own IPv6 address is kept"
+        );
+        let mut dns64 = |_: &str| Ok(vec!["[64:ff9b::c000:aa]:0".parse().unwrap()]);
+        assert_eq!(nat64_prefix("auto", &mut dns64).unwrap(), Some(p));
+        let mut plain = |_: &str| Ok(vec!["192.0.0.170:0".parse().unwrap()]);
+        assert_eq!(nat64_prefix("auto", &mut plain).unwrap(), None);
+        let e = nat64_prefix("64:ff9b::/95", &mut plain)
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("64:ff9b::/95"), "{e}");
+    }
 
     fn r(v: &[&str]) -> Result<ServerAddrs> {
         resolve(&strings(v), Unresolved::Fail)

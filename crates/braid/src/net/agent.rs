@@ -111,6 +111,12 @@ pub struct AgentArgs {
     /// [default: http://connectivitycheck.gstatic.com/generate_204].
     #[arg(long, value_name = "URL")]
     pub captive_check: Option<String>,
+    /// The NAT64 prefix of IPv6-only links (like 64:ff9b::/96), or `auto`: the one the
+    /// AAAA records of ipv4only.arpa reveal (RFC 7050). An IPv4-only server is then
+    /// reached from IPv6-only paths at its address synthesized in the prefix
+    /// [default: none].
+    #[arg(long, value_name = "PREFIX")]
+    pub nat64_prefix: Option<String>,
     /// Congestion controller for both directions: bbrq (default: BBR whose window keeps the
     /// path's standing queue to a few milliseconds), cubic, bbr, reno, lia, olia or balia.
     #[arg(long)]
@@ -358,7 +364,21 @@ fn settings(a: AgentArgs, unresolved: Unresolved) -> Result<AgentSettings> {
     let servers = either(a.servers, f.servers);
     // A name with A and AAAA records, or `ADDR,ADDR`: one server reachable over both
     // families (paths of either family join its session).
-    let (addrs, other_family) = crate::server_addrs::resolve(&servers, unresolved)?;
+    let (addrs, mut other_family) = crate::server_addrs::resolve(&servers, unresolved)?;
+    if let Some(given) = a.nat64_prefix.or(f.nat64_prefix) {
+        let mut lookup = |h: &str| std::net::ToSocketAddrs::to_socket_addrs(h).map(Vec::from_iter);
+        match crate::server_addrs::nat64_prefix(&given, &mut lookup)? {
+            Some(p) => {
+                eprintln!("braid: NAT64 prefix {p}: IPv6-only paths reach IPv4 servers through it");
+                crate::server_addrs::with_nat64(&addrs, &mut other_family, &p);
+            }
+            None => eprintln!(
+                "braid: --nat64-prefix auto: ipv4only.arpa has no AAAA record of a NAT64 \
+                 prefix here (no DNS64 on this network); IPv6-only paths reach only servers \
+                 with an IPv6 address"
+            ),
+        }
+    }
     let direct_only = servers.is_empty();
     let server_pub = a.server_pub.or(f.server_pub);
     let key = a.key.or(f.key);
