@@ -171,8 +171,21 @@ fn socket(addr: SocketAddr, reuse_port: bool) -> io::Result<Socket> {
     let _ = sock.set_send_buffer_size(crate::udp::SOCKET_BUFFER);
     sock.set_nonblocking(true)?;
     sock.set_reuse_port(reuse_port)?;
-    sock.bind(&addr.into())
-        .map_err(|e| io::Error::new(e.kind(), format!("cannot bind UDP socket to {addr}: {e}")))?;
+    sock.bind(&addr.into()).map_err(|e| {
+        let advice = if e.kind() == io::ErrorKind::AddrInUse {
+            format!(
+                "; UDP port {} is already served there (another braid server, or another \
+                 program): stop it, or give this server another --listen port",
+                addr.port()
+            )
+        } else {
+            String::new()
+        };
+        io::Error::new(
+            e.kind(),
+            format!("cannot bind UDP socket to {addr}: {e}{advice}"),
+        )
+    })?;
     Ok(sock)
 }
 
@@ -209,8 +222,10 @@ mod tests {
         let g = bind_group("127.0.0.1:0".parse().unwrap(), 2).unwrap();
         let addr = g[0].local_addr().unwrap();
         assert_eq!(g[1].local_addr().unwrap(), addr);
-        // A second server on the same address fails as with one socket.
-        assert!(bind_group(addr, 2).is_err());
+        // A second server on the same address fails as with one socket, naming the port.
+        let e = bind_group(addr, 2).unwrap_err().to_string();
+        let port = format!("UDP port {} is already served", addr.port());
+        assert!(e.contains(&port) && e.contains("--listen"), "{e}");
         assert!(std::net::UdpSocket::bind(addr).is_err());
     }
 }
