@@ -343,6 +343,29 @@ pub(crate) struct AgentSettings {
     pub log_level: Option<String>,
 }
 
+/// `--nat64-prefix`: the IPv4 servers' synthesized IPv6 addresses added to `other_family`
+/// (the prefix given, or found with `auto`; said on stderr either way).
+fn nat64(
+    given: Option<String>,
+    addrs: &[std::net::SocketAddr],
+    other_family: &mut Vec<(std::net::SocketAddr, std::net::SocketAddr)>,
+) -> Result<()> {
+    let Some(given) = given else { return Ok(()) };
+    let mut lookup = |h: &str| std::net::ToSocketAddrs::to_socket_addrs(h).map(Vec::from_iter);
+    match crate::server_addrs::nat64_prefix(&given, &mut lookup)? {
+        Some(p) => {
+            eprintln!("braid: NAT64 prefix {p}: IPv6-only paths reach IPv4 servers through it");
+            crate::server_addrs::with_nat64(addrs, other_family, &p);
+        }
+        None => eprintln!(
+            "braid: --nat64-prefix auto: ipv4only.arpa has no AAAA record of a NAT64 \
+             prefix here (no DNS64 on this network); IPv6-only paths reach only servers \
+             with an IPv6 address"
+        ),
+    }
+    Ok(())
+}
+
 /// `--captive-check`: the URL, the default's, or none (`off`).
 fn captive_check(s: Option<String>) -> Result<Option<braid_net::pathmgr::captive::CheckUrl>> {
     use braid_net::pathmgr::captive::{CheckUrl, DEFAULT_CHECK_URL};
@@ -365,20 +388,7 @@ fn settings(a: AgentArgs, unresolved: Unresolved) -> Result<AgentSettings> {
     // A name with A and AAAA records, or `ADDR,ADDR`: one server reachable over both
     // families (paths of either family join its session).
     let (addrs, mut other_family) = crate::server_addrs::resolve(&servers, unresolved)?;
-    if let Some(given) = a.nat64_prefix.or(f.nat64_prefix) {
-        let mut lookup = |h: &str| std::net::ToSocketAddrs::to_socket_addrs(h).map(Vec::from_iter);
-        match crate::server_addrs::nat64_prefix(&given, &mut lookup)? {
-            Some(p) => {
-                eprintln!("braid: NAT64 prefix {p}: IPv6-only paths reach IPv4 servers through it");
-                crate::server_addrs::with_nat64(&addrs, &mut other_family, &p);
-            }
-            None => eprintln!(
-                "braid: --nat64-prefix auto: ipv4only.arpa has no AAAA record of a NAT64 \
-                 prefix here (no DNS64 on this network); IPv6-only paths reach only servers \
-                 with an IPv6 address"
-            ),
-        }
-    }
+    nat64(a.nat64_prefix.or(f.nat64_prefix), &addrs, &mut other_family)?;
     let direct_only = servers.is_empty();
     let server_pub = a.server_pub.or(f.server_pub);
     let key = a.key.or(f.key);
