@@ -18,43 +18,9 @@ use tracing::{debug, info, warn};
 pub mod counters;
 mod shaper;
 
-/// Seals outgoing and opens incoming packets (the AEAD of the networking layer), and
-/// manages its keys (rotation) through [`PacketProtection::poll_control`].
-pub trait PacketProtection: Send + 'static {
-    /// Encrypt `packet` in place (its last `tag_len` bytes are the tag space).
-    fn seal(&mut self, packet: &mut [u8]) -> bool;
-    /// Verify and decrypt in place, returning the header it parsed to do so, as a transport
-    /// header of key phase 0 (the session takes it as it is: the header is parsed once per
-    /// packet); `None`: drop the packet (or it was a key-management packet the protection
-    /// consumed).
-    fn open(&mut self, packet: &mut [u8]) -> Option<Header> {
-        let h = braid_core::wire::parse_header(packet).ok()?;
-        self.open_parsed(packet, h)
-    }
-    /// [`PacketProtection::open`] for a packet whose header the receiver parsed already
-    /// (`header` is `parse_header(packet)`): each header is parsed once per packet.
-    fn open_parsed(&mut self, packet: &mut [u8], header: Header) -> Option<Header>;
-    /// Called on every turn of the session loop with the time: what key management needs
-    /// done now (nothing by default).
-    fn poll_control(&mut self, _now: Instant) -> Option<Control> {
-        None
-    }
-    /// When [`Self::poll_control`] wants to be called again at the latest.
-    fn poll_timeout(&self) -> Option<Instant> {
-        None
-    }
-}
-
-/// What packet protection asks the session task to do.
-#[derive(Debug)]
-pub enum Control {
-    /// Send this handshake packet on this path (a key rotation's message 1).
-    Send(PathId, Vec<u8>),
-    /// New keys are in use: make the session speak on its paths so the peer confirms them.
-    Rotated,
-    /// The keys outlived their lifetime without a rotation: close the session.
-    Expired,
-}
+/// Sealing, opening and key management, and what they ask of the session task: defined
+/// with the sans-IO connection in braid-conn.
+pub use braid_conn::{Control, PacketProtection};
 
 /// Sends datagrams on a path.
 pub trait PathSender: Send + 'static {

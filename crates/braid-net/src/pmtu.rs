@@ -11,31 +11,9 @@ use crate::udp::PathBind;
 use socket2::{Domain, Protocol, Socket, Type};
 use std::net::SocketAddr;
 
-/// The MTU assumed where the route's is unknown (the server's side, a failed look-up).
-pub const DEFAULT_MTU: u32 = 1500;
-/// IPv4 and UDP headers.
-const V4_HEADERS: u32 = 20 + 8;
-/// IPv6 and UDP headers.
-const V6_HEADERS: u32 = 40 + 8;
-
-/// True when `peer` is reached over IPv6 (an IPv4-mapped address is IPv4 on the wire).
-pub fn is_ipv6_on_wire(peer: SocketAddr) -> bool {
-    match peer {
-        SocketAddr::V4(_) => false,
-        SocketAddr::V6(a) => a.ip().to_ipv4_mapped().is_none(),
-    }
-}
-
-/// The largest UDP payload towards `peer` over a route of `mtu` bytes ([`DEFAULT_MTU`]
-/// when `None`): 1472 for IPv4 and 1452 for IPv6 over 1500.
-pub fn datagram_limit(peer: SocketAddr, mtu: Option<u32>) -> usize {
-    let headers = if is_ipv6_on_wire(peer) {
-        V6_HEADERS
-    } else {
-        V4_HEADERS
-    };
-    mtu.unwrap_or(DEFAULT_MTU).saturating_sub(headers) as usize
-}
+/// The header arithmetic lives with the sans-IO connection (which sizes the paths whose
+/// addresses it learns); the agent's links use it from here.
+pub use braid_conn::addr::{datagram_limit, is_ipv6_on_wire, DEFAULT_MTU};
 
 /// The MTU of the route from a socket bound like `bind` (marked with `mark`, as TUN mode
 /// marks path sockets) to `peer`, as the kernel reports it for a connected UDP socket:

@@ -1,17 +1,26 @@
 //! The simulated world: a client session and a server session joined by modelled paths,
-//! advanced in virtual time by a discrete-event loop.
+//! advanced in virtual time by a discrete-event loop. Each session is one end of a
+//! braid-conn [`Connection`], as in the agent and the server: with packet protection
+//! ([`World::new_protected`]: AEAD with replay windows, keys from the seed) or without
+//! (the tag space left as zeros). The world sets both ends' path addresses (path `i` of the
+//! client is `10.0.i.2`, the server `192.0.2.1:443`); the server does not follow them.
 //!
-//! Owns: virtual time, moving datagrams between the sessions and the link models, firing
-//! the sessions' timers, and waking the application model. Must not touch: the protocol
-//! (it only calls the core's public API) or what applications do (see [`App`]). Same
+//! Owns: virtual time, moving datagrams between the connections and the link models, firing
+//! the connections' timers, and waking the application model. Must not touch: the protocol
+//! (it only calls the public APIs of braid-core and braid-conn) or what applications do
+//! (see [`App`]). Same
 //! inputs, same seed: the same run, bit for bit — there is no wall clock and no shared
 //! randomness anywhere in the loop.
 
 use crate::link::{Dir, PathModel};
 use crate::scenario::PathSpec;
 use crate::time::Nanos;
+use braid_conn::protect::{Aead, Plain};
+use braid_conn::{Connection, PacketProtection, PathAddr, Received, Transport};
 use braid_core::{Config, Instant, PathId, Session};
-use bytes::Bytes;
+use braid_crypto::{Ciphers, Role, SessionKeys};
+use bytes::{Bytes, BytesMut};
+use std::net::{IpAddr, Ipv4Addr, SocketAddr};
 
 /// IPv4 (20) and UDP (8) headers: counted on every link, on top of the UDP payload.
 pub const IP_UDP_OVERHEAD: u32 = 28;
@@ -47,13 +56,24 @@ pub enum Outcome {
     Stalled,
 }
 
+/// One end: a session with its protection and path addresses.
+pub type End = Connection<Box<dyn PacketProtection>>;
+
+/// The server's address.
+const SERVER: SocketAddr = SocketAddr::new(IpAddr::V4(Ipv4Addr::new(192, 0, 2, 1)), 443);
+
+/// Client path `i`'s address.
+fn client_addr(i: PathId) -> SocketAddr {
+    SocketAddr::new(IpAddr::V4(Ipv4Addr::new(10, 0, i, 2)), 40_000)
+}
+
 /// Client, server and the links between them.
 pub struct World {
     now: Nanos,
     /// The agent side.
-    pub client: Session,
+    pub client: End,
     /// The server side.
-    pub server: Session,
+    pub server: End,
     links: Vec<Option<PathModel<Bytes>>>,
     buf: Vec<u8>,
     arrivals: Vec<(Nanos, Dir, Bytes)>,
@@ -80,6 +100,18 @@ impl World {
         client_cfg: Config,
         server_cfg: Config,
     ) -> World {
+        Self::new_protected(paths, seed, client_cfg, server_cfg, false)
+    }
+
+    /// [`World::new`], every packet sealed and opened with keys made from `seed` when
+    /// `protect` (a scenario's `protection = true`).
+    pub fn new_protected(
+        paths: &[Option<PathSpec>],
+        seed: u64,
+        client_cfg: Config,
+        server_cfg: Config,
+        protect: bool,
+    ) -> World {
         let links: Vec<Option<PathModel<Bytes>>> = paths
             .iter()
             .enumerate()
@@ -104,6 +136,17 @@ impl World {
             let _ = client.add_path(now, id);
         }
         let server = Session::accept(server_cfg, now, session_id);
+        let (cp, sp) = protection(protect, seed);
+        let (mut client, mut server) = (Connection::new(client, cp), Connection::new(server, sp));
+        for &id in &ids {
+            let udp = |remote: SocketAddr, local: SocketAddr| PathAddr {
+                remote,
+                local: Some(local.ip()),
+                transport: Transport::Udp,
+            };
+            client.set_path_addr(now, id, udp(SERVER, client_addr(id)));
+            server.set_path_addr(now, id, udp(client_addr(id), SERVER));
+        }
         World {
             now: 0,
             client,
@@ -168,18 +211,32 @@ impl World {
 
     fn pump(&mut self) {
         let now = Instant(self.now);
-        while let Some(t) = self.client.poll_transmit(now, &mut self.buf) {
-            if let Some(Some(link)) = self.links.get_mut(t.path as usize) {
-                let pkt = Bytes::copy_from_slice(&self.buf[..t.len]);
-                link.send(self.now, Dir::Up, t.len as u32 + IP_UDP_OVERHEAD, pkt);
+        for (end, dir) in [(&mut self.client, Dir::Up), (&mut self.server, Dir::Down)] {
+            while let Some(t) = end.poll_transmit(now, &mut self.buf, 1) {
+                if let Some(Some(link)) = self.links.get_mut(t.path as usize) {
+                    let pkt = Bytes::copy_from_slice(&self.buf[..t.len]);
+                    link.send(self.now, dir, t.len as u32 + IP_UDP_OVERHEAD, pkt);
+                }
             }
         }
-        while let Some(t) = self.server.poll_transmit(now, &mut self.buf) {
-            if let Some(Some(link)) = self.links.get_mut(t.path as usize) {
-                let pkt = Bytes::copy_from_slice(&self.buf[..t.len]);
-                link.send(self.now, Dir::Down, t.len as u32 + IP_UDP_OVERHEAD, pkt);
-            }
-        }
+    }
+
+    /// Hand a datagram that crossed a link to the end it goes to.
+    fn deliver(&mut self, now: Instant, dir: Dir, pkt: Bytes) {
+        let (end, from, local) = match dir {
+            Dir::Up => (&mut self.server, client_addr(0), SERVER.ip()),
+            Dir::Down => (&mut self.client, SERVER, client_addr(0).ip()),
+        };
+        let r = Received {
+            from,
+            local: Some(local),
+            transport: Transport::Udp,
+            data: pkt
+                .try_into_mut()
+                .unwrap_or_else(|b| BytesMut::from(&b[..])),
+            header: None,
+        };
+        end.handle_datagram(now, r);
     }
 
     /// Run until the application is done, the time `deadline` passes, or a session ends.
@@ -187,15 +244,16 @@ impl World {
         let mut same_time = 0u32;
         loop {
             let mut ends = Endpoints {
-                client: &mut self.client,
-                server: &mut self.server,
+                client: self.client.session_mut(),
+                server: self.server.session_mut(),
             };
             if app.on_wake(self.now, &mut ends) {
                 return Outcome::Done;
             }
             self.pump();
-            if let Some(e) = self.client.error().or(self.server.error()) {
-                if self.client.is_closed() || self.server.is_closed() {
+            let (c, s) = (self.client.session(), self.server.session());
+            if let Some(e) = c.error().or(s.error()) {
+                if c.is_closed() || s.is_closed() {
                     return Outcome::SessionClosed(e.to_string());
                 }
             }
@@ -238,26 +296,36 @@ impl World {
             }
             self.take_sample();
             self.arrivals.sort_by_key(|a| a.0);
-            for (_, dir, pkt) in self.arrivals.drain(..) {
-                match dir {
-                    Dir::Up => self.server.handle_datagram(Instant(now), pkt),
-                    Dir::Down => self.client.handle_datagram(Instant(now), pkt),
-                }
+            let mut arrivals = std::mem::take(&mut self.arrivals);
+            for (_, dir, pkt) in arrivals.drain(..) {
+                self.deliver(Instant(now), dir, pkt);
             }
-            if self
-                .client
-                .poll_timeout()
-                .is_some_and(|t| t.as_nanos() <= now)
-            {
-                self.client.handle_timeout(Instant(now));
-            }
-            if self
-                .server
-                .poll_timeout()
-                .is_some_and(|t| t.as_nanos() <= now)
-            {
-                self.server.handle_timeout(Instant(now));
-            }
+            self.arrivals = arrivals;
+            self.client.handle_timeout(Instant(now));
+            self.server.handle_timeout(Instant(now));
         }
     }
+}
+
+/// Each end's protection: AEAD with keys made from `seed` (no rotation), or none.
+fn protection(protect: bool, seed: u64) -> (Box<dyn PacketProtection>, Box<dyn PacketProtection>) {
+    if !protect {
+        return (Box::new(Plain), Box::new(Plain));
+    }
+    let key = |salt: u64| {
+        let mut k = [0u8; 32];
+        for (i, c) in k.chunks_mut(8).enumerate() {
+            let x = braid_core::rng::splitmix64(seed ^ salt ^ (i as u64 + 1) << 40);
+            c.copy_from_slice(&x.to_le_bytes());
+        }
+        k
+    };
+    let split = (key(0xc1), key(0x5e));
+    // The cipher a real agent and server would agree on this CPU.
+    let cipher = Ciphers::auto().first();
+    let keys = |role| SessionKeys::from_split_with(role, cipher, &split);
+    (
+        Box::new(Aead::new(keys(Role::Client))),
+        Box::new(Aead::new(keys(Role::Server))),
+    )
 }

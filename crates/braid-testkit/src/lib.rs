@@ -2,6 +2,8 @@
 //! builds its own copy (issue 27). Never shipped (`publish = false`); only test targets
 //! depend on it.
 //!
+//! - [`conn_pair`]: two protected connections (braid-conn) in memory, through a NAT, with
+//!   the pair's tamper hook (the connection's tests and its fuzz target; feature `conn`).
 //! - [`http`]: small HTTP/1.1 origin servers (accept, read the head, answer).
 //! - [`loopback`]: a server, link emulators and an agent on this machine's loopback, a small
 //!   HTTP server, deterministic bodies and their SHA-256, fetching through SOCKS5.
@@ -16,6 +18,8 @@
 //! Owns: test scaffolding only. Must not touch: product code paths (it drives the public
 //! APIs of braid-net and braid-emu as the binaries do).
 
+#[cfg(feature = "conn")]
+pub mod conn_pair;
 #[cfg(feature = "rigs")]
 pub mod http;
 #[cfg(feature = "rigs")]

@@ -37,6 +37,26 @@ pub fn no_tamper(_: &mut TamperCtx<'_>) -> Vec<Bytes> {
     Vec::new()
 }
 
+/// Step `pair` with `step` (and `tamper`) until `done` or `max_steps`; whether `done` held
+/// (the `run` of both pairs, [`Pair`] and the connection pair).
+pub(crate) fn run_steps<P>(
+    pair: &mut P,
+    max_steps: usize,
+    tamper: &mut Tamper<'_>,
+    done: &mut dyn FnMut(&mut P) -> bool,
+    step: fn(&mut P, &mut Tamper<'_>) -> bool,
+) -> bool {
+    for _ in 0..max_steps {
+        if done(pair) {
+            return true;
+        }
+        if !step(pair, tamper) {
+            break;
+        }
+    }
+    done(pair)
+}
+
 /// A client and a server session and the datagrams between them.
 pub struct Pair {
     pub now: Instant,
@@ -167,15 +187,7 @@ impl Pair {
         tamper: &mut Tamper<'_>,
         done: &mut dyn FnMut(&mut Pair) -> bool,
     ) -> bool {
-        for _ in 0..max_steps {
-            if done(self) {
-                return true;
-            }
-            if !self.step_with(tamper) {
-                break;
-            }
-        }
-        done(self)
+        run_steps(self, max_steps, tamper, done, Pair::step_with)
     }
 
     /// At most `steps` steps, none starting at or after `until`.

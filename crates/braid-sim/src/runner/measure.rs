@@ -41,8 +41,8 @@ pub fn run_transfer(
     let start = world.now();
     let before = snapshot(world, ids, dir, start);
     let sender_retx = |w: &World| match dir {
-        Dir::Down => w.server.stats().retransmitted_bytes,
-        Dir::Up => w.client.stats().retransmitted_bytes,
+        Dir::Down => w.server.session().stats().retransmitted_bytes,
+        Dir::Up => w.client.session().stats().retransmitted_bytes,
     };
     let retx0 = sender_retx(world);
     if std::env::var_os("BRAID_SIM_DEBUG").is_some() {
@@ -240,8 +240,8 @@ fn path_results(
 /// spurious losses (sender).
 fn mechanism_counts(world: &World, dir: Dir, id: PathId) -> [u64; 5] {
     let (sender, receiver) = match dir {
-        Dir::Down => (&world.server, &world.client),
-        Dir::Up => (&world.client, &world.server),
+        Dir::Down => (world.server.session(), world.client.session()),
+        Dir::Up => (world.client.session(), world.server.session()),
     };
     let s = sender.path_stats(id).unwrap_or_default();
     let r = receiver.path_stats(id).unwrap_or_default();
@@ -282,7 +282,7 @@ pub fn debug_dump(world: &World, ids: &[PathId]) {
         eprintln!(
             "t={:.3} path {id}: server {:?}\n    link down {:?}",
             world.now() as f64 / 1e9,
-            world.server.path_stats(id),
+            world.server.session().path_stats(id),
             world.link(id).map(|l| l.stats(Dir::Down).clone())
         );
     }

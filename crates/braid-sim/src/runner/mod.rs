@@ -235,7 +235,8 @@ pub fn build_world(scn: &Scenario, plan: &Plan, seed: u64) -> World {
         .collect();
     let client = session_config(scn, plan, splitmix64(seed ^ 1));
     let server = session_config(scn, plan, splitmix64(seed ^ 2));
-    let mut world = World::new(&paths, seed, client, server);
+    let protect = plan.variant.protection;
+    let mut world = World::new_protected(&paths, seed, client, server, protect);
     give_path_costs(&mut world, &paths);
     world
 }
@@ -253,12 +254,11 @@ pub fn give_path_costs(world: &mut World, paths: &[Option<PathSpec>]) {
         if power_mw == 0 && rate_kbps == 0 {
             continue;
         }
-        let _ = world.client.set_path_cost(
-            braid_core::Instant(world.now()),
-            i as PathId,
-            power_mw,
-            rate_kbps,
-        );
+        let now = braid_core::Instant(world.now());
+        let _ = world
+            .client
+            .session_mut()
+            .set_path_cost(now, i as PathId, power_mw, rate_kbps);
     }
 }
 
@@ -326,7 +326,7 @@ fn run_shared(scn: &Scenario, plan: &Plan, jobs: &[&Job]) -> (Vec<RunResult>, Op
         run_transfer(scn, &mut world, &ids, &mut app, &mut r);
         let failed = r.error.is_some();
         out.push(r);
-        if failed || world.client.is_closed() {
+        if failed || world.client.session().is_closed() {
             break;
         }
     }
@@ -339,9 +339,11 @@ fn apply_standby(plan: &Plan, world: &mut World) {
     let now = braid_core::Instant(world.now());
     for &i in &plan.variant.standby {
         // The handshake validated every path of the variant, so the path exists.
-        let _ = world
-            .client
-            .set_path_state(now, i as PathId, braid_core::PathState::Standby);
+        let _ = world.client.session_mut().set_path_state(
+            now,
+            i as PathId,
+            braid_core::PathState::Standby,
+        );
     }
 }
 

@@ -237,6 +237,9 @@ pub struct VariantSpec {
     pub standby: Vec<usize>,
     /// Keepalive interval of idle paths, both ends (default: the core's default).
     pub keepalive: Option<Nanos>,
+    /// Seal and open every packet as the agent and the server do (AEAD, replay windows;
+    /// default false: the tag space is sent as zeros).
+    pub protection: bool,
 }
 
 impl Scenario {

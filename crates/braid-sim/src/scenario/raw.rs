@@ -140,4 +140,5 @@ pub(super) struct RawVariant {
     pub(super) ack_frequency: Option<bool>,
     pub(super) standby: Option<Vec<String>>,
     pub(super) keepalive: Option<UnitStr>,
+    pub(super) protection: Option<bool>,
 }

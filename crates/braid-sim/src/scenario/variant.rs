@@ -1,5 +1,6 @@
 //! Resolving a `[[variant]]` table: its paths, standby paths, alpha, keepalive and the
-//! scheduler, controller and super-aggregation switches with their defaults.
+//! scheduler, controller and super-aggregation switches and packet protection with their
+//! defaults.
 //!
 //! Owns: the variant rules and defaults. Must not touch: whether a scheduler or controller
 //! name exists (the runner checks those).
@@ -60,6 +61,7 @@ impl Resolver<'_> {
             ack_frequency: v.ack_frequency.unwrap_or(default.ack_frequency),
             standby,
             keepalive,
+            protection: v.protection.unwrap_or(false),
         })
     }
 

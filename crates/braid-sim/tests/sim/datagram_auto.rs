@@ -229,6 +229,7 @@ fn seen(sent: &[Nanos], got: &[Option<Nanos>], from: &[Nanos]) -> CallSeen {
 fn bytes_sent(w: &World) -> u64 {
     [&w.client, &w.server]
         .iter()
+        .map(|c| c.session())
         .flat_map(|s| s.path_ids().into_iter().filter_map(|p| s.path_stats(p)))
         .map(|st| st.bytes_sent)
         .sum()
@@ -252,7 +253,10 @@ fn a_call_leaves_on_the_20ms_path_with_its_copy_on_the_60ms_one() {
     let mut app = Calls::new(1, 160, false, w.now(), 10);
     let (up, down) = run_calls(&mut w, &mut app);
     println!("call, auto: up {up:?}, down {down:?}");
-    let (c, s) = (w.client.stats(), w.server.stats());
+    let (c, s) = (
+        w.client.session_mut().stats(),
+        w.server.session_mut().stats(),
+    );
     println!("client {c:?}\nserver {s:?}");
     let n = app.sent.len() as u64;
     assert_eq!(up.loss, 0.0);
@@ -287,7 +291,7 @@ fn a_call_leaves_on_the_20ms_path_with_its_copy_on_the_60ms_one() {
     let mut w = world_20_60(false, none.clone(), none);
     let mut app = Calls::new(1, 160, false, w.now(), 10);
     let (up, down) = run_calls(&mut w, &mut app);
-    let c = w.client.stats();
+    let c = w.client.session_mut().stats();
     println!("call, auto, no budget: up {up:?}, down {down:?}\nclient {c:?}");
     assert!(c.duplicates_refused > 300, "{c:?}");
     assert!(up.max_ms < 15.0 && down.max_ms < 15.0, "{up:?} {down:?}");
@@ -312,7 +316,7 @@ fn a_bulk_flow_in_auto_mode_is_still_spread() {
     };
     assert_eq!(w.run(until + 5_000_000_000, &mut flow), Outcome::Done);
     report("30 Mbit/s on flow 0, auto", &seen, size, secs);
-    let c = w.client.stats();
+    let c = w.client.session_mut().stats();
     println!("client {c:?}");
     assert!(
         seen.rate_bps(size, secs) > 25e6,
@@ -321,7 +325,10 @@ fn a_bulk_flow_in_auto_mode_is_still_spread() {
     );
     // Only the first datagrams, before a second's worth shows the rate, count as real-time.
     assert!(c.realtime_datagrams < 100, "{}", c.realtime_datagrams);
-    assert_eq!(w.client.flow_class(0), braid_core::flows::FlowClass::Bulk);
+    assert_eq!(
+        w.client.session_mut().flow_class(0),
+        braid_core::flows::FlowClass::Bulk
+    );
 }
 
 #[test]
@@ -335,9 +342,9 @@ fn the_budget_caps_copies_at_their_fraction_of_the_bytes_sent() {
     let mut w = world_20_60(false, cfg.clone(), cfg);
     let mut app = Calls::new(60, 300, false, w.now(), 10);
     let (up, _) = run_calls(&mut w, &mut app);
-    let c = w.client.stats();
+    let c = w.client.session_mut().stats();
     let sent: u64 = (0..2)
-        .filter_map(|p| w.client.path_stats(p))
+        .filter_map(|p| w.client.session_mut().path_stats(p))
         .map(|s| s.bytes_sent)
         .sum();
     let frac = c.duplicate_bytes as f64 / sent as f64;
@@ -361,7 +368,10 @@ fn explicit_spread_and_redundant_are_unchanged() {
         let mut w = world_20_60(false, mode(m), Config::default());
         let mut app = Calls::new(1, 160, false, w.now(), 5);
         let (up, down) = run_calls(&mut w, &mut app);
-        let (c, s) = (w.client.stats(), w.server.stats());
+        let (c, s) = (
+            w.client.session_mut().stats(),
+            w.server.session_mut().stats(),
+        );
         println!("{m:?}: up {up:?} down {down:?}\nclient {c:?}\nserver {s:?}");
         let n = app.sent.len() as u64;
         assert_eq!(c.realtime_datagrams + s.realtime_datagrams, 0, "{m:?}");
@@ -382,15 +392,16 @@ fn call_through_a_black_hole(m: DatagramMode) -> (CallSeen, CallSeen, f64) {
     let mut w = world_20_60(true, mode(m), Config::default());
     let mut app = Calls::new(1, 160, true, w.now(), 15);
     let (up, down) = run_calls(&mut w, &mut app);
-    let dup = w.client.stats().duplicate_bytes + w.server.stats().duplicate_bytes;
+    let dup = w.client.session_mut().stats().duplicate_bytes
+        + w.server.session_mut().stats().duplicate_bytes;
     let frac = dup as f64 / bytes_sent(&w) as f64;
     println!(
         "{m:?}, black hole: up {up:?}\n  down {down:?}\n  downloaded {:.1} MB, copies {:.4} of \
          all bytes sent\n  client {:?}\n  server {:?}",
         app.downloaded as f64 / 1e6,
         frac,
-        w.client.stats(),
-        w.server.stats()
+        w.client.session_mut().stats(),
+        w.server.session_mut().stats()
     );
     assert!(app.downloaded > 10_000_000, "the download runs");
     (up, down, frac)

@@ -148,7 +148,7 @@ fn run(loss_fast: f64, mode: DatagramMode, bps: f64, size: usize, secs: f64) -> 
         },
     );
     assert_eq!(out, Outcome::Done);
-    let copies = w.server.stats().datagram_copies;
+    let copies = w.server.session_mut().stats().datagram_copies;
     seen.copies = copies;
     (seen, copies)
 }

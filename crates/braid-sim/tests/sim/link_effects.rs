@@ -1,8 +1,12 @@
 //! The link model's effects as the transport sees them, end to end: half-duplex airtime,
-//! capacity traces, blackouts in the capacity figure, and interface energy.
+//! capacity traces, blackouts in the capacity figure, and interface energy; and packet
+//! protection (`protection = true`), which must cost no goodput.
 
+use braid_conn::Received;
+use braid_core::Instant;
 use braid_sim::{run_scenario, Report, Scenario};
-use std::path::PathBuf;
+use bytes::BytesMut;
+use std::path::{Path, PathBuf};
 
 fn run(text: &str) -> Report {
     let dir = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../scenarios/x.toml");
@@ -102,4 +106,36 @@ fn energy_is_reported_per_path_and_in_total() {
     );
     let sum: f64 = both.paths.iter().map(|p| p.energy_j).sum();
     assert!((sum - both.energy_j).abs() < 1e-9);
+}
+
+#[test]
+fn protection_on_gives_the_goodput_of_protection_off_and_seals_every_packet() {
+    let text = one_path("loss = 0.002", "8MB");
+    let plain = run(&text);
+    let sealed = run(&format!("{text}protection = true\n"));
+    let (p, s) = (plain.results[0].goodput_bps, sealed.results[0].goodput_bps);
+    assert!((s / p - 1.0).abs() < 0.02, "protected {s} plain {p}");
+    // The protected world's packets carry a real tag (the plain world's tag space is
+    // zeros), and a flipped byte makes the other end drop the packet.
+    let scn =
+        Scenario::from_toml_str(&format!("{text}protection = true\n"), Path::new("t")).unwrap();
+    let plans = braid_sim::runner::plan(&scn).unwrap();
+    let mut w = braid_sim::runner::build_world(&scn, &plans[0], 1);
+    let mut buf = vec![0u8; 2048];
+    let t = w.client.poll_transmit(Instant(0), &mut buf, 1).unwrap();
+    let tag = &buf[t.len - 16..t.len];
+    assert!(tag.iter().any(|&b| b != 0), "a tag, not zeros: {tag:?}");
+    buf[t.len - 20] ^= 1;
+    let r = Received {
+        from: t.destination,
+        local: None,
+        transport: t.transport,
+        data: BytesMut::from(&buf[..t.len]),
+        header: None,
+    };
+    assert!(
+        !w.server.handle_datagram(Instant(1), r),
+        "a flipped byte is refused"
+    );
+    assert_eq!(w.server.drops().unopened, 1);
 }

@@ -128,11 +128,11 @@ fn measure(scn: &Scenario, variant: &str) -> (f64, f64) {
     // The agent's costs reached the sender (the server schedules a download).
     for &id in &ids {
         assert_eq!(
-            world.server.path_cost(id),
-            world.client.path_cost(id),
+            world.server.session_mut().path_cost(id),
+            world.client.session_mut().path_cost(id),
             "{variant}: path {id} cost at the server"
         );
-        assert!(world.server.path_cost(id).is_some());
+        assert!(world.server.session_mut().path_cost(id).is_some());
     }
     let size = scn.workload.sizes[0];
     let start = world.now();

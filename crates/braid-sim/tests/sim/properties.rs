@@ -162,7 +162,7 @@ fn run_case(
             // Only acceptable when truly nothing from the server got through.
             let got: u64 = ids
                 .iter()
-                .filter_map(|&p| world.client.path_stats(p))
+                .filter_map(|&p| world.client.session_mut().path_stats(p))
                 .map(|s| s.packets_received)
                 .sum();
             prop_assert_eq!(got, 0, "timed out although packets arrived: {}", e);
@@ -199,19 +199,19 @@ fn run_case(
             "outcome {outcome:?} size {size} t={:.2}s received {} stats c={:?} s={:?}",
             (world.now() - start) as f64 / 1e9,
             app.transfer.checker.received(),
-            world.client.stats(),
-            world.server.stats()
+            world.client.session_mut().stats(),
+            world.server.session_mut().stats()
         );
         eprintln!(
             "client {:?}\nserver {:?}\nclient timers {:?}\nserver timers {:?}",
             ids.iter()
-                .map(|&p| world.client.path_stats(p))
+                .map(|&p| world.client.session_mut().path_stats(p))
                 .collect::<Vec<_>>(),
             ids.iter()
-                .map(|&p| world.server.path_stats(p))
+                .map(|&p| world.server.session_mut().path_stats(p))
                 .collect::<Vec<_>>(),
-            world.client.timers(),
-            world.server.timers()
+            world.client.session_mut().timers(),
+            world.server.session_mut().timers()
         );
     }
     let t = &app.transfer;
@@ -246,8 +246,8 @@ fn run_case(
     if all_removed {
         prop_assert!(
             app.transfer.completed.is_some()
-                || world.client.is_closed()
-                || world.server.is_closed()
+                || world.client.session_mut().is_closed()
+                || world.server.session_mut().is_closed()
         );
     }
     Ok(())

@@ -151,8 +151,8 @@ fn many_concurrent_streams_in_both_directions_arrive_exactly() {
         }
     }
     w.run(settle, &mut Idle);
-    assert_eq!(w.client.stream_count(), 0);
-    assert_eq!(w.server.stream_count(), 0);
+    assert_eq!(w.client.session_mut().stream_count(), 0);
+    assert_eq!(w.server.session_mut().stream_count(), 0);
 }
 
 /// A large download is running; a small one opened later must not wait behind it.
@@ -261,11 +261,17 @@ fn reset_and_stop_sending_end_one_stream_and_spare_the_others() {
         }
     }
     // Client opens two streams and sends on both; then resets the first.
-    let a = w.client.open_stream().unwrap();
-    let b = w.client.open_stream().unwrap();
-    w.client.stream_write(a, &[1u8; 100_000]).unwrap();
-    w.client.stream_write(b, &[2u8; 50_000]).unwrap();
-    w.client.stream_finish(b).unwrap();
+    let a = w.client.session_mut().open_stream().unwrap();
+    let b = w.client.session_mut().open_stream().unwrap();
+    w.client
+        .session_mut()
+        .stream_write(a, &[1u8; 100_000])
+        .unwrap();
+    w.client
+        .session_mut()
+        .stream_write(b, &[2u8; 50_000])
+        .unwrap();
+    w.client.session_mut().stream_finish(b).unwrap();
     let _ = t(&w);
     let mut reset_seen = false;
     let mut got_b = Vec::new();
@@ -306,11 +312,14 @@ fn reset_and_stop_sending_end_one_stream_and_spare_the_others() {
     assert_eq!(out, Outcome::Done);
     assert_eq!(got_b, vec![2u8; 50_000]);
     // Writing on a reset stream is refused.
-    assert!(w.client.stream_write(a, b"x").is_err());
+    assert!(w.client.session_mut().stream_write(a, b"x").is_err());
 
     // Stop-sending: the server asks the client to stop stream c; the client sees it.
-    let c = w.client.open_stream().unwrap();
-    w.client.stream_write(c, &[3u8; 10_000]).unwrap();
+    let c = w.client.session_mut().open_stream().unwrap();
+    w.client
+        .session_mut()
+        .stream_write(c, &[3u8; 10_000])
+        .unwrap();
     let mut stopped = false;
     let mut asked = false;
     let deadline = w.now() + 30_000_000_000;
@@ -333,10 +342,10 @@ fn reset_and_stop_sending_end_one_stream_and_spare_the_others() {
     );
     assert_eq!(out, Outcome::Done);
     assert!(matches!(
-        w.client.stream_write(c, b"more"),
+        w.client.session_mut().stream_write(c, b"more"),
         Err(StreamError::Stopped { code: 9, .. }) | Err(StreamError::Unknown(_))
     ));
-    assert!(w.client.is_established() && w.server.is_established());
+    assert!(w.client.session_mut().is_established() && w.server.session_mut().is_established());
 }
 
 /// The receiving application reads nothing for a while: the sender must stop at the
@@ -389,7 +398,7 @@ impl App for SlowReader {
 fn a_reader_that_does_not_read_stops_the_sender_at_the_window() {
     let mut w = world();
     let start = w.now();
-    let window = w.server.config().stream_window as usize;
+    let window = w.server.session_mut().config().stream_window as usize;
     let mut app = SlowReader {
         id: None,
         sent: 0,
@@ -402,7 +411,7 @@ fn a_reader_that_does_not_read_stops_the_sender_at_the_window() {
     // send buffer into the session.
     let out = w.run(start + 19_000_000_000, &mut app);
     assert_eq!(out, Outcome::TimeLimit);
-    let buffer = w.client.config().send_buffer as usize;
+    let buffer = w.client.session_mut().config().send_buffer as usize;
     assert!(
         app.sent <= window + buffer,
         "sent {} > window {window} + buffer {buffer}",
@@ -413,12 +422,12 @@ fn a_reader_that_does_not_read_stops_the_sender_at_the_window() {
     if out != Outcome::Done {
         eprintln!(
             "client timers {:?}\nserver timers {:?}\nclient {:?} {:?}\nserver {:?} {:?}",
-            w.client.timers(),
-            w.server.timers(),
-            w.client.path_stats(0),
-            w.client.path_stats(1),
-            w.server.path_stats(0),
-            w.server.path_stats(1)
+            w.client.session_mut().timers(),
+            w.server.session_mut().timers(),
+            w.client.session_mut().path_stats(0),
+            w.client.session_mut().path_stats(1),
+            w.server.session_mut().path_stats(0),
+            w.server.session_mut().path_stats(1)
         );
     }
     assert_eq!(out, Outcome::Done);
@@ -489,9 +498,11 @@ fn datagrams_arrive_intact_or_not_at_all() {
         assert!(d[4..].iter().all(|&b| b == n as u8));
     }
     // Too large for one packet: refused with a clear error.
+    let now = Instant(w.now());
     let err = w
         .client
-        .send_datagram(Instant(w.now()), Bytes::from(vec![0u8; 5000]))
+        .session_mut()
+        .send_datagram(now, Bytes::from(vec![0u8; 5000]))
         .unwrap_err();
     assert!(err.to_string().contains("exceeds the limit"));
     let _: PathId = 0;
@@ -565,9 +576,12 @@ fn the_server_adopts_the_clients_controller_and_scheduler() {
         w.run(30_000_000_000, &mut Handshake { paths: vec![0, 1] }),
         Outcome::Done
     );
-    assert_eq!(w.server.config().cc, braid_core::CcAlgorithm::Bbr);
     assert_eq!(
-        w.server.config().scheduler,
+        w.server.session_mut().config().cc,
+        braid_core::CcAlgorithm::Bbr
+    );
+    assert_eq!(
+        w.server.session_mut().config().scheduler,
         braid_core::SchedulerKind::RoundRobin
     );
 }
@@ -601,13 +615,18 @@ fn path_costs_reach_the_server_through_loss_and_updates_win() {
             let now = Instant(w.now());
             for id in [0, 1] {
                 w.client
+                    .session_mut()
                     .set_path_cost(now, id, power + id as u64, 1000 * (round + 1))
                     .unwrap();
             }
             let until = w.now() + 10_000_000_000;
             w.run(until, &mut Wait);
             for id in [0, 1] {
-                let c = w.server.path_cost(id).expect("cost at the server");
+                let c = w
+                    .server
+                    .session_mut()
+                    .path_cost(id)
+                    .expect("cost at the server");
                 assert_eq!(
                     (c.power_mw, c.rate_kbps),
                     (power + id as u64, 1000 * (round + 1)),
@@ -615,8 +634,9 @@ fn path_costs_reach_the_server_through_loss_and_updates_win() {
                 );
             }
         }
+        let now = Instant(w.now());
         assert_eq!(
-            w.client.set_path_cost(Instant(w.now()), 7, 1, 1),
+            w.client.session_mut().set_path_cost(now, 7, 1, 1),
             Err(braid_core::PathError::Unknown(7))
         );
     }
@@ -659,8 +679,8 @@ name = "v"
         assert_eq!(w.run(start + 60_000_000_000, &mut t), Outcome::Done);
         let secs = (t.completed.unwrap() - start) as f64 / 1e9;
         let (c, s) = (
-            w.client.path_stats(0).unwrap(),
-            w.server.path_stats(0).unwrap(),
+            w.client.session_mut().path_stats(0).unwrap(),
+            w.server.session_mut().path_stats(0).unwrap(),
         );
         let acks = c.packets_sent as f64 / s.packets_sent as f64;
         (acks, size as f64 * 8.0 / secs / 1e9)

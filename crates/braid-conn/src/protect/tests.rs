@@ -1,9 +1,9 @@
-//! Unit tests of packet protection, without sockets: what the driver's seal, open and
+//! Unit tests of packet protection, without sockets: what the seal, open and
 //! `poll_control` do on each end of a session (AEAD, per-path replay windows, the agent's
 //! key rotation and the server's inbox, expiry).
 
 use super::*;
-use crate::driver::PacketProtection;
+
 use braid_crypto::{write_header, ReplayGuard, Role, ServerHandshake, TAG_LEN};
 
 const MS: Duration = Duration::from_millis(1);
@@ -211,4 +211,81 @@ fn keys_that_outlive_their_lifetime_end_the_session_once() {
     ));
     assert!(server.poll_control(at(400)).is_none(), "said once");
     assert_eq!(stats.expired.load(Ordering::Relaxed), 1);
+}
+
+#[test]
+fn the_replay_window_takes_packets_up_to_its_edge_and_refuses_beyond() {
+    use braid_crypto::replay::WINDOW;
+    let (c, s) = pair(3);
+    let (mut agent, mut server) = (Aead::new(c), Aead::new(s));
+    let top = 5_000;
+    assert!(opened(&mut server, &sealed(&mut agent, 0, top, b"top")).is_some());
+    // The oldest packet number the window still holds opens, once.
+    let edge = sealed(&mut agent, 0, top - (WINDOW - 1), b"edge");
+    assert!(opened(&mut server, &edge).is_some(), "at the window's edge");
+    assert!(
+        opened(&mut server, &edge).is_none(),
+        "a duplicate at the edge"
+    );
+    // One further back is outside: refused, although it never arrived.
+    let old = sealed(&mut agent, 0, top - WINDOW, b"old");
+    assert!(opened(&mut server, &old).is_none(), "beyond the edge");
+    // A jump of more than a window forgets the old bits, and the old top is now beyond.
+    let far = sealed(&mut agent, 0, top + 3 * WINDOW, b"far");
+    assert!(opened(&mut server, &far).is_some());
+    assert!(
+        opened(&mut server, &far).is_none(),
+        "a duplicate after the jump"
+    );
+    let again = sealed(&mut agent, 0, top + 1, b"stale");
+    assert!(
+        opened(&mut server, &again).is_none(),
+        "far behind the new top"
+    );
+    // Replays are not failures to open.
+    assert_eq!(server.stats.unopened.load(Ordering::Relaxed), 0);
+}
+
+#[test]
+fn old_keys_open_until_the_overlap_ends_after_the_first_packet_under_new_ones() {
+    let ((c0, s0), (c1, s1)) = (pair(4), pair(5));
+    let inbox = Arc::new(RekeyInbox::default());
+    let mut server = Aead::server(s0, policy(), inbox.clone(), Arc::default());
+    // The agent's keys: epoch 0, then epoch 1 after its rotation.
+    let mut old = KeyRing::new(c0, policy(), Duration::ZERO);
+    let mut new = KeyRing::new(c1, policy(), Duration::ZERO);
+    new.install(pair(5).0, Duration::ZERO);
+    let seal = |ring: &mut KeyRing, pn: u64| {
+        let mut p = packet(0, pn, b"frames");
+        ring.seal(&mut p).unwrap();
+        p
+    };
+    assert!(opened(&mut server, &seal(&mut old, 1)).is_some());
+    // The listener accepted the rotation: the new keys wait in the inbox.
+    inbox.put(s1);
+    assert!(server.poll_control(at(1_000)).is_none());
+    assert!(
+        opened(&mut server, &seal(&mut old, 2)).is_some(),
+        "old keys before any new packet"
+    );
+    assert!(
+        opened(&mut server, &seal(&mut new, 3)).is_some(),
+        "the first packet under new keys"
+    );
+    assert_eq!(server.epoch(), 1);
+    // The overlap (50 ms) runs from that first packet: late old packets open until it ends.
+    assert!(server.poll_control(at(1_049)).is_none());
+    assert!(
+        opened(&mut server, &seal(&mut old, 4)).is_some(),
+        "within the overlap"
+    );
+    assert!(server.poll_control(at(1_051)).is_none());
+    assert!(
+        opened(&mut server, &seal(&mut old, 5)).is_none(),
+        "after the overlap"
+    );
+    assert!(
+        opened(&mut server, &seal(&mut new, 6)).is_some(),
+        "new keys still open"
+    );
 }

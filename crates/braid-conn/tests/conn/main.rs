@@ -1,0 +1,3 @@
+//! braid-conn's integration tests: one test binary, one module per file.
+
+mod connection;
