@@ -13,6 +13,8 @@
 //!   says why a test cannot run).
 //! - [`pair`]: two sessions in memory on simulated time, with a tamper hook (the core's
 //!   robustness tests and the fuzz targets; the only module without the `rigs` feature).
+//! - [`wire`]: one delayed wire between two ends of any session type (braid-core's unit
+//!   tests implement its `End` for their own copy of `Session`; no feature needed).
 //! - [`socks5`]: a SOCKS5 client: CONNECT, UDP ASSOCIATE, the relay's UDP header.
 //!
 //! Owns: test scaffolding only. Must not touch: product code paths (it drives the public
@@ -29,3 +31,4 @@ pub mod netns;
 pub mod pair;
 #[cfg(feature = "rigs")]
 pub mod socks5;
+pub mod wire;

@@ -19,6 +19,8 @@ mod recv;
 mod send;
 mod streams;
 mod superagg;
+#[cfg(test)]
+mod test_wire;
 mod timers;
 
 use crate::config::Config;

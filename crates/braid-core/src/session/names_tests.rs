@@ -3,59 +3,28 @@
 
 use crate::wire::{features, FrameIter, Writer};
 use crate::{Config, Instant, Session};
+use braid_testkit::wire::{keep_all, Wire};
 use std::time::Duration;
 
 const SID: u64 = 0x1d6_0002;
 
-/// Run both sessions, delivering every datagram after 5 ms, until `done` or 10 s (the
-/// client adds a path 9 named "wifi" once established).
+/// Run both sessions over the kit's wire, delivering every datagram after 5 ms, until
+/// `done` or 10 s (the client adds a path 9 named "wifi" once established).
 pub(in crate::session) fn pump(
     client: &mut Session,
     server: &mut Session,
     mut done: impl FnMut(&Session) -> bool,
 ) {
-    let mut now = Instant(0);
-    let mut buf = vec![0u8; 2048];
-    let mut wire: Vec<(Instant, bool, Vec<u8>)> = Vec::new();
-    while now < Instant(0) + Duration::from_secs(10) {
+    let mut wire = Wire::new(Duration::from_millis(5));
+    while wire.now < Duration::from_secs(10).as_nanos() as u64 {
         if client.is_established() && !client.path_ids().contains(&9) {
-            client.add_path(now, 9).unwrap();
-            client.set_path_name(now, 9, "wifi");
+            client.add_path(Instant(wire.now), 9).unwrap();
+            client.set_path_name(Instant(wire.now), 9, "wifi");
         }
         if done(server) {
             return;
         }
-        for (s, to_server) in [(&mut *client, true), (&mut *server, false)] {
-            while let Some(t) = s.poll_transmit(now, &mut buf) {
-                wire.push((
-                    now + Duration::from_millis(5),
-                    to_server,
-                    buf[..t.len].to_vec(),
-                ));
-            }
-        }
-        let next = wire
-            .iter()
-            .map(|w| w.0)
-            .chain(client.poll_timeout())
-            .chain(server.poll_timeout())
-            .min()
-            .expect("something is due");
-        now = now.max(next);
-        for (_, to_server, pkt) in wire.iter().filter(|w| w.0 <= now) {
-            let s = if *to_server {
-                &mut *server
-            } else {
-                &mut *client
-            };
-            s.handle_datagram(now, pkt.clone().into());
-        }
-        wire.retain(|w| w.0 > now);
-        for s in [&mut *client, &mut *server] {
-            if s.poll_timeout().is_some_and(|t| t <= now) {
-                s.handle_timeout(now);
-            }
-        }
+        assert!(wire.step(client, server, &mut keep_all), "something is due");
     }
 }
 

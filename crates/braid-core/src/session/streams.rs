@@ -194,20 +194,19 @@ impl Session {
 #[cfg(test)]
 mod tests {
     use crate::{Config, Instant, Session};
+    use braid_testkit::wire::{keep_all, Wire};
 
-    /// Client and server over a lossless, instant wire until the handshake is done.
+    /// Client and server over the kit's lossless, instant wire until the handshake is done.
     fn established() -> Session {
         let (cfg, now) = (Config::default(), Instant(0));
         let mut c = Session::connect(cfg.clone(), now, 7, 0);
         let mut s = Session::accept(cfg, now, 7);
-        let mut buf = vec![0u8; 1500];
-        for _ in 0..20 {
-            while let Some(t) = c.poll_transmit(now, &mut buf) {
-                s.handle_datagram(now, buf[..t.len].to_vec().into());
+        let mut wire = Wire::new(std::time::Duration::ZERO);
+        for _ in 0..200 {
+            if c.is_established() && s.is_established() {
+                break;
             }
-            while let Some(t) = s.poll_transmit(now, &mut buf) {
-                c.handle_datagram(now, buf[..t.len].to_vec().into());
-            }
+            wire.step(&mut c, &mut s, &mut keep_all);
         }
         assert!(c.is_established());
         c
