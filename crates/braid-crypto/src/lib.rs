@@ -56,8 +56,8 @@ pub use aead::{
 };
 /// The packet header codec, shared with `braid-core` (see the `braid-wire` crate).
 pub use braid_wire::{
-    parse_header, session_limit_refusal, session_unknown_hint, write_header, Header, HeaderError,
-    PacketType,
+    key_refusal, parse_header, session_limit_refusal, session_unknown_hint, write_header, Header,
+    HeaderError, PacketType,
 };
 pub use cookie::{CookieChecker, CookieError, Mac1Key};
 pub use guard::{GuardFileError, ReplayGuard};

@@ -77,7 +77,7 @@ pub enum HandshakeError {
         source: snow::Error,
     },
     /// The client authenticated with a key that is not authorized.
-    #[error("client key {0} is not in the authorized keys; add it to the authorized file to let this client connect")]
+    #[error("client key {0} is not in the authorized keys: if it is your agent's, add that line to the server's authorized file (agents.txt; /etc/braid/agents.txt in the package); the agent is told its key is not accepted")]
     UnknownClient(PublicKey),
     /// The decrypted payload has the wrong size.
     #[error(

@@ -141,8 +141,8 @@ impl Responder<'_> {
     /// Read message 1: `packet` is the complete handshake packet, `h` its header as the
     /// caller parsed it (`parse_header(packet)`), and the caller has checked its mac1
     /// ([`Mac1Key::check`]: this does not again). Checks the header's type and packet
-    /// number, the Noise message (two X25519), that the client is authorized, the payload,
-    /// the cipher offer and the timestamp's skew; the replay guard is
+    /// number, the Noise message (two X25519), the payload, the timestamp's skew, that the
+    /// client is authorized, and the cipher offer; the replay guard is
     /// [`Message1::answer`]'s.
     pub fn read(
         &self,
@@ -171,9 +171,6 @@ impl Responder<'_> {
                 source: snow::Error::Input,
             })?;
         let client = PublicKey(client);
-        if !self.authorized.contains(&client) {
-            return Err(HandshakeError::UnknownClient(client));
-        }
         let (fixed, offer) = decode_message1(&payload[..n]).ok_or(HandshakeError::BadPayload {
             message: 1,
             len: n,
@@ -181,13 +178,6 @@ impl Responder<'_> {
         })?;
         let legacy = offer.is_none();
         let offered = offer.unwrap_or_else(|| vec![Cipher::ChaCha20Poly1305]);
-        let cipher =
-            self.ciphers
-                .choose(&offered)
-                .ok_or_else(|| HandshakeError::NoCommonCipher {
-                    offered: names(&offered),
-                    accepted: names(self.ciphers.as_slice()),
-                })?;
         let word = |b: &[u8]| u64::from_be_bytes(b.try_into().unwrap_or([0; 8]));
         let (timestamp_ms, payload_sid) = (word(&fixed[..8]), word(&fixed[8..]));
         if payload_sid != h.session_id {
@@ -203,6 +193,19 @@ impl Responder<'_> {
                 max_skew_ms: self.max_skew_ms,
             });
         }
+        // After the skew: `UnknownClient` (which a server answers with a key refusal) means
+        // a fresh message 1 from the holder of that key, never an old one replayed. Before
+        // the ciphers: only an authorized client learns which the server accepts.
+        if !self.authorized.contains(&client) {
+            return Err(HandshakeError::UnknownClient(client));
+        }
+        let cipher =
+            self.ciphers
+                .choose(&offered)
+                .ok_or_else(|| HandshakeError::NoCommonCipher {
+                    offered: names(&offered),
+                    accepted: names(self.ciphers.as_slice()),
+                })?;
         Ok(Message1 {
             state,
             client,

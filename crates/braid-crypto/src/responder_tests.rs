@@ -119,6 +119,14 @@ fn replays_and_refusals_leave_the_guard_unchanged() {
         stranger.read(&m),
         Err(HandshakeError::UnknownClient(_))
     ));
+    // Issue 38 item 4: a server answers `UnknownClient` with a key refusal, so it must
+    // mean a fresh message 1: an old one of a key that is not (or no longer) authorized,
+    // replayed by someone who captured it, is refused for its age and learns nothing.
+    let (_, old) = stranger.message1(NOW - 60_000);
+    assert!(matches!(
+        stranger.read(&old),
+        Err(HandshakeError::ClockSkew { .. })
+    ));
 }
 
 /// `read` takes the caller's parsed header: a transport header or a packet number is

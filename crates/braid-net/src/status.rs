@@ -227,7 +227,13 @@ pub struct PathReport {
     pub id: Option<PathId>,
     /// The interface the path is bound to (agent, when bound to one).
     pub interface: Option<String>,
-    /// Local socket address (agent) while in a session.
+    /// A slot of `--path auto` (agent): with `interface` `null` it has taken no interface
+    /// (there is none left with a default route), and `braid status` counts it on one line
+    /// instead of a `down` row.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub auto: bool,
+    /// Local socket address (agent) while in a session: the address it sends from (a
+    /// socket bound to an interface shows the interface's address, not `0.0.0.0`).
     pub local_address: Option<String>,
     /// Where its packets go: the server or a relay (agent), the agent's address (server).
     pub remote_address: Option<String>,
@@ -564,6 +570,12 @@ pub struct ServerStatus {
     /// Each agent's bytes, rate limit, fair-share cap and quotas.
     #[serde(default)]
     pub shares: SharesReport,
+    /// The agent keys the server accepts now (`null` from a server that does not say).
+    #[serde(default)]
+    pub authorized_keys: Option<u64>,
+    /// The file they are read from (`null` without one).
+    #[serde(default)]
+    pub authorized_file: Option<String>,
 }
 
 /// Either snapshot; its JSON has `"role": "agent"` or `"role": "server"`.

@@ -285,7 +285,9 @@ pub async fn serve(listener: TcpListener, peers: TcpPeers, packets: mpsc::Sender
         if let Ok(mut m) = peers.0.lock() {
             m.insert(from, tx);
         }
-        info!(%from, "agent connected over TCP (its network blocks UDP)");
+        // Not "its network blocks UDP" yet: an agent whose key is wrong connects too after
+        // its UDP went unanswered. The worker says it when a handshake over it succeeds.
+        debug!(%from, "TCP connection accepted");
         let (peers, packets) = (peers.clone(), packets.clone());
         tokio::spawn(async move {
             let reader = async move {

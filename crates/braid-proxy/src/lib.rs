@@ -11,6 +11,8 @@
 //! - [`datagram`]: the DATAGRAM-frame payload carrying proxied UDP,
 //! - [`inbound`]: inbound ports (the agent's forward request, the server's answer, the
 //!   header of a stream the server opens for a connection to a public port),
+//! - [`proxy_v2`]: the PROXY protocol v2 header an agent may put in front of an inbound
+//!   connection (the real client's address for the service),
 //! - [`socks5`]: the SOCKS5 handshake (RFC 1928/1929) and the SOCKS5 UDP header,
 //! - [`http`]: the HTTP/1.1 proxy handshake (CONNECT and absolute-form `http://` requests),
 //! - `forward`: rewriting an absolute-form request for the origin; `http_reply`: the HTTP
@@ -34,6 +36,7 @@ mod http_error;
 mod http_reply;
 pub mod inbound;
 pub mod limits;
+pub mod proxy_v2;
 mod reply;
 pub mod socks5;
 pub mod target;

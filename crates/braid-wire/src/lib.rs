@@ -64,6 +64,11 @@ pub enum PacketType {
     /// (`braid_crypto::refusal`). Server to client only; not authenticated: a client
     /// reports it and retries later.
     CipherRefused,
+    /// Type 7: the server's refusal of a fresh handshake message 1 whose client key is not
+    /// authorized (a bare 12-byte header naming the message's session and path, server to
+    /// client only; docs/protocol.md section 16). Not authenticated: a client reports it
+    /// ("this agent's key is not accepted") and retries later.
+    KeyRefused,
 }
 
 impl PacketType {
@@ -76,6 +81,7 @@ impl PacketType {
             PacketType::SessionUnknown => 4,
             PacketType::SessionLimit => 5,
             PacketType::CipherRefused => 6,
+            PacketType::KeyRefused => 7,
         }
     }
 }
@@ -205,6 +211,7 @@ pub fn parse_header(packet: &[u8]) -> Result<Header, HeaderError> {
         4 => (PacketType::SessionUnknown, 0),
         5 => (PacketType::SessionLimit, 0),
         6 => (PacketType::CipherRefused, 0),
+        7 => (PacketType::KeyRefused, 0),
         TRANSPORT_ODD_PHASE => (PacketType::Transport, 1),
         other => return Err(HeaderError::BadType(other)),
     };
@@ -241,6 +248,12 @@ pub fn session_unknown_hint(h: &Header) -> Vec<u8> {
 /// The "session limit" refusal answering a handshake message 1 with header `h` (12 bytes).
 pub fn session_limit_refusal(h: &Header) -> Vec<u8> {
     notice(PacketType::SessionLimit, h)
+}
+
+/// The "key not accepted" refusal answering a handshake message 1 with header `h` (12
+/// bytes).
+pub fn key_refusal(h: &Header) -> Vec<u8> {
+    notice(PacketType::KeyRefused, h)
 }
 
 fn notice(ptype: PacketType, h: &Header) -> Vec<u8> {
@@ -302,6 +315,7 @@ mod tests {
                 PacketType::SessionUnknown,
                 PacketType::SessionLimit,
                 PacketType::CipherRefused,
+                PacketType::KeyRefused,
             ] {
                 let mut buf = Vec::new();
                 let n = write_header(&mut buf, ptype, 0xdead_beef_0102_0304, 7, pn).unwrap();
@@ -337,7 +351,7 @@ mod tests {
         buf[0] = 2;
         assert_eq!(parse_header(&buf), Err(HeaderError::BadVersion(2)));
         buf[0] = 1;
-        for t in [7, 8, 0x80, 0xff] {
+        for t in [8, 9, 0x80, 0xff] {
             buf[1] = t;
             assert_eq!(parse_header(&buf), Err(HeaderError::BadType(t)));
         }

@@ -25,7 +25,6 @@ const KNOWN_LONG: &[(&str, &str)] = &[
     ("crates/braid-net/src/agent/mod.rs", "start"),
     ("crates/braid-net/src/server/relay.rs", "udp_flows"),
     ("crates/braid/src/net/agent.rs", "settings"),
-    ("crates/braid-net/src/server/report.rs", "snapshot"),
 ];
 
 /// Every `.rs` file under `dir` that is not test code.

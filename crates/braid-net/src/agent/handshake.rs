@@ -101,15 +101,18 @@ pub(super) fn bind(
     })
 }
 
-/// An answer: (index of the path, packet, source, the TCP connection it came on).
+/// An answer: (index of the path, packet, source, the TCP connection it came on). An empty
+/// packet with no connection says only that a TCP connection to the source was accepted.
 type Reply = (usize, Vec<u8>, SocketAddr, Option<TcpStream>);
 
-/// Message 1 over a TCP connection from `bind` to `server`; the first packet back (message
+/// Message 1 over a TCP connection from path `i` (bound by `bind`) to `server`, the
+/// connection's acceptance told to `rtx` (an empty packet); the first packet back (message
 /// 2, or a cookie reply: see [`again_over_tcp`]) and the connection.
 async fn hello_over_tcp(
-    bind: &PathBind,
+    (i, bind): (usize, &PathBind),
     server: SocketAddr,
     msg1: &[u8],
+    rtx: &mpsc::Sender<Reply>,
 ) -> Option<(Vec<u8>, TcpStream)> {
     let s = match crate::tcp::connect(bind, server).await {
         Ok(s) => s,
@@ -118,6 +121,7 @@ async fn hello_over_tcp(
             return None;
         }
     };
+    let _ = rtx.send((i, Vec::new(), server, None)).await;
     again_over_tcp(s, msg1).await
 }
 
@@ -231,7 +235,8 @@ async fn drive(
             crate::tcp::AbortOnDrop(tokio::spawn(async move {
                 let mut buf = vec![0u8; 2048];
                 while let Ok((n, from)) = s.recv_from(&mut buf).await {
-                    if rtx.send((i, buf[..n].to_vec(), from, None)).await.is_err() {
+                    // (An empty packet means "TCP connected": never from UDP.)
+                    if n > 0 && rtx.send((i, buf[..n].to_vec(), from, None)).await.is_err() {
                         return;
                     }
                 }
@@ -253,6 +258,7 @@ async fn drive(
         };
         let deadline = tokio::time::Instant::from_std(deadline);
         match tokio::time::timeout_at(deadline, rrx.recv()).await {
+            Ok(Some((_, pkt, from, None))) if pkt.is_empty() => h.handle_tcp_connected(from),
             Ok(Some((i, pkt, from, stream))) => {
                 let tcp = stream.map(|s| {
                     next_stream += 1;
@@ -292,7 +298,7 @@ async fn send(
         Via::TcpConnect => {
             let bind = b.bind.clone();
             over_tcp.push(crate::tcp::AbortOnDrop(tokio::spawn(async move {
-                if let Some((pkt, stream)) = hello_over_tcp(&bind, to, &t.packet).await {
+                if let Some((pkt, stream)) = hello_over_tcp((i, &bind), to, &t.packet, &rtx).await {
                     let _ = rtx.send((i, pkt, to, Some(stream))).await;
                 }
             })));

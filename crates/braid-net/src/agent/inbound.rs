@@ -18,6 +18,7 @@ use std::collections::HashMap;
 use std::net::SocketAddr;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
+use tokio::io::AsyncWriteExt;
 use tokio::net::UdpSocket;
 use tokio::sync::{mpsc, oneshot};
 use tracing::{debug, info, warn};
@@ -36,16 +37,27 @@ pub struct Forward {
     pub port: PublicPort,
     /// The service behind the agent.
     pub target: TargetAddr,
+    /// Each connection to the service starts with a PROXY protocol v2 header naming the
+    /// real client (`,proxy-protocol` after the spec; TCP only).
+    pub proxy_protocol: bool,
 }
 
 impl Forward {
     /// `tcp:PORT=HOST:PORT` or `udp:PORT=HOST:PORT` (HOST a name, an IPv4 address or an
-    /// IPv6 address in brackets).
+    /// IPv6 address in brackets), a TCP one optionally followed by `,proxy-protocol`.
     pub fn parse(spec: &str) -> Result<Forward, String> {
         let bad = |why: &str| {
-            format!("--forward {spec:?}: {why}; expected tcp:PORT=HOST:PORT or udp:PORT=HOST:PORT, like tcp:8080=127.0.0.1:80")
+            format!("--forward {spec:?}: {why}; expected tcp:PORT=HOST:PORT or udp:PORT=HOST:PORT, like tcp:8080=127.0.0.1:80 (tcp:...,proxy-protocol to send the service a PROXY v2 header)")
         };
-        let (public, target) = spec.trim().split_once('=').ok_or_else(|| bad("no '='"))?;
+        let (spec_only, proxy_protocol) = match spec.trim().split_once(',') {
+            None => (spec.trim(), false),
+            Some((s, "proxy-protocol")) if s.starts_with("tcp:") => (s, true),
+            Some((_, "proxy-protocol")) => {
+                return Err(bad("the PROXY protocol is for tcp: ports only"))
+            }
+            Some((_, other)) => return Err(bad(&format!("unknown option {other:?}"))),
+        };
+        let (public, target) = spec_only.split_once('=').ok_or_else(|| bad("no '='"))?;
         let (proto, port) = public
             .split_once(':')
             .ok_or_else(|| bad("no ':' before '='"))?;
@@ -75,6 +87,7 @@ impl Forward {
         Ok(Forward {
             port: PublicPort { proto, port },
             target,
+            proxy_protocol,
         })
     }
 }
@@ -222,8 +235,15 @@ async fn serve_stream(h: StreamHandle, forwards: Arc<[Forward]>, idle: Duration)
     };
     let early = head.split_off(used).freeze();
     match crate::common::connect(&f.target, Duration::from_secs(10)).await {
-        Ok(tcp) => {
+        Ok(mut tcp) => {
             debug!(port = %hdr.port, peer = %hdr.peer, to = %f.target, "inbound connection");
+            if f.proxy_protocol {
+                if let Err(e) = tcp.write_all(&proxy_header(hdr.peer, hdr.port.port)).await {
+                    debug!(port = %hdr.port, "PROXY header not sent: {e}");
+                    writer.reset(1);
+                    return;
+                }
+            }
             crate::splice::splice(tcp, reader, writer, early, idle).await;
         }
         Err(code) => {
@@ -232,6 +252,17 @@ async fn serve_stream(h: StreamHandle, forwards: Arc<[Forward]>, idle: Duration)
             writer.reset(u64::from(code.as_u8()));
         }
     }
+}
+
+/// The PROXY v2 header for a connection from `peer` to public port `port`. The agent does
+/// not know which of the server's addresses the client connected to: the destination is
+/// the unspecified address of the client's family, with the public port.
+fn proxy_header(peer: SocketAddr, port: u16) -> Vec<u8> {
+    let any: std::net::IpAddr = match peer {
+        SocketAddr::V4(_) => std::net::Ipv4Addr::UNSPECIFIED.into(),
+        SocketAddr::V6(_) => std::net::Ipv6Addr::UNSPECIFIED.into(),
+    };
+    braid_proxy::proxy_v2::encode(peer, SocketAddr::new(any, port))
 }
 
 type Peers = Arc<Mutex<HashMap<(u16, SocketAddr), Arc<UdpSocket>>>>;
@@ -368,6 +399,30 @@ mod tests {
         assert_eq!(f.target, TargetAddr::Ip("[fd00::1]:53".parse().unwrap()));
         let f = Forward::parse("tcp:2222=nas.lan:22").unwrap();
         assert_eq!(f.target, TargetAddr::domain("nas.lan", 22).unwrap());
+        assert!(!f.proxy_protocol);
+    }
+
+    /// Issue 38 item 13: `,proxy-protocol` after a TCP spec asks for the PROXY v2 header;
+    /// the header names the real client and the public port.
+    #[test]
+    fn the_proxy_protocol_is_asked_per_tcp_forward_and_names_the_client() {
+        let f = Forward::parse("tcp:8080=127.0.0.1:80,proxy-protocol").unwrap();
+        assert!(f.proxy_protocol);
+        assert_eq!(f.target, TargetAddr::Ip("127.0.0.1:80".parse().unwrap()));
+        for bad in [
+            "udp:53=127.0.0.1:53,proxy-protocol",
+            "tcp:1=127.0.0.1:1,gzip",
+        ] {
+            let e = Forward::parse(bad).unwrap_err();
+            assert!(e.contains("expected tcp:PORT=HOST:PORT"), "{bad}: {e}");
+        }
+        let client: SocketAddr = "198.51.100.9:50123".parse().unwrap();
+        let h = proxy_header(client, 8080);
+        let (src, dst, n) = braid_proxy::proxy_v2::parse(&h).unwrap();
+        assert_eq!(
+            (src, dst, n),
+            (client, "0.0.0.0:8080".parse().unwrap(), h.len())
+        );
     }
 
     #[test]

@@ -158,6 +158,16 @@ fn interface(b: &PathBind) -> Option<String> {
     }
 }
 
+/// The local address a path shows: its socket's, with the address it sends from (`attach`,
+/// the path manager's choice) in place of an unspecified one (a socket bound to an
+/// interface is bound to `0.0.0.0`; issue 38 item 6).
+pub(super) fn shown_local(socket: SocketAddr, attach: Option<std::net::IpAddr>) -> SocketAddr {
+    match attach {
+        Some(ip) if socket.ip().is_unspecified() => SocketAddr::new(ip, socket.port()),
+        _ => socket,
+    }
+}
+
 impl StatusBoard {
     pub(super) fn new(cfg: &AgentConfig) -> Arc<StatusBoard> {
         let now = Instant::now();
@@ -167,6 +177,7 @@ impl StatusBoard {
             .map(|p| PathReport {
                 name: p.name.clone(),
                 interface: interface(&p.bind),
+                auto: p.bind == PathBind::Auto,
                 state: Some(ShownState::Down),
                 cap_bytes: p.policy.cap.map(|c| c.bytes),
                 power_w: p.policy.power_w,
@@ -488,6 +499,18 @@ mod tests {
     use super::*;
     use crate::agent::AgentPath;
     use braid_core::{Config, Session};
+
+    /// Regression (issue 38 item 6): a path bound to an interface (an `auto` slot among
+    /// them) showed LOCAL `0.0.0.0:PORT`; it shows the address it sends from.
+    #[test]
+    fn a_socket_bound_to_an_interface_shows_the_address_it_sends_from() {
+        let any: SocketAddr = "0.0.0.0:40001".parse().unwrap();
+        let ip = "10.0.1.2".parse().ok();
+        assert_eq!(shown_local(any, ip), "10.0.1.2:40001".parse().unwrap());
+        assert_eq!(shown_local(any, None), any, "nothing better known");
+        let bound: SocketAddr = "10.0.2.2:40002".parse().unwrap();
+        assert_eq!(shown_local(bound, ip), bound, "a bound address stays");
+    }
 
     fn board() -> (AgentConfig, Arc<StatusBoard>) {
         let key = Arc::new(braid_crypto::StaticKeypair::generate().unwrap());

@@ -17,7 +17,7 @@ pub(in crate::agent) struct DirectPath {
     /// Bytes of its direct connections since the agent started, both ways.
     pub sent: u64,
     pub received: u64,
-    /// The connection scheduler's rate estimate, bits/s (shown as DELIVERY).
+    /// The connection scheduler's rate estimate, bits/s (shown as CAPACITY).
     pub rate_bps: Option<u64>,
     pub cap_used: Option<u64>,
 }
@@ -47,6 +47,8 @@ impl StatusBoard {
                 p.interface = d.interface.clone().or(p.interface.take());
                 p.local_address = d.local.clone();
                 p.delivery_rate_bps = d.rate_bps;
+                p.capacity_bps = d.rate_bps;
+                p.capacity_settled = d.rate_bps.map(|_| true);
                 p.cap_used_bytes = d.cap_used;
                 p.energy_j = p.energy_j.map(|_| energy.energy_j());
                 totals.bytes_sent += p.bytes_sent;

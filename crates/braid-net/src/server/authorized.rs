@@ -1,7 +1,9 @@
 //! The agent keys the server accepts, re-read from the authorized file when it changes.
 //!
-//! Owns: when to look at the file again (its modification time, at most once a second per
-//! worker, each of which has its own copy of this, checked when a handshake needs the list) and putting what it read into the one shared
+//! Owns: when to look at the file again (its modification time, once a second, by one task
+//! of its own, [`watch`]: a key added is taken and logged within a second, not at the next
+//! handshake; the workers' copies have no file and read the shared list only) and putting
+//! what it read into the one shared
 //! list ([`control::Authorized`](super::control::Authorized)), which a SIGHUP reload
 //! (`ServerControl::reload_authorized`) replaces too: the last of the two to change it
 //! wins, and every handshake and key rotation reads that list. Must not touch: the
@@ -58,15 +60,26 @@ impl AuthorizedKeys {
         self.keys.read().unwrap_or_else(|p| p.into_inner())
     }
 
+    /// How many keys the list holds now.
+    pub fn count(&self) -> usize {
+        self.keys.read().map_or(0, |k| k.len())
+    }
+
     fn refresh(&mut self, now: Instant) {
-        let Some(file) = &self.file else { return };
-        if self
-            .checked
-            .is_some_and(|t| now.duration_since(t) < RECHECK)
+        if self.file.is_none()
+            || self
+                .checked
+                .is_some_and(|t| now.duration_since(t) < RECHECK)
         {
             return;
         }
         self.checked = Some(now);
+        self.reread();
+    }
+
+    /// Read the file again if its modification time changed.
+    fn reread(&mut self) {
+        let Some(file) = &self.file else { return };
         let modified = std::fs::metadata(file).and_then(|m| m.modified()).ok();
         if modified == self.modified {
             return;
@@ -79,11 +92,20 @@ impl AuthorizedKeys {
                     *k = keys;
                 }
             }
-            Err(e) => warn!(
-                "{e}; keeping the {} keys read before",
-                self.keys.read().map_or(0, |k| k.len())
-            ),
+            Err(e) => warn!("{e}; keeping the {} keys read before", self.count()),
         }
+    }
+}
+
+/// Look at the file every [`RECHECK`] and re-read it when it changed, until dropped: a key
+/// added is taken, and logged, within a second (docs/deployment.md says the file is read at
+/// once), whether or not a handshake comes.
+pub async fn watch(mut keys: AuthorizedKeys) {
+    let mut tick = tokio::time::interval(RECHECK);
+    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    loop {
+        tick.tick().await;
+        keys.reread();
     }
 }
 

@@ -35,7 +35,7 @@
 //! refusal, type 6) -> the replay guard -> a new session.
 
 use super::gate::{HintGate, LoadMeter, RateLimiter};
-use super::logs::{DropLog, Dropped};
+use super::logs::{bad_mac1, DropLog, Dropped};
 pub use super::shared::{Shared, SharedConfig};
 use super::steer::Steering;
 use super::table::{Due, Entry, State};
@@ -260,7 +260,8 @@ impl<H: SessionHandle> Endpoint<H> {
             PacketType::Cookie
             | PacketType::SessionUnknown
             | PacketType::SessionLimit
-            | PacketType::CipherRefused => {
+            | PacketType::CipherRefused
+            | PacketType::KeyRefused => {
                 self.log.count(Dropped::NotBraid, Some(from), || {
                     "a server-to-client packet sent to the server".into()
                 });
@@ -284,8 +285,8 @@ impl<H: SessionHandle> Endpoint<H> {
         if !self.gate.mac1.check(pkt) {
             HandshakeCounters::bump(&c.bad_mac1);
             let n = pkt.len();
-            self.log
-                .count(Dropped::BadMac1, Some(from), || format!("{n} bytes"));
+            let key = &shared.key;
+            (self.log).count(Dropped::BadMac1, Some(from), || bad_mac1(n, key));
             return Outcome::Drop(Dropped::BadMac1);
         }
         self.gate.load.record(now);
@@ -383,14 +384,19 @@ impl<H: SessionHandle> Endpoint<H> {
                 HandshakeCounters::bump(&c.refused);
                 self.log
                     .count(Dropped::Refused, Some(from), || e.to_string());
-                if matches!(e, HandshakeError::NoCommonCipher { .. }) {
-                    // An authorized client that offers no cipher we accept: tell it which
-                    // we do (a few bytes, less than its message 1), so that its operator
-                    // learns what to change instead of watching it time out.
-                    let bytes = braid_crypto::cipher_refusal(h, &shared.ciphers);
-                    return Outcome::Send { to: from, bytes };
-                }
-                Outcome::Drop(Dropped::Refused)
+                // Told in fewer bytes than message 1, so that the operator learns what to
+                // change instead of watching the agent time out: an authorized client that
+                // offers no cipher we accept gets our list; a fresh message 1 of a key that
+                // is not authorized, a key refusal (issue 38 item 4; what it tells whom:
+                // docs/protocol.md section 16).
+                let bytes = match e {
+                    HandshakeError::NoCommonCipher { .. } => {
+                        braid_crypto::cipher_refusal(h, &shared.ciphers)
+                    }
+                    HandshakeError::UnknownClient(_) => braid_crypto::key_refusal(h),
+                    _ => return Outcome::Drop(Dropped::Refused),
+                };
+                Outcome::Send { to: from, bytes }
             }
         }
     }

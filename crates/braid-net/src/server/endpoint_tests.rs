@@ -244,7 +244,8 @@ fn an_agent_offering_no_accepted_cipher_is_told_which_the_server_accepts() {
     }
     assert_eq!(HandshakeCounters::get(&r.counters.refused), 1);
     assert_eq!(HandshakeCounters::get(&r.counters.accepted), 0);
-    // An unauthorized key offering the wrong cipher learns nothing.
+    // An unauthorized key offering the wrong cipher learns nothing of the ciphers: it is
+    // told its key is not accepted (issue 38 item 4).
     let stranger = StaticKeypair::generate().unwrap();
     let (_, m1) = ClientHandshake::offering(
         &stranger,
@@ -255,14 +256,49 @@ fn an_agent_offering_no_accepted_cipher_is_told_which_the_server_accepts() {
         &Ciphers::only(Cipher::ChaCha20Poly1305),
     )
     .unwrap();
-    assert!(matches!(
-        r.handle(addr("192.0.2.1:5000"), &m1),
-        Outcome::Drop(Dropped::Refused)
-    ));
+    match r.handle(addr("192.0.2.1:5000"), &m1) {
+        Outcome::Send { bytes, .. } => {
+            assert_eq!(read_cipher_refusal(&bytes), None, "no cipher list");
+            assert_eq!(parse_header(&bytes).unwrap().ptype, PacketType::KeyRefused);
+        }
+        _ => panic!("not told"),
+    }
     let m1 = offer(&r, 7, 3, Cipher::Aes256Gcm);
     assert!(matches!(
         r.handle(addr("192.0.2.1:5000"), &m1),
         Outcome::Accepted { .. }
+    ));
+}
+
+/// Regression (issue 38 item 4): a key missing from the agents file was dropped without a
+/// word, and its agent took the silence for a network that blocks UDP. A fresh message 1
+/// of a key that is not authorized gets a 12-byte key refusal naming its session and path
+/// (never more bytes than it); one of an authorized key made for another server key (a
+/// wrong `server_pub`: no valid mac1) still gets nothing.
+#[test]
+fn a_key_not_authorized_is_told_so_and_a_wrong_server_key_gets_nothing() {
+    let mut r = rig(4, 1000, 10);
+    let stranger = StaticKeypair::generate().unwrap();
+    let (_, m1) = ClientHandshake::new(&stranger, &r.server.public(), 9, 1, r.ms + 1).unwrap();
+    match r.handle(addr("192.0.2.1:5000"), &m1) {
+        Outcome::Send { to, bytes } => {
+            assert_eq!(to, addr("192.0.2.1:5000"));
+            assert_eq!(bytes.len(), 12);
+            assert!(bytes.len() < m1.len());
+            let h = parse_header(&bytes).unwrap();
+            assert_eq!(
+                (h.ptype, h.session_id, h.path_id),
+                (PacketType::KeyRefused, 9, 1)
+            );
+        }
+        _ => panic!("not told"),
+    }
+    assert_eq!(HandshakeCounters::get(&r.counters.refused), 1);
+    let other = StaticKeypair::generate().unwrap().public();
+    let (_, m1) = ClientHandshake::new(&r.agents[0], &other, 10, 0, r.ms + 2).unwrap();
+    assert!(matches!(
+        r.handle(addr("192.0.2.1:5000"), &m1),
+        Outcome::Drop(Dropped::BadMac1)
     ));
 }
 

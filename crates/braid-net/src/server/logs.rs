@@ -11,6 +11,16 @@ use std::net::SocketAddr;
 use std::time::{Duration, Instant};
 use tracing::{debug, info, warn};
 
+/// The log's detail of a message 1 without a valid mac1 of `n` bytes: not made for this
+/// server's key (issue 38 item 4: the agent's `server_pub` is wrong, if it is an agent).
+pub(super) fn bad_mac1(n: usize, key: &braid_crypto::StaticKeypair) -> String {
+    format!(
+        "{n} bytes; if it is one of your agents, its server_pub is not this server's public \
+         key {} (the line of /etc/braid/server.pub): copy that",
+        key.public().to_base64()
+    )
+}
+
 /// What was dropped or refused.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Dropped {

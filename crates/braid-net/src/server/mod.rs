@@ -345,13 +345,10 @@ impl Server {
         let egress = egress::Egress::new(cfg.egress.clone());
         let usage = cfg.state_file.as_deref().map(shares::Shares::usage_file_of);
         let shares = shares::Shares::new(cfg.shares.clone(), usage);
-        let board = Arc::new(ServerBoard::new(
-            &cfg,
-            local,
-            counters.clone(),
-            (egress, shares),
-        ));
         let authorized = Arc::new(std::sync::RwLock::new(cfg.authorized.clone()));
+        let mut board = ServerBoard::new(&cfg, local, counters.clone(), (egress, shares));
+        board.authorized = Some(authorized.clone());
+        let board = Arc::new(board);
         Ok(Server {
             workers: (0..threads).map(|_| WorkerCounters::default()).collect(),
             sockets,
@@ -427,12 +424,16 @@ impl Server {
             load_threshold: self.cfg.load_threshold,
             first_exchange_timeout: self.cfg.first_exchange_timeout,
         };
-        let authorized =
-            AuthorizedKeys::new(self.authorized.clone(), self.cfg.authorized_file.clone());
+        // One task looks at the authorized file; the workers read the list it fills.
+        let file = self.cfg.authorized_file.clone();
+        let _watch = file.map(|f| {
+            let keys = AuthorizedKeys::new(self.authorized.clone(), Some(f));
+            tcp::AbortOnDrop(tokio::spawn(authorized::watch(keys)))
+        });
         let shared = Arc::new(Shared::new(
             shared_cfg,
             self.guard.clone(),
-            authorized,
+            AuthorizedKeys::new(self.authorized.clone(), None),
             self.counters.clone(),
         ));
         // The state file is written by one task, from a snapshot it takes itself after

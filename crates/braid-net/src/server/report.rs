@@ -21,6 +21,10 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 use tokio::sync::mpsc;
 
+/// How long a snapshot waits for a second reading of the counters of paths that have no
+/// rate yet.
+pub const FIRST_RATE_SAMPLE: Duration = Duration::from_millis(250);
+
 /// One live session in the registry.
 pub(super) struct Live {
     pub key: PublicKey,
@@ -50,6 +54,11 @@ pub struct ServerBoard {
     /// Each session path's rate meter, fed by every snapshot (a path's rate is known from
     /// the second snapshot on: `braid status --watch`, the dashboard, metrics scrapes).
     rates: Mutex<BTreeMap<(u64, braid_core::PathId), RateMeter>>,
+    /// The authorized agent keys (counted in the snapshot).
+    /// (The type is `control::Authorized`, spelled out: control reads this board.)
+    pub(super) authorized: Option<Arc<std::sync::RwLock<Vec<braid_crypto::PublicKey>>>>,
+    /// The file they are read from, if any.
+    authorized_file: Option<String>,
 }
 
 impl ServerBoard {
@@ -74,6 +83,8 @@ impl ServerBoard {
             shares,
             live: Mutex::new(BTreeMap::new()),
             rates: Mutex::new(BTreeMap::new()),
+            authorized: None,
+            authorized_file: (cfg.authorized_file.as_ref()).map(|f| f.display().to_string()),
         }
     }
 
@@ -98,8 +109,23 @@ impl ServerBoard {
     }
 
     /// A snapshot: every session asked for its paths (a session that does not answer
-    /// within 1 s is listed without paths).
+    /// within 1 s is listed without paths). A path's rates come from its byte counters in
+    /// this and earlier snapshots: when a path has none from the last 3 s (a one-shot
+    /// `braid status`), its counters are read again [`FIRST_RATE_SAMPLE`] later, so that
+    /// RATE IN/OUT are never `-` for a path in a session.
     pub async fn snapshot(&self) -> ServerStatus {
+        let s = self.snapshot_once().await;
+        let unmeasured =
+            (s.sessions.iter().flat_map(|s| &s.paths)).any(|p| p.receive_rate_bps.is_none());
+        if !unmeasured {
+            return s;
+        }
+        tokio::time::sleep(FIRST_RATE_SAMPLE).await;
+        self.snapshot_once().await
+    }
+
+    /// One snapshot, the rate meters fed once.
+    async fn snapshot_once(&self) -> ServerStatus {
         let now = Instant::now();
         let asks: Vec<_> = self
             .live
@@ -139,30 +165,7 @@ impl ServerBoard {
             most_buffered = most_buffered.max(core.buffered);
             let datagrams = core.datagrams;
             let core = core.paths;
-            let mut st = Totals::default();
-            let mut paths: Vec<PathReport> = core
-                .iter()
-                .map(|c| {
-                    let mut p = PathReport {
-                        name: c.peer_name.clone().unwrap_or_else(|| c.id.to_string()),
-                        remote_address: addrs.get(&c.id).map(|a| a.peer.to_string()),
-                        ..Default::default()
-                    };
-                    let mut sum = PathStats::default();
-                    add_counters(&mut sum, &c.stats);
-                    p.fill_core(c, &sum);
-                    p.state = Some(display_state(Some(c), false));
-                    if let Ok(mut rates) = self.rates.lock() {
-                        let meter = rates.entry((id, c.id)).or_default();
-                        meter.update(now, p.bytes_sent, p.bytes_received);
-                        p.set_rates(meter);
-                    }
-                    st.bytes_sent += p.bytes_sent;
-                    st.bytes_received += p.bytes_received;
-                    p
-                })
-                .collect();
-            unique_names(&mut paths, &core);
+            let (paths, st) = self.session_paths(id, &core, &addrs, now);
             totals.bytes_sent += st.bytes_sent;
             totals.bytes_received += st.bytes_received;
             busiest = busiest.max(open_streams);
@@ -202,7 +205,48 @@ impl ServerBoard {
             totals,
             egress: self.egress.report(),
             shares: self.shares.report(),
+            authorized_keys: (self.authorized.as_ref())
+                .map(|k| k.read().map_or(0, |k| k.len() as u64)),
+            authorized_file: self.authorized_file.clone(),
         }
+    }
+}
+
+impl ServerBoard {
+    /// Session `id`'s paths as the status shows them (`core` from its task, `addrs` its
+    /// paths' addresses), their rate meters fed, and their byte totals.
+    fn session_paths(
+        &self,
+        id: u64,
+        core: &[crate::status::CorePath],
+        addrs: &std::collections::HashMap<braid_core::PathId, super::path_addr::PathAddr>,
+        now: Instant,
+    ) -> (Vec<PathReport>, Totals) {
+        let mut st = Totals::default();
+        let mut paths: Vec<PathReport> = core
+            .iter()
+            .map(|c| {
+                let mut p = PathReport {
+                    name: c.peer_name.clone().unwrap_or_else(|| c.id.to_string()),
+                    remote_address: addrs.get(&c.id).map(|a| a.peer.to_string()),
+                    ..Default::default()
+                };
+                let mut sum = PathStats::default();
+                add_counters(&mut sum, &c.stats);
+                p.fill_core(c, &sum);
+                p.state = Some(display_state(Some(c), false));
+                if let Ok(mut rates) = self.rates.lock() {
+                    let meter = rates.entry((id, c.id)).or_default();
+                    meter.update(now, p.bytes_sent, p.bytes_received);
+                    p.set_rates(meter);
+                }
+                st.bytes_sent += p.bytes_sent;
+                st.bytes_received += p.bytes_received;
+                p
+            })
+            .collect();
+        unique_names(&mut paths, core);
+        (paths, st)
     }
 }
 

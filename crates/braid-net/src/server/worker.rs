@@ -254,6 +254,11 @@ impl Worker {
             } => {
                 let _ = self.out.send_to(reply, to, local);
                 info!(%from, agent = %super::fingerprint(&client), key = %client.to_base64(), session = format_args!("{id:016x}"), worker = self.index, %cipher, "agent authenticated");
+                if self.common.session.peers.contains(&from) {
+                    // Said only now, of an agent that authenticated: a TCP connection alone
+                    // may be an agent whose key is wrong (issue 38 item 4).
+                    info!(%from, "agent connected over TCP (its network blocks UDP)");
+                }
                 self.persist_guard();
             }
             Outcome::Start { session, keys } => {

@@ -13,7 +13,8 @@ use std::time::{Duration, Instant};
 /// The rates are taken over at least this much of the newest samples.
 pub const RATE_WINDOW: Duration = Duration::from_secs(1);
 
-/// Samples older than this are dropped (one older than [`RATE_WINDOW`] is always kept).
+/// Samples older than this are dropped (one older than [`RATE_WINDOW`] is kept, if it is
+/// not older than this).
 const KEEP: Duration = Duration::from_secs(3);
 
 /// Recent samples of one path's cumulative (sent, received) byte counts.
@@ -31,11 +32,11 @@ impl RateMeter {
     /// Take the path's cumulative byte counts at `now`. Counts that went down (a new
     /// session's counters) start the meter over.
     pub fn update(&mut self, now: Instant, sent: u64, received: u64) {
-        if self
-            .samples
-            .back()
-            .is_some_and(|&(t, s, r)| sent < s || received < r || now < t)
-        {
+        // A newest sample older than KEEP (the server's last snapshot, a minute ago) would
+        // average over all that time: start over.
+        if self.samples.back().is_some_and(|&(t, s, r)| {
+            sent < s || received < r || now < t || now.duration_since(t) > KEEP
+        }) {
             self.samples.clear();
         }
         self.samples.push_back((now, sent, received));
@@ -120,6 +121,20 @@ mod tests {
         assert_eq!(m.rates_bps(), None);
         m.update(at(t0, 2000), 125_000, 250_000);
         assert_eq!(m.rates_bps(), Some((1_000_000, 2_000_000)));
+    }
+
+    /// Regression (issue 38 item 11): the server measures between snapshots, and a
+    /// `braid status` a minute after the last one averaged over that minute. A sample older
+    /// than [`KEEP`] is not a rate's start.
+    #[test]
+    fn a_sample_older_than_keep_starts_the_meter_over() {
+        let t0 = Instant::now();
+        let mut m = RateMeter::new();
+        m.update(t0, 0, 0);
+        m.update(at(t0, 60_000), 0, 7_500_000);
+        assert_eq!(m.rates_bps(), None, "not 1 Mbit/s over the last minute");
+        m.update(at(t0, 60_500), 0, 8_750_000);
+        assert_eq!(m.rates_bps(), Some((0, 20_000_000)));
     }
 
     #[test]

@@ -35,6 +35,21 @@ fn loopback_agent(server: SocketAddr, server_pub: braid_crypto::PublicKey) -> Ag
     }
 }
 
+/// The agent's reason for having no session, once it has one (panics after `limit`).
+async fn session_error_within(agent: &Agent, limit: Duration) -> String {
+    let t = std::time::Instant::now();
+    loop {
+        if let Some(e) = agent.status().snapshot().session_error {
+            return e;
+        }
+        assert!(
+            t.elapsed() < limit,
+            "no reason for the missing session within {limit:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
 /// Regression for "an agent whose --cipher the server does not accept only times out": the
 /// server says which ciphers it accepts, the agent stops waiting for that round and
 /// `braid status` says what to change; once both accept a common cipher (here the agent
@@ -64,15 +79,7 @@ async fn agent_with_no_cipher_the_server_accepts_is_told_what_to_change() {
     .await
     .unwrap();
     // Without the refusal the first round waits 0.5 + 1 + 2 + 4 + 4 + 4 s for an answer.
-    let mut said = None;
-    for _ in 0..40 {
-        said = agent.status().snapshot().session_error;
-        if said.is_some() {
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
-    let said = said.expect("no reason for the missing session within 2 s");
+    let said = session_error_within(&agent, Duration::from_secs(2)).await;
     assert!(
         said.contains("no common packet cipher")
             && said.contains(&format!("{addr} accepts only [aes-256-gcm]"))
@@ -91,6 +98,42 @@ async fn agent_with_no_cipher_the_server_accepts_is_told_what_to_change() {
     .unwrap();
     assert!(agent.wait_established(Duration::from_secs(5)).await);
     assert_eq!(agent.status().snapshot().session_error, None);
+}
+
+/// Regression (issue 38 item 4): an agent whose key is not in the server's authorized
+/// keys got no answer, fell back to TCP and gave a generic checklist, like one on a network
+/// that blocks UDP. The server now refuses the key in 12 bytes, and within a second the
+/// agent's status says its key is not accepted, which key, and where to add it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn agent_whose_key_is_not_authorized_is_told_so_not_that_udp_is_blocked() {
+    log();
+    let server_key = StaticKeypair::generate().unwrap();
+    let a = loopback_agent("127.0.0.1:1".parse().unwrap(), server_key.public());
+    let someone_else = StaticKeypair::generate().unwrap().public();
+    let mut cfg = ServerConfig::new(
+        "127.0.0.1:0".parse().unwrap(),
+        server_key,
+        vec![someone_else],
+    );
+    braid_testkit::loopback::allow_targets(&mut cfg, &[]);
+    let server = Server::bind(cfg).await.unwrap();
+    let addr = server.local_addr().unwrap();
+    let _task = tokio::spawn(server.run());
+    let key = a.key.public().to_base64();
+    let agent = Agent::start(AgentConfig {
+        servers: vec![addr],
+        ..a
+    })
+    .await
+    .unwrap();
+    let said = session_error_within(&agent, Duration::from_secs(1)).await;
+    assert!(
+        said.contains("do not accept this agent's key")
+            && said.contains(&format!("add the line `{key}`"))
+            && !said.contains("blocks UDP"),
+        "{said}"
+    );
+    agent.shutdown(Duration::from_secs(2)).await;
 }
 
 /// A server at its session limit (1 here) tells a new agent so (a 12-byte refusal naming

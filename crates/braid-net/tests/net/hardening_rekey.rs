@@ -341,3 +341,47 @@ async fn a_rotation_by_another_agent_key_is_refused_and_changes_nothing() {
     assert_eq!(get(&s.server_keys.unopened), 0);
     let _ = s.agent_key;
 }
+
+/// Regression (issue 38 item 10): a key appended to the authorized file was taken, and
+/// logged, only at the next handshake, and the status did not count keys. Now the server
+/// re-reads the file within about a second with no handshake at all, and its status says
+/// how many keys it accepts.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_key_appended_to_the_authorized_file_is_counted_without_a_handshake() {
+    let dir = temp("count");
+    let file = dir.join("agents.txt");
+    let a = StaticKeypair::generate().unwrap().public();
+    std::fs::write(&file, format!("{}\n", a.to_base64())).unwrap();
+    let mut scfg = ServerConfig::new(
+        "127.0.0.1:0".parse().unwrap(),
+        StaticKeypair::generate().unwrap(),
+        vec![a],
+    );
+    scfg.authorized_file = Some(file.clone());
+    let server = Server::bind(scfg).await.unwrap();
+    let board = server.status();
+    let task = tokio::spawn(async move {
+        let _ = server.run().await;
+    });
+    let count = || async { board.snapshot().await.authorized_keys };
+    assert_eq!(count().await, Some(1));
+    let st = board.snapshot().await;
+    assert_eq!(st.authorized_file.as_deref(), file.to_str());
+    let b = StaticKeypair::generate().unwrap().public();
+    let text = format!("{}\n{}\n", a.to_base64(), b.to_base64());
+    std::fs::write(&file, text).unwrap();
+    // A modification time a little ahead, so that a write within the same clock tick as
+    // the first one still counts as a change.
+    let later = std::time::SystemTime::now() + Duration::from_secs(2);
+    let f = std::fs::File::options().write(true).open(&file).unwrap();
+    f.set_modified(later).unwrap();
+    let written = Instant::now();
+    while count().await != Some(2) && written.elapsed() < Duration::from_secs(3) {
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let took = written.elapsed();
+    assert_eq!(count().await, Some(2), "not re-read after {took:?}");
+    assert!(took < Duration::from_millis(1500), "re-read after {took:?}");
+    task.abort();
+    let _ = std::fs::remove_dir_all(&dir);
+}

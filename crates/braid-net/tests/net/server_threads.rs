@@ -141,6 +141,15 @@ async fn eight_agents_on_two_workers_move_exact_bytes_without_hand_over() {
         board.sessions()
     );
     assert!(status.sessions.iter().all(|s| !s.paths.is_empty()));
+    // Regression (issue 38 item 11): RATE IN/OUT were `-` in a server's first snapshot
+    // (a one-shot `braid status`).
+    let rates: Vec<_> = (status.sessions.iter().flat_map(|s| &s.paths))
+        .map(|p| (p.receive_rate_bps, p.send_rate_bps))
+        .collect();
+    assert!(
+        rates.iter().all(|r| r.0.is_some() && r.1.is_some()),
+        "{rates:?}"
+    );
     assert_eq!(HandshakeCounters::get(&counters.refused), 0);
     assert_eq!(control.shutdown(Duration::from_secs(3)).await, 0);
     assert!(board.sessions().is_empty());

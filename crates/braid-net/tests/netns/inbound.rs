@@ -24,6 +24,9 @@ const UDP_PORT: u16 = 15000;
 const REFUSED_PORT: u16 = 18081;
 /// Forwarded to a sink that answers with the SHA-256 of what it read.
 const SINK_PORT: u16 = 18082;
+/// Forwarded with `,proxy-protocol` to a service that answers with the client address its
+/// PROXY v2 header names (issue 38 item 13).
+const PROXY_PORT: u16 = 18083;
 
 /// A log captured from one thread's tracing events (also the egress tests').
 #[derive(Clone, Default)]
@@ -84,6 +87,7 @@ fn server(
             format!("tcp:{TCP_PORT}"),
             format!("udp:{UDP_PORT}"),
             format!("tcp:{SINK_PORT}"),
+            format!("tcp:{PROXY_PORT}"),
         ];
         cfg.forward.allow_specs(&agent.to_base64(), &specs).unwrap();
         braid_testkit::loopback::allow_targets(&mut cfg, &[]);
@@ -96,20 +100,53 @@ fn server(
 
 /// A TCP service that reads to the end and answers with the SHA-256 (hex) of what it read.
 async fn sink_service() -> SocketAddr {
+    tcp_service(|mut s| async move {
+        let mut got = Vec::new();
+        if s.read_to_end(&mut got).await.is_ok() {
+            let _ = s.write_all(crate::common::sha(&got).as_bytes()).await;
+            let _ = s.shutdown().await;
+        }
+    })
+    .await
+}
+
+/// A TCP service on the agent's loopback that runs `serve` for each connection.
+async fn tcp_service<F, Fut>(serve: F) -> SocketAddr
+where
+    F: Fn(TcpStream) -> Fut + Send + 'static,
+    Fut: std::future::Future<Output = ()> + Send + 'static,
+{
     let l = TcpListener::bind("127.0.0.1:0").await.unwrap();
     let addr = l.local_addr().unwrap();
     tokio::spawn(async move {
-        while let Ok((mut s, _)) = l.accept().await {
-            tokio::spawn(async move {
-                let mut got = Vec::new();
-                if s.read_to_end(&mut got).await.is_ok() {
-                    let _ = s.write_all(crate::common::sha(&got).as_bytes()).await;
-                    let _ = s.shutdown().await;
-                }
-            });
+        while let Ok((s, _)) = l.accept().await {
+            tokio::spawn(serve(s));
         }
     });
     addr
+}
+
+/// A TCP service behind a PROXY v2 header: it reads the header and answers with the client
+/// address it names (or what was wrong), as nginx with `proxy_protocol` would log it.
+async fn whois_service() -> SocketAddr {
+    tcp_service(|mut s| async move {
+        let mut got = Vec::new();
+        let mut buf = [0u8; 128];
+        let said = loop {
+            match braid_proxy::proxy_v2::parse(&got) {
+                Ok((client, _, _)) => break client.to_string(),
+                Err(braid_proxy::proxy_v2::ProxyHeaderError::Incomplete(_)) => {}
+                Err(e) => break e.to_string(),
+            }
+            match s.read(&mut buf).await {
+                Ok(0) | Err(_) => break "no PROXY header".to_string(),
+                Ok(n) => got.extend_from_slice(&buf[..n]),
+            }
+        };
+        let _ = s.write_all(said.as_bytes()).await;
+        let _ = s.shutdown().await;
+    })
+    .await
 }
 
 /// TCP and UDP echo services on the agent's loopback.
@@ -219,9 +256,13 @@ impl AgentRun {
             rt.block_on(async move {
                 let (tcp, udp) = echo_services().await;
                 let sink = sink_service().await;
+                let whois = whois_service().await;
                 for (proto, port) in ports {
                     let spec = match proto {
                         Proto::Tcp if port == SINK_PORT => format!("tcp:{port}={sink}"),
+                        Proto::Tcp if port == PROXY_PORT => {
+                            format!("tcp:{port}={whois},proxy-protocol")
+                        }
                         Proto::Tcp => format!("tcp:{port}={tcp}"),
                         Proto::Udp => format!("udp:{port}={udp}"),
                     };
@@ -304,6 +345,7 @@ fn forwarded_ports_reach_the_agents_services_and_a_port_not_allowed_is_refused()
         (Proto::Tcp, TCP_PORT),
         (Proto::Udp, UDP_PORT),
         (Proto::Tcp, REFUSED_PORT),
+        (Proto::Tcp, PROXY_PORT),
     ];
     let (agent, agent_log) = AgentRun::start(&net, cfg, &ports);
     let (tcp_to, udp_to, refused_to) = (public(TCP_PORT), public(UDP_PORT), public(REFUSED_PORT));
@@ -324,12 +366,23 @@ fn forwarded_ports_reach_the_agents_services_and_a_port_not_allowed_is_refused()
         }
         let udp_time = t.elapsed();
         let refused = TcpStream::connect(refused_to).await.is_err();
+        // Issue 38 item 13: the service behind `,proxy-protocol` learns the real client's
+        // address (this socket's), not the agent's own.
+        let mut c = TcpStream::connect(public(PROXY_PORT)).await.unwrap();
+        let me = c.local_addr().unwrap().to_string();
+        let mut said = String::new();
+        c.read_to_string(&mut said).await.unwrap();
+        assert_eq!(said, me, "the client the PROXY header names");
         let held: Vec<Vec<String>> = (board.snapshot().await.sessions.into_iter())
             .map(|s| s.inbound_ports)
             .collect();
         assert_eq!(
             held,
-            vec![vec![format!("tcp:{TCP_PORT}"), format!("udp:{UDP_PORT}")]],
+            vec![vec![
+                format!("tcp:{TCP_PORT}"),
+                format!("tcp:{PROXY_PORT}"),
+                format!("udp:{UDP_PORT}")
+            ]],
             "the server's status lists the session's ports, not the refused one"
         );
         (opened, tcp_time, udp_time, refused)

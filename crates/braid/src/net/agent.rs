@@ -155,7 +155,13 @@ pub struct AgentArgs {
     /// udp:PORT=HOST:PORT, like tcp:8080=127.0.0.1:80 (connections to the server's port
     /// 8080 reach 127.0.0.1:80 here). Repeat for several. The server opens only ports its
     /// configuration allows this agent's key (its --allow-forward or [forward] table).
-    #[arg(long = "forward", value_name = "tcp|udp:PORT=HOST:PORT")]
+    /// `,proxy-protocol` after a tcp: one starts each connection to the service with a
+    /// PROXY protocol v2 header naming the real client (nginx `proxy_protocol`, HAProxy
+    /// `accept-proxy`).
+    #[arg(
+        long = "forward",
+        value_name = "tcp|udp:PORT=HOST:PORT[,proxy-protocol]"
+    )]
     #[serde(default)]
     pub forward: Vec<String>,
     /// Log level: error, warn, info, debug or trace.

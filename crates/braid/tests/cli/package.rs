@@ -150,6 +150,22 @@ fn both_paths_up(v: &Value) -> bool {
             .is_some_and(|p| p.iter().filter(|p| p["state"] == "active").count() == 2)
 }
 
+/// The default `path = ["auto"]` on a router with two uplinks (issue 38 item 6): the two
+/// slots that took an interface show it and the address they send from, in the JSON and the
+/// table; the six others are one line, not `down` rows.
+fn check_auto_slots(ms: &Machines, v: &Value) {
+    let paths = v["paths"].as_array().unwrap();
+    for p in paths.iter().filter(|p| p["state"] == "active") {
+        assert_eq!(p["auto"], true, "{p}");
+        assert!(p["interface"].is_string(), "{p}");
+        let local = p["local_address"].as_str().unwrap_or("");
+        assert!(!local.starts_with("0.0.0.0"), "{p}");
+    }
+    let text = ms.sh("router", "braid status");
+    assert!(text.contains("unused auto slots: auto3-auto8"), "{text}");
+    assert!(!text.lines().any(|l| l.starts_with("auto3")), "{text}");
+}
+
 /// `systemctl enable --now UNIT` as the quick start says: the enabling must work; the start
 /// fails only because no systemd runs here.
 fn enable_now(ms: &Machines, m: &str, unit: &str) {
@@ -406,10 +422,21 @@ impl Rig {
             "vps",
             &format!("echo '{}' >> /etc/braid/agents.txt", agent_pub.trim()),
         );
+        // "The file is read at once" (issue 38 item 10): the server counts the key before
+        // any agent asks, in its JSON and its text status.
+        status_until(ms, "vps", &server, |v| v["authorized_keys"] == 1);
+        let text = ms.sh("vps", "braid status");
+        assert!(
+            text.contains("authorized agent keys: 1 (from /etc/braid/agents.txt)"),
+            "{text}"
+        );
         enable_now(ms, "router", "braid-agent-tun");
         let tun = self.start("router", 2, "agent-tun.log");
         // (Checked once they answer: until then the process may still be nsenter or setpriv.)
-        status_until(ms, "router", &tun, both_paths_up);
+        let v = status_until(ms, "router", &tun, both_paths_up);
+        check_auto_slots(ms, &v);
+        // "`braid check-config /etc/braid/agent.toml` checks an edited file".
+        ms.sh("router", "braid check-config /etc/braid/agent.toml");
         check_privileges(ms, "vps", &server, CAP_NET_BIND_SERVICE);
         check_privileges(ms, "router", &tun, CAP_NET_ADMIN | CAP_NET_RAW);
         (server, tun)

@@ -3,8 +3,11 @@
 //! also over TCP (networks that block UDP); a cookie reply answered at once with message 1
 //! again, with mac2 (over TCP down the connection the reply came on); the first valid
 //! answer wins (the server with the lowest RTT); then a little more listening for the other
-//! paths' answers ([`affinity`]); the refusals (session limit, no common cipher) and the
-//! errors told to the user.
+//! paths' answers ([`affinity`]); the refusals (session limit, no common cipher, key not
+//! accepted) and the errors told to the user: a server whose port took a TCP connection
+//! but that answered nothing is not a network that blocks UDP but, most likely, one whose
+//! key is not this agent's `server_pub` (a server drops a message 1 made for another key
+//! without a word; issue 38 item 4).
 //!
 //! Owns: those decisions and the per-pair Noise state. Must not touch: sockets, TCP
 //! connections, tokio, clocks (the caller passes `now` and `now_ms`, and the session id),
@@ -121,6 +124,10 @@ pub(crate) struct Handshake {
     /// Servers at their session limit, or accepting none of the ciphers offered.
     full: Vec<SocketAddr>,
     no_cipher: Vec<(SocketAddr, Vec<Cipher>)>,
+    /// Servers that said this agent's key is not authorized there.
+    key_refused: Vec<SocketAddr>,
+    /// Servers whose port took a TCP connection of this handshake.
+    reached_tcp: Vec<SocketAddr>,
     servers: usize,
     done: Option<Result<Won, String>>,
 }
@@ -159,6 +166,8 @@ impl Handshake {
             later: Vec::new(),
             full: Vec::new(),
             no_cipher: Vec::new(),
+            key_refused: Vec::new(),
+            reached_tcp: Vec::new(),
             servers,
             done: None,
         };
@@ -256,7 +265,9 @@ impl Handshake {
             return;
         };
         match ptype {
-            PacketType::SessionLimit | PacketType::CipherRefused => self.refused(k, ptype, pkt),
+            PacketType::SessionLimit | PacketType::CipherRefused | PacketType::KeyRefused => {
+                self.refused(k, ptype, pkt)
+            }
             PacketType::Cookie => self.cookie(k, from, pkt, tcp),
             PacketType::Handshake if self.won.is_some() => self.later_answer(k, pkt),
             PacketType::Handshake => self.first_answer(now, k, pkt, tcp),
@@ -276,10 +287,23 @@ impl Handshake {
                     self.no_cipher.push((server, accepted));
                 }
             }
+            PacketType::KeyRefused if !self.key_refused.contains(&server) => {
+                warn!(%server, key = %self.setup.key.public().to_base64(),
+                    "the server does not accept this agent's key: it is not in the server's agents file");
+                self.key_refused.push(server);
+            }
             _ => {}
         }
-        if self.full.len() + self.no_cipher.len() >= self.servers {
+        if self.full.len() + self.no_cipher.len() + self.key_refused.len() >= self.servers {
             self.finish();
+        }
+    }
+
+    /// A TCP connection of this handshake to `server` was accepted: the server's port is
+    /// reachable, so silence from it is not a network that blocks UDP.
+    pub(crate) fn handle_tcp_connected(&mut self, server: SocketAddr) {
+        if !self.reached_tcp.contains(&server) {
+            self.reached_tcp.push(server);
         }
     }
 
@@ -409,6 +433,16 @@ impl Handshake {
                 said.join("; "),
             );
         }
+        if !self.key_refused.is_empty() {
+            let key = self.setup.key.public().to_base64();
+            return format!(
+                "the server(s) {:?} do not accept this agent's key {key}: it is not in their \
+                 authorized file. On the server add the line `{key}` to its agents file \
+                 (/etc/braid/agents.txt in the package; it is re-read within a second), or \
+                 give this agent the key pair whose public key is there",
+                self.key_refused
+            );
+        }
         if !self.full.is_empty() {
             return format!(
                 "the server(s) {:?} refused the session: at their session limit (`braid server \
@@ -418,6 +452,18 @@ impl Handshake {
             );
         }
         let paths: Vec<&str> = self.setup.paths.iter().map(|p| p.name.as_str()).collect();
+        if !self.reached_tcp.is_empty() {
+            return format!(
+                "the server(s) {:?} took a TCP connection on their port but answered no \
+                 handshake, over UDP or TCP, on the paths {paths:?}: the network is not the \
+                 problem. Most likely this agent's server_pub (--server-pub) is not that \
+                 server's public key (a server drops a handshake made for another key without \
+                 a word): copy the line of the server's /etc/braid/server.pub into server_pub. \
+                 (A server older than this agent also drops, without a word, a handshake \
+                 from a key not in its agents file.)",
+                self.reached_tcp
+            );
+        }
         format!(
             "no handshake answer from {:?} on any of the paths {paths:?}: check the address, that \
              `braid server` runs there, that its key matches --server-pub and that this agent's \

@@ -2,7 +2,9 @@
 //! braid-crypto's responder and feeds their answers (or none) at chosen instants.
 
 use super::*;
-use braid_crypto::{session_limit_refusal, CookieChecker, ReplayGuard, ServerHandshake};
+use braid_crypto::{
+    key_refusal, session_limit_refusal, CookieChecker, ReplayGuard, ServerHandshake,
+};
 
 const NOW_MS: u64 = 1_700_000_000_000;
 
@@ -259,4 +261,43 @@ fn answers_from_elsewhere_or_for_another_session_are_ignored() {
     assert!(!r.h.is_done());
     r.h.handle_answer(r.t0 + ms(4), 0, m1.to, &answer, None);
     assert!(r.h.outcome().unwrap().is_ok());
+}
+
+/// Regression (issue 38 item 4): with its key missing from the server's agents file the
+/// agent fell back to TCP and gave a generic checklist. The server's key refusal ends the
+/// handshake at once with what to do: which key, which file.
+#[test]
+fn a_key_refusal_says_the_key_is_not_accepted_and_what_to_copy_where() {
+    let mut r = rig(&[("wifi", false), ("lte", false)], &["10.0.0.1:4433"], 6);
+    let m1 = r.sent().remove(0);
+    let refusal = key_refusal(&parse_header(&m1.packet).unwrap());
+    r.h.handle_answer(r.t0 + ms(3), m1.path, m1.to, &refusal, None);
+    let e = r.h.outcome().expect("decided at once").err().unwrap();
+    let key = r.agent.public().to_base64();
+    assert!(e.contains("do not accept this agent's key"), "{e}");
+    assert!(e.contains(&format!("add the line `{key}`")), "{e}");
+    assert!(e.contains("/etc/braid/agents.txt"), "{e}");
+    assert!(!e.contains("blocks UDP"), "{e}");
+}
+
+/// Regression (issue 38 item 4): with a wrong `server_pub` the server drops every message
+/// 1 without a word (mac1 is for another key), and the agent, whose TCP connection to the
+/// port was accepted, gave the generic checklist. It now says the network is fine and the
+/// server key most likely does not match.
+#[test]
+fn silence_from_a_server_whose_port_took_tcp_blames_server_pub_not_the_network() {
+    let mut r = rig(&[("wifi", false)], &["10.0.0.1:4433"], 3);
+    r.sent();
+    r.expire();
+    let tcp = r.sent();
+    let c = tcp.iter().find(|t| t.via == Via::TcpConnect).expect("TCP");
+    r.h.handle_tcp_connected(c.to);
+    while r.h.poll_timeout().is_some() {
+        r.expire();
+        r.sent();
+    }
+    let e = r.h.outcome().unwrap().err().expect("no answer");
+    assert!(e.contains("took a TCP connection on their port"), "{e}");
+    assert!(e.contains("server_pub"), "{e}");
+    assert!(e.contains("/etc/braid/server.pub"), "{e}");
 }

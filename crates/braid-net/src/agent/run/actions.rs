@@ -6,6 +6,7 @@
 //! decisions (the path manager's).
 
 use super::*;
+use crate::agent::report::shown_local;
 
 impl Runner {
     /// What the status board needs from the policy state and the socket table.
@@ -17,12 +18,17 @@ impl Runner {
             .iter()
             .map(|p| p.policy.cap.map(|c| self.ledger.used(&p.name, &c, now)))
             .collect();
+        let paths = &self.client.paths;
         let addrs = table
             .lock()
             .map(|t| {
                 t.iter()
                     .filter_map(|(id, r)| match r {
-                        Route::Udp(s, peer) => Some((*id, (s.local_addr().ok(), *peer))),
+                        Route::Udp(s, peer) => {
+                            let attach = paths.attach(*id as usize % 8).map(|a| a.addr);
+                            let local = s.local_addr().ok().map(|l| shown_local(l, attach));
+                            Some((*id, (local, *peer)))
+                        }
                         // A TCP path's addresses are its connection's; not shown yet.
                         Route::Tcp(_) => None,
                     })

@@ -123,6 +123,16 @@ fn state(p: &PathReport) -> String {
         .unwrap_or_else(|| "-".into())
 }
 
+/// The path's capacity estimate (docs/status.md, `capacity_bps`), `+` after it while it is
+/// a lower bound still growing.
+fn capacity(p: &PathReport) -> String {
+    match (p.capacity_bps, p.capacity_settled) {
+        (None, _) => "-".into(),
+        (Some(c), Some(false)) => format!("{}+", rate(c)),
+        (Some(c), _) => rate(c),
+    }
+}
+
 /// The IP packet the path's datagrams make now, with the drops its MTU black holes caused.
 fn packet_size(p: &PathReport) -> String {
     match (p.packet_bytes, p.datagram_drops) {
@@ -135,7 +145,7 @@ fn packet_size(p: &PathReport) -> String {
 fn path_table(paths: &[PathReport], agent: bool) -> String {
     let mut rows = vec![vec![
         "PATH", "STATE", "IFACE", "LOCAL", "REMOTE", "SRTT ms", "MIN ms", "CWND", "PACING",
-        "DELIVERY", "RATE IN", "RATE OUT", "LOSS", "PACKET", "SENT", "RECEIVED",
+        "CAPACITY", "RATE IN", "RATE OUT", "LOSS", "PACKET", "SENT", "RECEIVED",
     ]
     .into_iter()
     .map(String::from)
@@ -143,7 +153,7 @@ fn path_table(paths: &[PathReport], agent: bool) -> String {
     if agent {
         rows[0].extend(["CAP".to_string(), "ENERGY".to_string()]);
     }
-    for p in paths {
+    for p in paths.iter().filter(|p| !unused_auto(p)) {
         let mut r = vec![
             p.name.clone(),
             state(p),
@@ -154,7 +164,7 @@ fn path_table(paths: &[PathReport], agent: bool) -> String {
             opt_ms(p.min_rtt_ms),
             bytes(p.cwnd_bytes),
             rate(p.pacing_rate_bps),
-            p.delivery_rate_bps.map_or("-".into(), rate),
+            capacity(p),
             p.receive_rate_bps.map_or("-".into(), rate),
             p.send_rate_bps.map_or("-".into(), rate),
             format!("{:.2} %", p.loss_rate * 100.0),
@@ -171,7 +181,27 @@ fn path_table(paths: &[PathReport], agent: bool) -> String {
         }
         rows.push(r);
     }
-    table(&rows)
+    let mut out = table(&rows);
+    let unused: Vec<&str> = (paths.iter().filter(|p| unused_auto(p)))
+        .map(|p| p.name.as_str())
+        .collect();
+    if let (Some(first), Some(last)) = (unused.first(), unused.last()) {
+        let names = if first == last {
+            first.to_string()
+        } else {
+            format!("{first}-{last}")
+        };
+        let _ = writeln!(
+            out,
+            "unused auto slots: {names} (each takes the next interface with a default route)"
+        );
+    }
+    out
+}
+
+/// An `auto` slot that has taken no interface: counted on one line, not shown as a path.
+fn unused_auto(p: &PathReport) -> bool {
+    p.auto && p.interface.is_none()
 }
 
 /// A line per path behind a captive portal: where to log in.
@@ -337,6 +367,10 @@ fn render_server(s: &ServerStatus) -> String {
         bytes(s.totals.bytes_sent),
         bytes(s.totals.bytes_received)
     );
+    if let Some(n) = s.authorized_keys {
+        let from = (s.authorized_file.as_ref()).map_or(String::new(), |f| format!(" (from {f})"));
+        let _ = writeln!(out, "authorized agent keys: {n}{from}");
+    }
     out.push_str(&egress_lines(&s.egress));
     out.push_str(&share_lines(&s.shares));
     for sess in &s.sessions {
@@ -436,188 +470,4 @@ fn datagram_line(d: &DatagramReport) -> String {
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn a_captive_path_shows_captive_and_where_to_log_in() {
-        let a = AgentStatus {
-            paths: vec![PathReport {
-                name: "wifi".into(),
-                state: Some(ShownState::Captive),
-                portal_url: Some("http://portal.example/login".into()),
-                ..Default::default()
-            }],
-            ..Default::default()
-        };
-        let t = render(&Status::Agent(a.clone()));
-        let wifi = t.lines().find(|l| l.starts_with("wifi ")).unwrap();
-        assert!(wifi.contains("captive"), "{t}");
-        assert!(
-            t.contains("wifi: captive portal at http://portal.example/login: log in there"),
-            "{t}"
-        );
-        let json = serde_json::to_value(&a).unwrap();
-        assert_eq!(json["paths"][0]["state"], "captive");
-        assert_eq!(
-            json["paths"][0]["portal_url"],
-            "http://portal.example/login"
-        );
-    }
-
-    #[test]
-    fn the_agent_table_lists_every_path_with_its_state_and_bytes() {
-        let a = AgentStatus {
-            paths: vec![
-                PathReport {
-                    name: "wifi".into(),
-                    state: Some(ShownState::Active),
-                    bytes_received: 2_500_000,
-                    srtt_ms: Some(21.04),
-                    ..Default::default()
-                },
-                PathReport {
-                    name: "lte".into(),
-                    state: Some(ShownState::Down),
-                    ..Default::default()
-                },
-            ],
-            ..Default::default()
-        };
-        let t = render(&Status::Agent(a));
-        let wifi = t.lines().find(|l| l.starts_with("wifi")).unwrap();
-        assert!(
-            wifi.contains("active") && wifi.contains("2.5 MB") && wifi.contains("21.0"),
-            "{t}"
-        );
-        assert!(
-            t.lines()
-                .any(|l| l.starts_with("lte") && l.contains("down")),
-            "{t}"
-        );
-        assert!(t.contains("no session"), "{t}");
-    }
-
-    /// Issue 24: the server's sessions in the formats of its logs (`session=` 16 hex
-    /// digits, `agent=SHA256:...`, `key=` base64), and a half-open session marked so.
-    #[test]
-    fn server_sessions_show_id_fingerprint_and_key_as_the_logs_and_half_open_ones() {
-        let sess = |id: &str, established| braid_net::status::ServerSession {
-            id: id.into(),
-            agent_key_fingerprint: "SHA256:abc".into(),
-            agent_key: "a2V5".into(),
-            established,
-            ..Default::default()
-        };
-        let s = braid_net::status::ServerStatus {
-            sessions: vec![
-                sess("00000000000000ff", true),
-                sess("0000000000000100", false),
-            ],
-            ..Default::default()
-        };
-        let t = render(&Status::Server(s));
-        let line = |id: &str| {
-            t.lines()
-                .find(|l| l.starts_with(&format!("session {id} ")))
-                .unwrap_or_else(|| panic!("no session {id} in {t}"))
-                .to_string()
-        };
-        let up = line("00000000000000ff");
-        assert!(up.contains("agent SHA256:abc (key a2V5) for"), "{t}");
-        assert!(line("0000000000000100").contains("half-open"), "{t}");
-        assert!(!up.contains("half-open"), "{t}");
-    }
-
-    /// Issue 37: each agent's share: its bytes, limit, cap and quotas, and a used-up quota.
-    #[test]
-    fn server_status_shows_each_agents_share() {
-        let s = braid_net::status::ServerStatus {
-            shares: braid_net::status::SharesReport {
-                capacity_bytes_per_sec: 0,
-                agents: vec![braid_net::status::AgentShare {
-                    agent_key_fingerprint: "SHA256:abc".into(),
-                    rate_limit_bytes_per_sec: Some(1_250_000),
-                    fair_cap_bytes_per_sec: Some(2_500_000),
-                    day_quota_bytes: Some(5_000_000_000),
-                    quota_reached: Some("month".into()),
-                    ..Default::default()
-                }],
-            },
-            ..Default::default()
-        };
-        let t = render(&Status::Server(s));
-        let line = t
-            .lines()
-            .find(|l| l.starts_with("share SHA256:abc"))
-            .unwrap_or_else(|| panic!("{t}"));
-        assert!(
-            line.contains("limit 10.0 Mbit/s, fair-share cap 20.0 Mbit/s"),
-            "{line}"
-        );
-        assert!(line.contains("day 0 B of "), "{line}");
-        assert!(line.contains("month's quota is used up"), "{line}");
-    }
-
-    /// Issue 37: the egress refusals per agent, in the agents' log format.
-    #[test]
-    fn server_status_counts_egress_refusals_per_agent() {
-        let s = braid_net::status::ServerStatus {
-            egress: braid_net::status::EgressReport {
-                deny_private: true,
-                rules: 2,
-                refused_connections: 3,
-                refused_datagrams: 5,
-                agents: vec![braid_net::status::EgressAgent {
-                    agent_key_fingerprint: "SHA256:abc".into(),
-                    refused_connections: 3,
-                    refused_datagrams: 5,
-                }],
-            },
-            ..Default::default()
-        };
-        let t = render(&Status::Server(s));
-        assert!(
-            t.contains(
-                "egress: 2 rules, private ranges denied; refused 3 connections, 5 datagrams"
-            ),
-            "{t}"
-        );
-        assert!(
-            t.contains("  agent SHA256:abc: refused 3 connections, 5 datagrams"),
-            "{t}"
-        );
-    }
-
-    /// Issue 24: `braid status` shows which rule each connection and flow took, and how
-    /// many each rule opened.
-    #[test]
-    fn the_agent_view_shows_each_flows_rule_and_the_counts() {
-        let a = AgentStatus {
-            streams: vec![braid_net::status::StreamReport {
-                proxy: "socks5".into(),
-                destination: "bank.example:443".into(),
-                path: Some("dsl".into()),
-                rule: Some("pin dsl".into()),
-                ..Default::default()
-            }],
-            flows: vec![braid_net::status::FlowReport {
-                flow: 3,
-                destination: "10.1.2.3:53".into(),
-                rule: Some("bypass".into()),
-                ..Default::default()
-            }],
-            rules: [("bypass".to_string(), 4), ("session".to_string(), 9)].into(),
-            ..Default::default()
-        };
-        let t = render(&Status::Agent(a));
-        assert!(t.contains("opened by rule: bypass 4, session 9"), "{t}");
-        let row = t.lines().find(|l| l.contains("bank.example")).unwrap();
-        assert!(
-            row.contains("via dsl") && row.trim_end().ends_with("pin dsl"),
-            "{t}"
-        );
-        let row = t.lines().find(|l| l.contains("10.1.2.3")).unwrap();
-        assert!(row.trim_end().ends_with("bypass"), "{t}");
-    }
-}
+mod tests;
