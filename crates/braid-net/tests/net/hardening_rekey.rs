@@ -380,6 +380,10 @@ async fn a_key_appended_to_the_authorized_file_is_counted_without_a_handshake() 
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
     let took = written.elapsed();
+    eprintln!(
+        "the appended key counted {} ms after the write",
+        took.as_millis()
+    );
     assert_eq!(count().await, Some(2), "not re-read after {took:?}");
     assert!(took < Duration::from_millis(1500), "re-read after {took:?}");
     task.abort();
