@@ -7,6 +7,9 @@
 use crate::time::Instant;
 use std::time::Duration;
 
+/// The pacer's burst, in packets, unless the driver asks for more (`Path::set_max_burst`).
+pub const MIN_BURST_PACKETS: u64 = 10;
+
 /// Token bucket measured in bytes.
 #[derive(Debug, Clone)]
 pub struct Pacer {

@@ -12,6 +12,7 @@
 use super::bbr_filters::{Aggregation, MinRtt};
 use super::qbound::QueueBound;
 use super::{AckEvent, CongestionController, LossEvent};
+use crate::pacer::MIN_BURST_PACKETS;
 use crate::rng::splitmix64;
 use crate::rtt::RttEstimator;
 use crate::time::{Instant, TIMER_GRANULARITY};
@@ -167,10 +168,13 @@ impl Bbr {
     /// What the window holds beyond the bandwidth-delay product so that the path never
     /// idles for the way its data and acknowledgements move in bursts:
     /// - what the pacer lets out at once when a timer of the driver fires late: two timer
-    ///   granularities at the pacing rate, less the two packets the window's headroom and
-    ///   smallest window already hold (Linux BBR's quantization budget plays this part for
-    ///   TSO bursts). Under a packet at a few Mbit/s; at gigabit rates 2 ms of data, without
-    ///   which one stream on loopback ran at 1.3 Gbit/s where CUBIC ran at 5.5;
+    ///   granularities at the pacing rate, less the pacer's smallest burst, which it lets
+    ///   out at any rate and the window never had to cover (Linux BBR's quantization budget
+    ///   plays this part for TSO bursts). Nothing below about 60 Mbit/s; at gigabit rates
+    ///   2 ms of data, without which one stream on loopback ran at 1.3 Gbit/s where CUBIC
+    ///   ran at 5.5. (Less only two packets, the term put 1-2 packets more in the window of
+    ///   a 16 Mbit/s home link, and a call beside two downloads waited 30-60 ms at p99
+    ///   instead of 4: `responsive_*` in the testbed);
     /// - plain BBR only: the acknowledgements' aggregation (`bbr_filters.rs`). `bbrq` leaves
     ///   it out: covering it, even capped at the bound's standing-queue target, kept that
     ///   much more queued on every path whose acknowledgements bunch (an upload beside the
@@ -178,7 +182,7 @@ impl Bbr {
     ///   to 2.3 %) for 6 % more on the Mahimahi LTE traces (docs/results.md).
     fn burst_allowance(&self) -> u64 {
         let quantum = self.pacing_gain * self.btl_bw * 2.0 * TIMER_GRANULARITY.as_secs_f64();
-        let quantum = (quantum as u64).saturating_sub(2 * self.mss);
+        let quantum = (quantum as u64).saturating_sub(MIN_BURST_PACKETS * self.mss);
         let aggregation = if self.bound.is_some() {
             0
         } else {

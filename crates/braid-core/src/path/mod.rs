@@ -22,8 +22,7 @@ use smallvec::SmallVec;
 use std::collections::VecDeque;
 use std::time::Duration;
 
-/// The pacer's burst, in packets, unless the driver asks for more (`Path::set_max_burst`).
-const MIN_MAX_BURST: u64 = 10;
+use crate::pacer::MIN_BURST_PACKETS as MIN_MAX_BURST;
 
 mod ack;
 mod capacity;

@@ -118,9 +118,24 @@ fn measure(mode: Mode, agent_args: &[&str], cases: &[Case]) -> Vec<(String, Load
             let r = rig.measure_load(via, flows, TIMES);
             let frac = (r.down_bps + r.up_bps) / capacity(links, flows);
             println!("{}", r.row(&format!("{what}: {case}"), frac));
+            print_slow(&r.loaded_probe);
             (case.to_string(), r, frac)
         })
         .collect()
+}
+
+/// The probe's packets that waited over 10 ms (send time into the load, round trip), so
+/// that a tail shows whether it is one stall or scattered.
+fn print_slow(probe: &[(f64, f64)]) {
+    let slow: Vec<String> = probe
+        .iter()
+        .filter(|(_, rtt)| *rtt > 0.010)
+        .take(60)
+        .map(|(t, rtt)| format!("{t:.2}s:{:.0}", rtt * 1e3))
+        .collect();
+    if !slow.is_empty() {
+        println!("  slow probe packets (send time: ms): {}", slow.join(" "));
+    }
 }
 
 fn extra_args() -> Vec<String> {
