@@ -6,6 +6,8 @@
 
 mod bbr;
 mod bbr_filters;
+#[cfg(test)]
+mod bbr_tests;
 mod coupled;
 mod cubic;
 mod hystart;

@@ -123,6 +123,23 @@ impl QueueBound {
         }
     }
 
+    /// A new round began while the controller is still in startup: whether the last round's
+    /// smallest sample (of the forward queue when the peer timestamps) stood above the
+    /// target all round, which ends startup (as HyStart++'s delay increase ends slow start,
+    /// RFC 9406). Startup otherwise runs until the bandwidth stops growing for three rounds
+    /// or packets are lost: on a short path with a deep buffer (a home router's 80 ms) that
+    /// filled the buffer, and a call beside a starting upload waited 50-100 ms for 0.2 s.
+    pub(crate) fn startup_round_ends_startup(&mut self, min_rtt: Duration) -> bool {
+        let rtt = self.round_min.take();
+        let fwd = self.round_min_fwd.take();
+        let standing = match (fwd, rtt) {
+            (Some(f), _) => f,
+            (None, Some(r)) => r.saturating_sub(min_rtt),
+            (None, None) => return false,
+        };
+        standing > Self::target(min_rtt)
+    }
+
     fn released(&self, now: Instant) -> bool {
         self.released_until.is_some_and(|t| now < t)
     }

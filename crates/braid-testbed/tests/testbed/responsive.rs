@@ -119,6 +119,9 @@ fn measure(mode: Mode, agent_args: &[&str], cases: &[Case]) -> Vec<(String, Load
             let frac = (r.down_bps + r.up_bps) / capacity(links, flows);
             println!("{}", r.row(&format!("{what}: {case}"), frac));
             print_slow(&r.loaded_probe);
+            if mode != Mode::PlainWifi {
+                print_path_events(&rig);
+            }
             (case.to_string(), r, frac)
         })
         .collect()
@@ -135,6 +138,35 @@ fn print_slow(probe: &[(f64, f64)]) {
         .collect();
     if !slow.is_empty() {
         println!("  slow probe packets (send time: ms): {}", slow.join(" "));
+    }
+}
+
+/// Each side's path counters that explain a tail (freezes, losses, probe timeouts, black
+/// holes), one line per side.
+fn print_path_events(rig: &Rig) {
+    fn walk(v: &serde_json::Value, out: &mut Vec<String>) {
+        match v {
+            serde_json::Value::Object(m) if m.contains_key("blackouts") => {
+                let f = |k: &str| m.get(k).map(|x| x.to_string()).unwrap_or_default();
+                out.push(format!(
+                    "{} blackouts {} lost {} spurious {} ptos {} size {}",
+                    f("name"),
+                    f("blackouts"),
+                    f("packets_lost"),
+                    f("spurious_losses"),
+                    f("ptos"),
+                    f("datagram_bytes")
+                ));
+            }
+            serde_json::Value::Object(m) => m.values().for_each(|x| walk(x, out)),
+            serde_json::Value::Array(a) => a.iter().for_each(|x| walk(x, out)),
+            _ => {}
+        }
+    }
+    for who in ["agent", "server"] {
+        let mut out = Vec::new();
+        walk(&rig.status(who), &mut out);
+        println!("  {who} paths: {}", out.join("; "));
     }
 }
 
