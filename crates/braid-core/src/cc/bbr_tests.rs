@@ -8,6 +8,41 @@ use crate::rtt::RttEstimator;
 use crate::time::Instant;
 use std::time::Duration;
 
+/// A rate sample of `delivery_rate` bytes/s, not application-limited.
+fn rate(delivery_rate: f64, prior_delivered: u64, delivered: u64) -> RateSample {
+    RateSample {
+        delivery_rate,
+        is_app_limited: false,
+        prior_delivered,
+        delivered,
+    }
+}
+
+/// An acknowledgement at `now` of `acked` bytes sent at `sent`, with RTT sample `sample`,
+/// in flight `(before, after)`.
+fn ack(
+    est: &RttEstimator,
+    now: Instant,
+    sent: Instant,
+    sample: Duration,
+    acked: u64,
+    (prior_in_flight, in_flight): (u64, u64),
+    rate: RateSample,
+) -> AckEvent<'_> {
+    AckEvent {
+        now,
+        acked_bytes: acked,
+        largest_acked_sent: sent,
+        prior_in_flight,
+        in_flight,
+        rtt: est,
+        rtt_sample: Some(sample),
+        fwd_queue: None,
+        rate,
+        coupling: Default::default(),
+    }
+}
+
 #[test]
 fn converges_on_the_bottleneck_and_ignores_random_loss() {
     // A 10 MB/s pipe with 50 ms RTT: BDP 500 kB.
@@ -22,24 +57,16 @@ fn converges_on_the_bottleneck_and_ignores_random_loss() {
         let prior = delivered;
         delivered += acked;
         let cw = b.window();
-        b.on_ack(&AckEvent {
+        // The pacer keeps the pipe at about one BDP.
+        b.on_ack(&ack(
+            &rtt,
             now,
-            acked_bytes: acked,
-            largest_acked_sent: now - Duration::from_millis(50),
-            prior_in_flight: cw,
-            // The pacer keeps the pipe at about one BDP.
-            in_flight: cw.min(450_000),
-            rtt: &rtt,
-            rtt_sample: Some(Duration::from_millis(50)),
-            fwd_queue: None,
-            rate: RateSample {
-                delivery_rate: 10e6,
-                is_app_limited: false,
-                prior_delivered: prior.saturating_sub(500_000),
-                delivered,
-            },
-            coupling: Default::default(),
-        });
+            now - Duration::from_millis(50),
+            Duration::from_millis(50),
+            acked,
+            (cw, cw.min(450_000)),
+            rate(10e6, prior.saturating_sub(500_000), delivered),
+        ));
         b.on_loss(&LossEvent {
             now,
             lost_bytes: mss,
@@ -51,8 +78,8 @@ fn converges_on_the_bottleneck_and_ignores_random_loss() {
     }
     let w = b.window();
     assert!((900_000..=1_100_000).contains(&w), "window {w}");
-    let rate = b.pacing_rate(&rtt) as f64;
-    assert!((7.4e6..=12.6e6).contains(&rate), "pacing {rate}");
+    let pacing = b.pacing_rate(&rtt) as f64;
+    assert!((7.4e6..=12.6e6).contains(&pacing), "pacing {pacing}");
     assert!(!b.in_slow_start());
 }
 
@@ -61,34 +88,26 @@ fn converges_on_the_bottleneck_and_ignores_random_loss() {
 /// startup after `rounds`.
 fn startup_rounds_with_a_growing_queue(mut b: Bbr, rounds: u64) -> Option<u64> {
     let est = RttEstimator::new(Duration::from_millis(2));
-    let (mut now, mut delivered, mut rate) = (Instant(0), 0u64, 1e6);
+    let (mut now, mut delivered, mut rate_now) = (Instant(0), 0u64, 1e6);
     for i in 0..rounds {
         now += Duration::from_millis(2 + i);
-        let acked = (rate * 0.002) as u64;
+        let acked = (rate_now * 0.002) as u64;
         let prior = delivered;
         delivered += acked;
         let cw = b.window();
-        b.on_ack(&AckEvent {
+        b.on_ack(&ack(
+            &est,
             now,
-            acked_bytes: acked,
-            largest_acked_sent: now - Duration::from_millis(2),
-            prior_in_flight: cw,
-            in_flight: cw,
-            rtt: &est,
-            rtt_sample: Some(Duration::from_millis(2 + i)),
-            fwd_queue: None,
-            rate: RateSample {
-                delivery_rate: rate,
-                is_app_limited: false,
-                prior_delivered: prior,
-                delivered,
-            },
-            coupling: Default::default(),
-        });
+            now - Duration::from_millis(2),
+            Duration::from_millis(2 + i),
+            acked,
+            (cw, cw),
+            rate(rate_now, prior, delivered),
+        ));
         if !b.in_slow_start() {
             return Some(i);
         }
-        rate *= 1.3;
+        rate_now *= 1.3;
     }
     None
 }
@@ -128,31 +147,24 @@ fn closed_loop(mut b: Bbr, odd: usize, odd_rtt: Duration) -> f64 {
     for i in 0..steps {
         now += step;
         let window_rate = b.window() as f64 / rtt.as_secs_f64();
-        let rate = window_rate.min(bw);
-        let acked = (rate * step.as_secs_f64()) as u64;
+        let through = window_rate.min(bw);
+        let acked = (through * step.as_secs_f64()) as u64;
         let prior = history[history.len() - 10];
         delivered += acked;
         history.push(delivered);
         if i >= steps - 200 {
             last_second += acked;
         }
-        b.on_ack(&AckEvent {
+        let delivery_rate = (delivered - prior) as f64 / rtt.as_secs_f64();
+        b.on_ack(&ack(
+            &est,
             now,
-            acked_bytes: acked,
-            largest_acked_sent: now - rtt,
-            prior_in_flight: b.window(),
-            in_flight: b.window().saturating_sub(acked),
-            rtt: &est,
-            rtt_sample: Some(if i == odd { odd_rtt } else { rtt }),
-            fwd_queue: None,
-            rate: RateSample {
-                delivery_rate: (delivered - prior) as f64 / rtt.as_secs_f64(),
-                is_app_limited: false,
-                prior_delivered: prior,
-                delivered,
-            },
-            coupling: Default::default(),
-        });
+            now - rtt,
+            if i == odd { odd_rtt } else { rtt },
+            acked,
+            (b.window(), b.window().saturating_sub(acked)),
+            rate(delivery_rate, prior, delivered),
+        ));
     }
     last_second as f64
 }
