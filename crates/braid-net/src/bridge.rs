@@ -10,6 +10,11 @@
 //! bytes. Session -> app, chunks go through a bounded channel; when it is full the session
 //! stops reading the stream (so stream flow control pushes back on the peer) and sets a
 //! flag that makes the reader ask for more once it has drained a chunk.
+//!
+//! A session may also bound what all its streams' writers hold together ([`SessionCredit`],
+//! the server's `max_buffered`): a writer then takes permits from that too, so an agent that
+//! opens many streams and never reads pauses the server's reads from their destinations
+//! once the session holds that much, however many streams it opened.
 
 use braid_core::{Session, StreamId};
 use bytes::Bytes;
@@ -24,6 +29,29 @@ pub const WRITE_CREDIT: usize = 1 << 20;
 const READ_CHUNKS: usize = 32;
 /// Largest chunk read from a stream at once.
 const READ_CHUNK: usize = 64 * 1024;
+
+/// Bytes all of a session's writers together may hand over before their streams accepted
+/// them (shared by the session's streams; none: only each stream's [`WRITE_CREDIT`]).
+#[derive(Debug, Clone)]
+pub struct SessionCredit(Arc<Semaphore>);
+
+impl SessionCredit {
+    /// At most `bytes` (at least one stream's [`WRITE_CREDIT`]) held at once.
+    pub fn new(bytes: u64) -> SessionCredit {
+        let n = (bytes as usize).clamp(WRITE_CREDIT, Semaphore::MAX_PERMITS);
+        SessionCredit(Arc::new(Semaphore::new(n)))
+    }
+
+    /// `n` bytes handed over left the session (their stream was gone).
+    pub fn give_back(&self, n: usize) {
+        self.0.add_permits(n);
+    }
+
+    /// Bytes the session's writers may still hand over now.
+    pub fn available(&self) -> usize {
+        self.0.available_permits()
+    }
+}
 
 /// What the session task tells a stream's reader.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -98,6 +126,7 @@ pub struct StreamWriter {
     id: StreamId,
     cmd: mpsc::UnboundedSender<Cmd>,
     credit: Arc<Semaphore>,
+    session: Option<SessionCredit>,
 }
 
 /// The session task has ended.
@@ -127,6 +156,12 @@ impl StreamWriter {
                 .await
                 .map_err(|_| SessionGone)?;
             permit.forget();
+            if let Some(sc) = &self.session {
+                match sc.0.acquire_many(chunk.len() as u32).await {
+                    Ok(p) => p.forget(),
+                    Err(_) => return Err(SessionGone),
+                }
+            }
             self.cmd
                 .send(Cmd::Write(self.id, chunk))
                 .map_err(|_| SessionGone)?;
@@ -157,6 +192,7 @@ pub struct StreamBridge {
     id: StreamId,
     to_app: mpsc::Sender<StreamMsg>,
     credit: Arc<Semaphore>,
+    session: Option<SessionCredit>,
     read_blocked: Arc<AtomicBool>,
     pending: VecDeque<Bytes>,
     finish_requested: bool,
@@ -171,12 +207,24 @@ impl Drop for StreamBridge {
     /// [`SessionGone`] instead of waiting forever (the reader sees its channel close).
     fn drop(&mut self) {
         self.credit.close();
+        // What the stream never accepted goes back to the session's writers.
+        let n: usize = self.pending.iter().map(|c| c.len()).sum();
+        self.give_back(n);
     }
 }
 
 impl StreamBridge {
     /// A bridge and its application handle for stream `id`.
     pub fn new(id: StreamId, cmd: mpsc::UnboundedSender<Cmd>) -> (StreamBridge, StreamHandle) {
+        Self::with_credit(id, cmd, None)
+    }
+
+    /// A bridge whose writer also takes the session's shared credit.
+    pub fn with_credit(
+        id: StreamId,
+        cmd: mpsc::UnboundedSender<Cmd>,
+        session: Option<SessionCredit>,
+    ) -> (StreamBridge, StreamHandle) {
         let (tx, rx) = mpsc::channel(READ_CHUNKS);
         let credit = Arc::new(Semaphore::new(WRITE_CREDIT));
         let read_blocked = Arc::new(AtomicBool::new(false));
@@ -184,6 +232,7 @@ impl StreamBridge {
             id,
             to_app: tx,
             credit: credit.clone(),
+            session: session.clone(),
             read_blocked: read_blocked.clone(),
             pending: VecDeque::new(),
             finish_requested: false,
@@ -199,7 +248,12 @@ impl StreamBridge {
                 cmd: cmd.clone(),
                 read_blocked,
             },
-            writer: StreamWriter { id, cmd, credit },
+            writer: StreamWriter {
+                id,
+                cmd,
+                credit,
+                session,
+            },
         };
         (bridge, handle)
     }
@@ -223,18 +277,20 @@ impl StreamBridge {
             match s.stream_write_bytes(self.id, chunk.clone()) {
                 Ok(0) => return,
                 Ok(n) => {
-                    self.credit.add_permits(n);
-                    if n == chunk.len() {
-                        self.pending.pop_front();
-                    } else {
+                    let whole = n == chunk.len();
+                    if !whole {
                         let _ = chunk.split_to(n);
+                    }
+                    self.give_back(n);
+                    if !whole {
                         return;
                     }
+                    self.pending.pop_front();
                 }
                 Err(_) => {
                     // The stream is gone or stopped: drop what is left.
                     let n: usize = self.pending.drain(..).map(|c| c.len()).sum();
-                    self.credit.add_permits(n);
+                    self.give_back(n);
                     return;
                 }
             }
@@ -242,6 +298,15 @@ impl StreamBridge {
         if self.finish_requested && !self.finished {
             self.finished = true;
             let _ = s.stream_finish(self.id);
+        }
+    }
+
+    /// `n` bytes left the bridge: their credit goes back to the stream's and the session's
+    /// writers.
+    fn give_back(&self, n: usize) {
+        self.credit.add_permits(n);
+        if let Some(sc) = &self.session {
+            sc.give_back(n);
         }
     }
 
@@ -333,5 +398,44 @@ impl StreamBridge {
     /// Both directions are over: the bridge can be dropped.
     pub fn is_done(&self) -> bool {
         self.read_done && (self.finished || self.credit.is_closed())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::time::Duration;
+
+    /// An agent that opens many streams and never reads: their writers (the server's reads
+    /// from the destinations) stop once the session's credit is held, not per stream.
+    #[tokio::test]
+    async fn many_streams_that_never_drain_hold_at_most_the_sessions_credit() {
+        let (cmd, mut cmd_rx) = mpsc::unbounded_channel();
+        let credit = SessionCredit::new(2 * WRITE_CREDIT as u64);
+        // The bridges stay alive (the session task keeps them); nothing drains them.
+        let (_bridges, handles): (Vec<StreamBridge>, Vec<StreamHandle>) = (0..4)
+            .map(|id| StreamBridge::with_credit(id, cmd.clone(), Some(credit.clone())))
+            .unzip();
+        let chunk = Bytes::from(vec![7u8; WRITE_CREDIT]);
+        for h in &handles[..2] {
+            h.writer.write(chunk.clone()).await.unwrap();
+        }
+        assert_eq!(credit.available(), 0);
+        let third = handles[2].writer.write(chunk.clone());
+        tokio::pin!(third);
+        let waited = tokio::time::timeout(Duration::from_millis(50), &mut third).await;
+        assert!(
+            waited.is_err(),
+            "a third stream wrote past the session's credit"
+        );
+        // The session accepts one stream's bytes: the third writer goes on.
+        let Some(Cmd::Write(_, data)) = cmd_rx.recv().await else {
+            panic!("no write handed over");
+        };
+        credit.give_back(data.len());
+        tokio::time::timeout(Duration::from_secs(5), third)
+            .await
+            .expect("the third write still waits")
+            .unwrap();
     }
 }

@@ -133,6 +133,8 @@ pub struct SessionTask<P: PacketProtection, S: PathSender> {
     pub clock: Clock,
     /// What holds its sending to a shared rate, if anything.
     pub gate: Option<Box<dyn SendGate>>,
+    /// What all its streams' writers may hold together (the server's `max_buffered`).
+    pub credit: Option<crate::bridge::SessionCredit>,
 }
 
 impl<P: PacketProtection, S: PathSender> SessionTask<P, S> {
@@ -175,7 +177,11 @@ impl<P: PacketProtection, S: PathSender> SessionTask<P, S> {
             while let Some(ev) = self.session.poll_event() {
                 match &ev {
                     Event::StreamOpened(id) => {
-                        let (bridge, handle) = StreamBridge::new(*id, self.cmd_tx.clone());
+                        let (bridge, handle) = StreamBridge::with_credit(
+                            *id,
+                            self.cmd_tx.clone(),
+                            self.credit.clone(),
+                        );
                         bridges.insert(*id, bridge);
                         match &self.accepted {
                             Some(acc) if acc.send(handle).is_ok() => {}
@@ -347,7 +353,8 @@ impl<P: PacketProtection, S: PathSender> SessionTask<P, S> {
 
     fn open(&mut self, reply: OpenReply, bridges: &mut HashMap<StreamId, StreamBridge>) {
         let r = self.session.open_stream().map(|id| {
-            let (bridge, handle) = StreamBridge::new(id, self.cmd_tx.clone());
+            let (bridge, handle) =
+                StreamBridge::with_credit(id, self.cmd_tx.clone(), self.credit.clone());
             bridges.insert(id, bridge);
             handle
         });
@@ -364,7 +371,12 @@ impl<P: PacketProtection, S: PathSender> SessionTask<P, S> {
         match cmd {
             Cmd::Write(id, data) => match bridges.get_mut(&id) {
                 Some(b) => b.write(s, data),
-                None => warn!(stream = id, "write on a stream that is gone"),
+                None => {
+                    if let Some(c) = &self.credit {
+                        c.give_back(data.len());
+                    }
+                    warn!(stream = id, "write on a stream that is gone")
+                }
             },
             Cmd::Finish(id) => {
                 if let Some(b) = bridges.get_mut(&id) {

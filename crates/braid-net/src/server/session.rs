@@ -177,6 +177,9 @@ pub(super) fn spawn_session(
         on_packet: Some(hook),
         events: None,
         clock,
+        // An agent that opens every stream it may and never reads holds at most this much
+        // of the server's memory in its writers (`bridge::SessionCredit`).
+        credit: Some(crate::bridge::SessionCredit::new(cfg.max_buffered)),
     };
     let connect_timeout = cfg.connect_timeout;
     let resolver = cfg.resolver.or_else(|| ctx.system_resolver.get());

@@ -87,6 +87,7 @@ impl Runner {
             events: Some(ev_tx),
             clock,
             gate: None,
+            credit: None,
         };
         let handle = AbortOnDrop(tokio::spawn(task.run()));
         let _ = tx.send(Some(cmd_tx.clone()));
