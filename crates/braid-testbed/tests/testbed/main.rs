@@ -6,6 +6,7 @@ mod tunrig;
 mod address;
 mod calls;
 mod ipv6;
+mod nat64;
 mod responsive;
 mod testbed;
 mod tun;

@@ -8,8 +8,10 @@
 
 mod faults;
 mod load;
+mod nat64;
 mod v6;
 pub use load::*;
+pub use nat64::*;
 pub use v6::*;
 
 use braid_testbed::cmd::{exec_ns, ip_ns, run, sysctl_ns};
@@ -330,6 +332,12 @@ impl Rig {
 
     /// Starts `braid agent` with its paths, keys and control socket, and `extra`.
     pub fn launch_agent(&mut self, extra: &[&str]) {
+        self.launch_agent_paths(extra, true)
+    }
+
+    /// [`Rig::launch_agent`], with a `--path` per link's IPv4 address if `link_paths`
+    /// (else `extra` gives the paths).
+    pub fn launch_agent_paths(&mut self, extra: &[&str], link_paths: bool) {
         let mut args: Vec<String> = [
             "agent",
             "--control",
@@ -350,7 +358,7 @@ impl Rig {
                 self.path("agent.key"),
             ]);
         }
-        for (i, p) in self.topo.paths.iter().enumerate() {
+        for (i, p) in self.topo.paths.iter().enumerate().filter(|_| link_paths) {
             args.push("--path".into());
             args.push(format!("l{i}={}", p.client_ip));
         }
