@@ -83,6 +83,11 @@ impl MinRtt {
             if matches!(self.candidate, Some((_, r)) if round > r + CANDIDATE_ROUNDS) {
                 self.candidate = None;
             }
+            // A sample within 1/8 above shows the minimum still holds: it renews its age,
+            // so a path whose queue drains by itself (bbrq's) needs no ProbeRTT to learn it.
+            if sample <= min + min / 8 {
+                self.stamp = now;
+            }
             return;
         }
         if sample + min / 8 >= min {
@@ -202,6 +207,18 @@ mod tests {
             m.on_sample(Instant(2), 2 + r as u64, us(s), false);
         }
         assert!(m.get() <= Some(us(2_600)), "{:?}", m.get());
+    }
+
+    /// A call beside two downloads waited 20-50 ms for 0.2 s, a ProbeRTT's length, several
+    /// times a run: bbrq's queue drains by itself, yet only a new low renewed the minimum.
+    #[test]
+    fn a_sample_near_the_minimum_renews_its_age() {
+        let mut m = MinRtt::new(Instant(0));
+        m.on_sample(Instant(0), 0, us(1_600), false);
+        m.on_sample(Instant(5), 1, us(1_750), false);
+        assert_eq!((m.get(), m.stamp()), (Some(us(1_600)), Instant(5)));
+        m.on_sample(Instant(9), 2, us(2_500), false);
+        assert_eq!(m.stamp(), Instant(5), "a queued sample does not renew it");
     }
 
     #[test]
